@@ -1,0 +1,596 @@
+//! The delay hub: reads IPv4 packets from every host's TUN device and writes
+//! each to the destination host's TUN device once its link delay has passed.
+//!
+//! Two threads:
+//! * the *reader* polls all (non-blocking) TUN descriptors, timestamps each
+//!   packet as soon as it is read, applies loss / rate / queue limits and
+//!   schedules it for `now + delay` in a deadline-ordered heap;
+//! * the *sender* sleeps on a condition variable until `spin_margin` before
+//!   the earliest deadline, then busy-spins until the deadline and writes the
+//!   packet, recording how late it was.
+//!
+//! Both threads ask for `SCHED_FIFO` so that wake-ups are not delayed by
+//! ordinary processes. Per (src, dst) pair, deadlines are forced to be
+//! non-decreasing and ties are broken by arrival order, so each pair is FIFO.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::net::Ipv4Addr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context, Result};
+
+use crate::sys;
+use crate::topology::Link;
+
+/// How long the reader blocks in `poll` before re-checking the stop flag.
+const POLL_TIMEOUT_MS: i32 = 20;
+/// Longest idle wait of the sender before re-checking the stop flag.
+const IDLE_WAIT: Duration = Duration::from_millis(50);
+/// Max packets read from one device per poll round (fairness).
+const READ_BURST: usize = 64;
+/// Histogram resolution and range for lateness percentiles.
+const HIST_BUCKET_NS: u64 = 1_000;
+const HIST_BUCKETS: usize = 50_000; // 50 ms at 1 µs; later samples go to overflow
+
+/// Lateness of packet transmissions: actual write time minus scheduled
+/// deadline. Percentiles have 1 µs resolution (values above 50 ms are
+/// reported as the maximum).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LatenessStats {
+    /// Number of packets sent.
+    pub count: u64,
+    /// Mean lateness.
+    pub mean: Duration,
+    /// Median lateness.
+    pub p50: Duration,
+    /// 99th percentile lateness.
+    pub p99: Duration,
+    /// Maximum lateness.
+    pub max: Duration,
+}
+
+impl std::fmt::Display for LatenessStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "n={} mean={:.1}µs p50={:.1}µs p99={:.1}µs max={:.1}µs",
+            self.count,
+            self.mean.as_secs_f64() * 1e6,
+            self.p50.as_secs_f64() * 1e6,
+            self.p99.as_secs_f64() * 1e6,
+            self.max.as_secs_f64() * 1e6
+        )
+    }
+}
+
+/// Counters and timing statistics of the hub.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HubStats {
+    /// Packets written to their destination device.
+    pub forwarded: u64,
+    /// Packets dropped by the configured loss probability.
+    pub dropped_loss: u64,
+    /// Packets dropped because their pair's queue was full (drop-tail).
+    pub dropped_queue: u64,
+    /// Packets that were not IPv4 or had no lab host as destination.
+    pub dropped_unroutable: u64,
+    /// Failed reads from TUN devices (other than "would block").
+    pub read_errors: u64,
+    /// Failed writes to TUN devices.
+    pub write_errors: u64,
+    /// Packets currently waiting for their deadline.
+    pub queued: usize,
+    /// Sender lateness (write time minus deadline).
+    pub lateness: LatenessStats,
+    /// SCHED_FIFO priority the hub threads run with, if obtained.
+    pub realtime_priority: Option<i32>,
+    /// Why real-time priority could not be obtained (the hub still runs).
+    pub realtime_error: Option<String>,
+}
+
+/// Parameters of the hub, fixed at start.
+pub(crate) struct HubConfig {
+    pub addrs: Vec<Ipv4Addr>,
+    pub links: Vec<Link>, // n * n, index from * n + to
+    pub seed: u64,
+    pub queue_limit: usize,
+    pub spin_margin: Duration,
+    pub rt_priority: Option<i32>,
+}
+
+struct Scheduled {
+    deadline: Instant,
+    seq: u64,
+    dst: usize,
+    pair: usize,
+    data: Vec<u8>,
+}
+
+impl PartialEq for Scheduled {
+    fn eq(&self, other: &Self) -> bool {
+        self.deadline == other.deadline && self.seq == other.seq
+    }
+}
+impl Eq for Scheduled {}
+impl PartialOrd for Scheduled {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Scheduled {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.deadline, self.seq).cmp(&(other.deadline, other.seq))
+    }
+}
+
+struct Queue {
+    heap: BinaryHeap<Reverse<Scheduled>>,
+    per_pair: Vec<usize>,
+}
+
+struct Histogram {
+    buckets: Vec<u64>,
+    overflow: u64,
+    count: u64,
+    sum_ns: u128,
+    max_ns: u64,
+}
+
+impl Histogram {
+    fn new() -> Self {
+        Histogram {
+            buckets: vec![0; HIST_BUCKETS],
+            overflow: 0,
+            count: 0,
+            sum_ns: 0,
+            max_ns: 0,
+        }
+    }
+
+    fn record(&mut self, ns: u64) {
+        let b = (ns / HIST_BUCKET_NS) as usize;
+        match self.buckets.get_mut(b) {
+            Some(c) => *c += 1,
+            None => self.overflow += 1,
+        }
+        self.count += 1;
+        self.sum_ns += u128::from(ns);
+        self.max_ns = self.max_ns.max(ns);
+    }
+
+    fn percentile(&self, q: f64) -> Duration {
+        if self.count == 0 {
+            return Duration::ZERO;
+        }
+        let rank = ((q * self.count as f64).ceil() as u64).clamp(1, self.count);
+        let mut seen = 0;
+        for (i, &c) in self.buckets.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                // Upper edge of the bucket, but never above the true maximum.
+                let ns = ((i as u64) + 1) * HIST_BUCKET_NS;
+                return Duration::from_nanos(ns.min(self.max_ns));
+            }
+        }
+        Duration::from_nanos(self.max_ns)
+    }
+
+    fn stats(&self) -> LatenessStats {
+        let mean = if self.count == 0 {
+            Duration::ZERO
+        } else {
+            Duration::from_nanos((self.sum_ns / u128::from(self.count)) as u64)
+        };
+        LatenessStats {
+            count: self.count,
+            mean,
+            p50: self.percentile(0.50),
+            p99: self.percentile(0.99),
+            max: Duration::from_nanos(self.max_ns),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    forwarded: AtomicU64,
+    dropped_loss: AtomicU64,
+    dropped_queue: AtomicU64,
+    dropped_unroutable: AtomicU64,
+    read_errors: AtomicU64,
+    write_errors: AtomicU64,
+}
+
+struct Shared {
+    n: usize,
+    queue: Mutex<Queue>,
+    cv: Condvar,
+    links: RwLock<Vec<Link>>,
+    stop: AtomicBool,
+    counters: Counters,
+    hist: Mutex<Histogram>,
+    rt_errors: Mutex<Vec<String>>,
+    rt_priority: Option<i32>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A running hub. Dropping it stops the threads and closes the TUN devices.
+pub(crate) struct Hub {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+/// Small, fast, seedable PRNG (SplitMix64) for loss decisions.
+pub(crate) struct SplitMix64(u64);
+
+impl SplitMix64 {
+    pub(crate) fn new(seed: u64) -> Self {
+        SplitMix64(seed)
+    }
+
+    pub(crate) fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub(crate) fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+}
+
+impl Hub {
+    /// Starts the reader and sender threads over `devices` (index = host).
+    pub(crate) fn start(devices: Vec<File>, cfg: HubConfig) -> Result<Hub> {
+        let n = devices.len();
+        if cfg.addrs.len() != n || cfg.links.len() != n * n {
+            return Err(anyhow!("hub configuration does not match device count"));
+        }
+        let shared = Arc::new(Shared {
+            n,
+            queue: Mutex::new(Queue {
+                heap: BinaryHeap::new(),
+                per_pair: vec![0; n * n],
+            }),
+            cv: Condvar::new(),
+            links: RwLock::new(cfg.links.clone()),
+            stop: AtomicBool::new(false),
+            counters: Counters::default(),
+            hist: Mutex::new(Histogram::new()),
+            rt_errors: Mutex::new(Vec::new()),
+            rt_priority: cfg.rt_priority,
+        });
+        let devices = Arc::new(devices);
+        let mut hub = Hub {
+            shared: shared.clone(),
+            threads: Vec::new(),
+        };
+
+        let (s, d) = (shared.clone(), devices.clone());
+        let margin = cfg.spin_margin;
+        let sender = std::thread::Builder::new()
+            .name("zrtt-hub-send".into())
+            .spawn(move || {
+                enter_realtime(&s, "sender");
+                sender_loop(&s, &d, margin);
+            })
+            .context("spawning hub sender thread")?;
+        hub.threads.push(sender);
+
+        let (s, d) = (shared, devices);
+        let reader = std::thread::Builder::new()
+            .name("zrtt-hub-recv".into())
+            .spawn(move || {
+                enter_realtime(&s, "reader");
+                reader_loop(&s, &d, &cfg);
+            });
+        match reader {
+            Ok(h) => hub.threads.push(h),
+            Err(e) => {
+                let _ = hub.stop();
+                return Err(e).context("spawning hub reader thread");
+            }
+        }
+        Ok(hub)
+    }
+
+    /// Replaces the link used for packets from host `from` to host `to`.
+    /// Already queued packets keep their deadlines.
+    pub(crate) fn set_link(&self, from: usize, to: usize, link: Link) {
+        let mut links = self.shared.links.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(l) = links.get_mut(from * self.shared.n + to) {
+            *l = link;
+        }
+    }
+
+    pub(crate) fn link(&self, from: usize, to: usize) -> Option<Link> {
+        let links = self.shared.links.read().unwrap_or_else(|e| e.into_inner());
+        links.get(from * self.shared.n + to).copied()
+    }
+
+    pub(crate) fn stats(&self) -> HubStats {
+        let c = &self.shared.counters;
+        let rt_errors = lock(&self.shared.rt_errors);
+        let (realtime_priority, realtime_error) = match self.shared.rt_priority {
+            None => (None, Some("real-time priority not requested".to_string())),
+            Some(p) if rt_errors.is_empty() => (Some(p), None),
+            Some(_) => (None, Some(rt_errors.join("; "))),
+        };
+        HubStats {
+            forwarded: c.forwarded.load(Ordering::Relaxed),
+            dropped_loss: c.dropped_loss.load(Ordering::Relaxed),
+            dropped_queue: c.dropped_queue.load(Ordering::Relaxed),
+            dropped_unroutable: c.dropped_unroutable.load(Ordering::Relaxed),
+            read_errors: c.read_errors.load(Ordering::Relaxed),
+            write_errors: c.write_errors.load(Ordering::Relaxed),
+            queued: lock(&self.shared.queue).heap.len(),
+            lateness: lock(&self.shared.hist).stats(),
+            realtime_priority,
+            realtime_error,
+        }
+    }
+
+    pub(crate) fn reset_stats(&self) {
+        let c = &self.shared.counters;
+        for a in [
+            &c.forwarded,
+            &c.dropped_loss,
+            &c.dropped_queue,
+            &c.dropped_unroutable,
+            &c.read_errors,
+            &c.write_errors,
+        ] {
+            a.store(0, Ordering::Relaxed);
+        }
+        *lock(&self.shared.hist) = Histogram::new();
+    }
+
+    /// Stops both threads (bounded: they re-check the stop flag at least every
+    /// 50 ms) and closes the devices.
+    pub(crate) fn stop(&mut self) -> Result<()> {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        {
+            let _q = lock(&self.shared.queue);
+            self.shared.cv.notify_all();
+        }
+        let mut panicked = false;
+        for t in self.threads.drain(..) {
+            panicked |= t.join().is_err();
+        }
+        lock(&self.shared.queue).heap.clear();
+        if panicked {
+            Err(anyhow!("a hub thread panicked"))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
+
+fn enter_realtime(s: &Shared, who: &str) {
+    if let Some(p) = s.rt_priority {
+        if let Err(e) = sys::set_realtime(p) {
+            lock(&s.rt_errors).push(format!("{who}: SCHED_FIFO {p}: {e}"));
+        }
+    }
+}
+
+fn reader_loop(s: &Shared, devices: &[File], cfg: &HubConfig) {
+    let n = s.n;
+    let raw: Vec<RawFd> = devices.iter().map(|f| f.as_raw_fd()).collect();
+    let by_addr: HashMap<Ipv4Addr, usize> =
+        cfg.addrs.iter().enumerate().map(|(i, &a)| (a, i)).collect();
+    let mut rng = SplitMix64::new(cfg.seed);
+    let mut last_deadline: Vec<Option<Instant>> = vec![None; n * n];
+    let mut next_free: Vec<Option<Instant>> = vec![None; n * n];
+    let mut seq: u64 = 0;
+    let mut ready = Vec::with_capacity(n);
+    let mut buf = vec![0u8; 65_536];
+
+    while !s.stop.load(Ordering::Relaxed) {
+        if sys::poll_readable(&raw, POLL_TIMEOUT_MS, &mut ready).is_err() {
+            s.counters.read_errors.fetch_add(1, Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(5));
+            continue;
+        }
+        for &src in &ready {
+            let mut dev = &devices[src];
+            for _ in 0..READ_BURST {
+                let len = match dev.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(len) => len,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => {
+                        s.counters.read_errors.fetch_add(1, Ordering::Relaxed);
+                        break;
+                    }
+                };
+                let now = Instant::now();
+                let pkt = &buf[..len];
+                let Some(dst) = ipv4_dst(pkt).and_then(|a| by_addr.get(&a).copied()) else {
+                    s.counters
+                        .dropped_unroutable
+                        .fetch_add(1, Ordering::Relaxed);
+                    continue;
+                };
+                let pair = src * n + dst;
+                let link = {
+                    let links = s.links.read().unwrap_or_else(|e| e.into_inner());
+                    links[pair]
+                };
+                if link.loss > 0.0 && rng.next_f64() < link.loss {
+                    s.counters.dropped_loss.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                // Serialisation at the bottleneck rate, queued behind earlier
+                // packets of the same direction.
+                let (tx_done, new_free) = match link.rate {
+                    Some(rate) if rate > 0 => {
+                        let start = next_free[pair].map_or(now, |t| t.max(now));
+                        let tx_ns = (len as u128 * 1_000_000_000u128) / u128::from(rate);
+                        let done = start + Duration::from_nanos(tx_ns.min(u64::MAX as u128) as u64);
+                        (done, Some(done))
+                    }
+                    _ => (now, next_free[pair]),
+                };
+                let mut deadline = tx_done + link.delay;
+                if let Some(last) = last_deadline[pair] {
+                    deadline = deadline.max(last); // keep the pair FIFO
+                }
+                let mut q = lock(&s.queue);
+                if q.per_pair[pair] >= cfg.queue_limit {
+                    drop(q);
+                    s.counters.dropped_queue.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                next_free[pair] = new_free;
+                last_deadline[pair] = Some(deadline);
+                let new_head = q.heap.peek().is_none_or(|h| deadline < h.0.deadline);
+                q.per_pair[pair] += 1;
+                q.heap.push(Reverse(Scheduled {
+                    deadline,
+                    seq,
+                    dst,
+                    pair,
+                    data: pkt.to_vec(),
+                }));
+                seq += 1;
+                drop(q);
+                if new_head {
+                    s.cv.notify_one();
+                }
+            }
+        }
+    }
+}
+
+fn sender_loop(s: &Shared, devices: &[File], margin: Duration) {
+    let mut q = lock(&s.queue);
+    loop {
+        if s.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let Some(head) = q.heap.peek() else {
+            q =
+                s.cv.wait_timeout(q, IDLE_WAIT)
+                    .map(|r| r.0)
+                    .unwrap_or_else(|e| e.into_inner().0);
+            continue;
+        };
+        let deadline = head.0.deadline;
+        let now = Instant::now();
+        if deadline > now {
+            let wait = deadline - now;
+            if wait > margin {
+                let sleep = (wait - margin).min(IDLE_WAIT);
+                q =
+                    s.cv.wait_timeout(q, sleep)
+                        .map(|r| r.0)
+                        .unwrap_or_else(|e| e.into_inner().0);
+                continue;
+            }
+            // Close to the deadline: release the lock and busy-spin.
+            drop(q);
+            while Instant::now() < deadline {
+                if s.stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                std::hint::spin_loop();
+            }
+            q = lock(&s.queue);
+            continue;
+        }
+        let Some(Reverse(pkt)) = q.heap.pop() else {
+            continue;
+        };
+        q.per_pair[pkt.pair] = q.per_pair[pkt.pair].saturating_sub(1);
+        drop(q);
+        let sent_at = Instant::now();
+        let mut dev = &devices[pkt.dst];
+        match dev.write(&pkt.data) {
+            Ok(_) => {
+                s.counters.forwarded.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                s.counters.write_errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let late = sent_at.saturating_duration_since(pkt.deadline);
+        lock(&s.hist).record(late.as_nanos().min(u64::MAX as u128) as u64);
+        q = lock(&s.queue);
+    }
+}
+
+/// Destination address of an IPv4 packet, or `None` if it is not IPv4.
+fn ipv4_dst(pkt: &[u8]) -> Option<Ipv4Addr> {
+    if pkt.len() < 20 || pkt[0] >> 4 != 4 {
+        return None;
+    }
+    Some(Ipv4Addr::new(pkt[16], pkt[17], pkt[18], pkt[19]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_percentiles() {
+        let mut h = Histogram::new();
+        for us in 1..=100u64 {
+            h.record(us * 1_000 - 500);
+        }
+        let s = h.stats();
+        assert_eq!(s.count, 100);
+        assert_eq!(s.p50, Duration::from_micros(50));
+        assert_eq!(s.p99, Duration::from_micros(99));
+        assert_eq!(s.max, Duration::from_nanos(99_500));
+        h.record(10_000_000_000);
+        assert_eq!(h.stats().max, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn prng_is_uniform_enough_and_seeded() {
+        let mut a = SplitMix64::new(1);
+        let mut b = SplitMix64::new(1);
+        let mut below = 0;
+        for _ in 0..10_000 {
+            let x = a.next_f64();
+            assert_eq!(x, b.next_f64());
+            assert!((0.0..1.0).contains(&x));
+            if x < 0.3 {
+                below += 1;
+            }
+        }
+        assert!((2_700..3_300).contains(&below), "{below}");
+    }
+
+    #[test]
+    fn parses_ipv4_destination() {
+        let mut p = [0u8; 20];
+        p[0] = 0x45;
+        p[16..20].copy_from_slice(&[198, 18, 0, 2]);
+        assert_eq!(ipv4_dst(&p), Some(Ipv4Addr::new(198, 18, 0, 2)));
+        p[0] = 0x60;
+        assert_eq!(ipv4_dst(&p), None);
+        assert_eq!(ipv4_dst(&p[..10]), None);
+    }
+}

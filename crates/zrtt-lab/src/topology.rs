@@ -1,0 +1,382 @@
+//! Describing a lab: hosts, their addresses and the links between them.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+
+/// The address block every lab host lives in: 198.18.0.0/15 (RFC 2544
+/// benchmarking range). Only addresses from this block are ever used.
+pub const LAB_NET: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 0);
+/// Prefix length of [`LAB_NET`].
+pub const LAB_PREFIX: u8 = 15;
+
+/// Returns true if `addr` lies inside 198.18.0.0/15.
+pub fn in_lab_net(addr: Ipv4Addr) -> bool {
+    let o = addr.octets();
+    o[0] == 198 && (o[1] & 0xfe) == 18
+}
+
+/// Properties of one direction of a link between two hosts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Link {
+    /// One-way propagation delay added to every packet.
+    pub delay: Duration,
+    /// Probability in `[0, 1]` that a packet is dropped.
+    pub loss: f64,
+    /// Optional bottleneck rate in bytes per second; packets are serialised at
+    /// this rate (adding `len / rate` of delay plus queueing behind earlier
+    /// packets of the same direction).
+    pub rate: Option<u64>,
+}
+
+impl Link {
+    /// A link with the given one-way delay, no loss and no rate limit.
+    pub fn delay(delay: Duration) -> Self {
+        Link {
+            delay,
+            loss: 0.0,
+            rate: None,
+        }
+    }
+
+    /// Sets the loss probability (clamped to `[0, 1]`).
+    pub fn with_loss(mut self, loss: f64) -> Self {
+        self.loss = if loss.is_nan() {
+            0.0
+        } else {
+            loss.clamp(0.0, 1.0)
+        };
+        self
+    }
+
+    /// Sets the rate limit in bytes per second (`None` or `Some(0)` = unlimited).
+    pub fn with_rate(mut self, rate: Option<u64>) -> Self {
+        self.rate = rate.filter(|&r| r > 0);
+        self
+    }
+}
+
+impl Default for Link {
+    fn default() -> Self {
+        Link::delay(Duration::ZERO)
+    }
+}
+
+/// One host of a [`Topology`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostSpec {
+    /// Host name (letters, digits, `_` and `-`; at most 24 characters).
+    pub name: String,
+    /// The host's IPv4 address, inside 198.18.0.0/15.
+    pub addr: Ipv4Addr,
+}
+
+/// Builder describing a lab: named hosts and the links between them.
+///
+/// ```
+/// use std::time::Duration;
+/// use zrtt_lab::{Link, Topology};
+/// let topo = Topology::new()
+///     .host("client")
+///     .host("server")
+///     .default_delay(Duration::from_millis(5))
+///     .rtt("client", "server", Duration::from_millis(100));
+/// assert_eq!(topo.link_between(0, 1).delay, Duration::from_millis(50));
+/// ```
+#[derive(Debug, Clone)]
+pub struct Topology {
+    pub(crate) hosts: Vec<HostSpec>,
+    pub(crate) default_link: Link,
+    /// Directed overrides, keyed by host *names* (resolved at `Lab::up`).
+    pub(crate) links: BTreeMap<(String, String), Link>,
+    pub(crate) seed: u64,
+    pub(crate) queue_limit: usize,
+    pub(crate) spin_margin: Duration,
+    pub(crate) rt_priority: Option<i32>,
+    pub(crate) handle_signals: bool,
+    pub(crate) tcp_fastopen: bool,
+    next_addr: u32,
+}
+
+impl Default for Topology {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Topology {
+    /// An empty topology: no hosts, zero default delay, no loss, no rate
+    /// limit, queue limit 4096 packets per direction, spin margin 1 ms,
+    /// SCHED_FIFO priority 50, signal handling on, TCP Fast Open on.
+    pub fn new() -> Self {
+        Topology {
+            hosts: Vec::new(),
+            default_link: Link::default(),
+            links: BTreeMap::new(),
+            seed: 0x7a72_7474_5eed_0001,
+            queue_limit: 4096,
+            spin_margin: Duration::from_millis(1),
+            rt_priority: Some(50),
+            handle_signals: true,
+            tcp_fastopen: true,
+            next_addr: 1,
+        }
+    }
+
+    /// Adds a host with the next free address (198.18.0.1, 198.18.0.2, ...).
+    /// Invalid or duplicate names are reported by [`Topology::validate`] /
+    /// `Lab::up`.
+    pub fn host(mut self, name: &str) -> Self {
+        loop {
+            let addr = Ipv4Addr::from(u32::from(LAB_NET) + self.next_addr);
+            self.next_addr += 1;
+            if !self.hosts.iter().any(|h| h.addr == addr) {
+                self.hosts.push(HostSpec {
+                    name: name.to_string(),
+                    addr,
+                });
+                return self;
+            }
+        }
+    }
+
+    /// Adds a host with an explicit address (must be inside 198.18.0.0/15,
+    /// checked by [`Topology::validate`]).
+    pub fn host_with_addr(mut self, name: &str, addr: Ipv4Addr) -> Self {
+        self.hosts.push(HostSpec {
+            name: name.to_string(),
+            addr,
+        });
+        self
+    }
+
+    /// Link used for every pair without an explicit setting.
+    pub fn default_link(mut self, link: Link) -> Self {
+        self.default_link = link;
+        self
+    }
+
+    /// One-way delay used for every pair without an explicit setting.
+    pub fn default_delay(mut self, delay: Duration) -> Self {
+        self.default_link.delay = delay;
+        self
+    }
+
+    /// Sets the link in both directions between `a` and `b`.
+    pub fn link(self, a: &str, b: &str, link: Link) -> Self {
+        self.link_directed(a, b, link).link_directed(b, a, link)
+    }
+
+    /// Sets the link for packets travelling from `from` to `to` only.
+    pub fn link_directed(mut self, from: &str, to: &str, link: Link) -> Self {
+        self.links.insert((from.to_string(), to.to_string()), link);
+        self
+    }
+
+    /// Sets a symmetric one-way `delay` between `a` and `b` (no loss, no
+    /// rate limit), i.e. an RTT of `2 * delay`.
+    pub fn delay(self, a: &str, b: &str, delay: Duration) -> Self {
+        self.link(a, b, Link::delay(delay))
+    }
+
+    /// Sets a symmetric path between `a` and `b` with round-trip time `rtt`
+    /// (one-way delay `rtt / 2` each way).
+    pub fn rtt(self, a: &str, b: &str, rtt: Duration) -> Self {
+        self.delay(a, b, rtt / 2)
+    }
+
+    /// Seed of the loss PRNG (runs with the same seed drop the same packets
+    /// given the same traffic).
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Maximum number of packets queued per direction of each pair; beyond it
+    /// packets are dropped (drop-tail) and counted.
+    pub fn queue_limit(mut self, packets: usize) -> Self {
+        self.queue_limit = packets.max(1);
+        self
+    }
+
+    /// How long before a packet's deadline the sender stops sleeping and
+    /// starts busy-spinning (default 1 ms).
+    pub fn spin_margin(mut self, margin: Duration) -> Self {
+        self.spin_margin = margin;
+        self
+    }
+
+    /// SCHED_FIFO priority for the hub threads (1..=99), or `None` to keep the
+    /// normal scheduler. Failure to obtain it is not fatal; it is reported in
+    /// [`crate::HubStats::realtime_error`].
+    pub fn realtime_priority(mut self, prio: Option<i32>) -> Self {
+        self.rt_priority = prio;
+        self
+    }
+
+    /// Whether `Lab::up` installs the process-wide SIGINT/SIGTERM handler that
+    /// tears down all live labs and exits (default true).
+    pub fn handle_signals(mut self, on: bool) -> Self {
+        self.handle_signals = on;
+        self
+    }
+
+    /// Whether to set `net.ipv4.tcp_fastopen=3` in every host namespace
+    /// (default true), enabling TCP Fast Open for clients and servers.
+    pub fn tcp_fastopen(mut self, on: bool) -> Self {
+        self.tcp_fastopen = on;
+        self
+    }
+
+    /// The hosts, in the order they were added.
+    pub fn hosts(&self) -> &[HostSpec] {
+        &self.hosts
+    }
+
+    /// Index of the host called `name`.
+    pub fn host_index(&self, name: &str) -> Option<usize> {
+        self.hosts.iter().position(|h| h.name == name)
+    }
+
+    /// The effective link from host index `from` to host index `to`.
+    pub fn link_between(&self, from: usize, to: usize) -> Link {
+        match (self.hosts.get(from), self.hosts.get(to)) {
+            (Some(a), Some(b)) => self
+                .links
+                .get(&(a.name.clone(), b.name.clone()))
+                .copied()
+                .unwrap_or(self.default_link),
+            _ => self.default_link,
+        }
+    }
+
+    /// Checks names, addresses and link references.
+    pub fn validate(&self) -> Result<()> {
+        if self.hosts.is_empty() {
+            bail!("topology has no hosts");
+        }
+        if self.hosts.len() > 250 {
+            bail!("too many hosts ({}; max 250)", self.hosts.len());
+        }
+        for (i, h) in self.hosts.iter().enumerate() {
+            validate_host_name(&h.name)?;
+            if !in_lab_net(h.addr) {
+                bail!(
+                    "host {:?} address {} is outside 198.18.0.0/15",
+                    h.name,
+                    h.addr
+                );
+            }
+            let o = h.addr.octets();
+            if (o[2] == 0 && o[3] == 0 && o[1] == 18) || (o[1] == 19 && o[2] == 255 && o[3] == 255)
+            {
+                bail!("host {:?} uses a reserved address {}", h.name, h.addr);
+            }
+            for other in &self.hosts[..i] {
+                if other.name == h.name {
+                    bail!("duplicate host name {:?}", h.name);
+                }
+                if other.addr == h.addr {
+                    bail!(
+                        "hosts {:?} and {:?} share address {}",
+                        other.name,
+                        h.name,
+                        h.addr
+                    );
+                }
+            }
+        }
+        for ((a, b), link) in &self.links {
+            for n in [a, b] {
+                if self.host_index(n).is_none() {
+                    bail!("link refers to unknown host {n:?}");
+                }
+            }
+            validate_link(link)?;
+        }
+        validate_link(&self.default_link)?;
+        if let Some(p) = self.rt_priority {
+            if !(1..=99).contains(&p) {
+                bail!("realtime priority {p} outside 1..=99");
+            }
+        }
+        Ok(())
+    }
+}
+
+pub(crate) fn validate_link(link: &Link) -> Result<()> {
+    if !(0.0..=1.0).contains(&link.loss) {
+        bail!("loss probability {} outside [0, 1]", link.loss);
+    }
+    if link.delay > Duration::from_secs(60) {
+        bail!("one-way delay {:?} is larger than 60 s", link.delay);
+    }
+    Ok(())
+}
+
+pub(crate) fn validate_host_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > 24 {
+        bail!("host name {name:?} must be 1..=24 characters");
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        bail!("host name {name:?} may only contain ASCII letters, digits, '_' and '-'");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_are_in_benchmark_range() {
+        let t = Topology::new().host("a").host("b").host("c");
+        t.validate().unwrap();
+        for h in t.hosts() {
+            assert!(in_lab_net(h.addr), "{}", h.addr);
+        }
+        assert_eq!(t.hosts()[0].addr, Ipv4Addr::new(198, 18, 0, 1));
+        assert!(in_lab_net(Ipv4Addr::new(198, 19, 3, 4)));
+        assert!(!in_lab_net(Ipv4Addr::new(198, 20, 0, 1)));
+        assert!(!in_lab_net(Ipv4Addr::new(10, 0, 0, 1)));
+    }
+
+    #[test]
+    fn rejects_bad_topologies() {
+        assert!(Topology::new().validate().is_err());
+        assert!(Topology::new().host("a").host("a").validate().is_err());
+        assert!(Topology::new().host("a b").validate().is_err());
+        assert!(Topology::new()
+            .host_with_addr("a", Ipv4Addr::new(10, 1, 1, 1))
+            .validate()
+            .is_err());
+        assert!(Topology::new()
+            .host("a")
+            .delay("a", "zz", Duration::ZERO)
+            .validate()
+            .is_err());
+    }
+
+    #[test]
+    fn links_are_directional_with_default() {
+        let t = Topology::new()
+            .host("a")
+            .host("b")
+            .host("c")
+            .default_delay(Duration::from_millis(7))
+            .link_directed(
+                "a",
+                "b",
+                Link::delay(Duration::from_millis(3)).with_loss(0.5),
+            );
+        assert_eq!(t.link_between(0, 1).delay, Duration::from_millis(3));
+        assert_eq!(t.link_between(0, 1).loss, 0.5);
+        assert_eq!(t.link_between(1, 0).delay, Duration::from_millis(7));
+        assert_eq!(t.link_between(2, 0).delay, Duration::from_millis(7));
+    }
+}

@@ -1,0 +1,129 @@
+//! The forward-secret channel after the handshake: length-framed AEAD
+//! records with the sequence number as nonce (Noise transport mode).
+//!
+//! Frame: `u16 len || AEAD(k, nonce = seq, plaintext)`, plaintext
+//! `u8 kind || body`. `Close` is authenticated, so a truncated stream is
+//! distinguishable from a finished one.
+
+use core::fmt;
+
+use super::noise_err;
+use crate::codec::Put;
+use crate::error::{Error, HandshakeError, InvalidMessage};
+
+/// Largest body of one record.
+pub const MAX_RECORD_BODY: usize = super::MAX_NOISE_MESSAGE - 16 - 1;
+
+/// Kind of a channel record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum RecordKind {
+    /// Application bytes.
+    Data = 0,
+    /// The sender will send nothing more.
+    Close = 1,
+    /// An address token from the server (opaque to the channel).
+    Token = 2,
+}
+
+/// One decrypted record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// Its kind.
+    pub kind: RecordKind,
+    /// Its body.
+    pub body: Vec<u8>,
+}
+
+/// Both directions of an established channel.
+pub struct Channel {
+    noise: snow::TransportState,
+    closed_by_peer: bool,
+}
+
+impl fmt::Debug for Channel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Channel")
+            .field("send_seq", &self.noise.sending_nonce())
+            .field("recv_seq", &self.noise.receiving_nonce())
+            .field("closed_by_peer", &self.closed_by_peer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Channel {
+    pub(crate) fn new(noise: snow::TransportState) -> Self {
+        Self {
+            noise,
+            closed_by_peer: false,
+        }
+    }
+
+    /// Seal `body` as one frame appended to `out`. Bodies longer than
+    /// [`MAX_RECORD_BODY`] are an API misuse; use [`Self::seal_data`] for streams.
+    pub fn seal(&mut self, kind: RecordKind, body: &[u8], out: &mut Vec<u8>) -> Result<(), Error> {
+        if body.len() > MAX_RECORD_BODY {
+            return Err(Error::ApiMisuse("channel record body too large"));
+        }
+        let mut pt = Vec::with_capacity(1 + body.len());
+        pt.put_u8(kind as u8);
+        pt.extend_from_slice(body);
+        let start = out.len();
+        out.resize(start + 2 + pt.len() + 16, 0);
+        let n = self
+            .noise
+            .write_message(&pt, &mut out[start + 2..])
+            .map_err(noise_err)?;
+        out[start..start + 2].copy_from_slice(&(n as u16).to_be_bytes());
+        out.truncate(start + 2 + n);
+        Ok(())
+    }
+
+    /// Seal application bytes of any length as as many frames as needed.
+    pub fn seal_data(&mut self, data: &[u8], out: &mut Vec<u8>) -> Result<(), Error> {
+        for chunk in data.chunks(MAX_RECORD_BODY) {
+            self.seal(RecordKind::Data, chunk, out)?;
+        }
+        Ok(())
+    }
+
+    /// Open one frame's ciphertext (as returned by [`super::read_frame`] with
+    /// [`super::Expect::Transport`]).
+    pub fn open(&mut self, ciphertext: &[u8]) -> Result<Record, Error> {
+        if self.closed_by_peer {
+            return Err(HandshakeError::Closed.into());
+        }
+        let mut pt = vec![0u8; ciphertext.len()];
+        let n = self
+            .noise
+            .read_message(ciphertext, &mut pt)
+            .map_err(noise_err)?;
+        pt.truncate(n);
+        let (&kind, body) = pt
+            .split_first()
+            .ok_or(InvalidMessage::InvalidField("empty channel record"))?;
+        let kind = match kind {
+            0 => RecordKind::Data,
+            1 => {
+                self.closed_by_peer = true;
+                RecordKind::Close
+            }
+            2 => RecordKind::Token,
+            _ => return Err(InvalidMessage::InvalidField("channel record kind").into()),
+        };
+        Ok(Record {
+            kind,
+            body: body.to_vec(),
+        })
+    }
+
+    /// Number of records sealed so far (the next sending nonce).
+    pub fn sent(&self) -> u64 {
+        self.noise.sending_nonce()
+    }
+
+    /// Number of records opened so far (the next receiving nonce).
+    pub fn received(&self) -> u64 {
+        self.noise.receiving_nonce()
+    }
+}

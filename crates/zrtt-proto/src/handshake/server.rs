@@ -1,0 +1,318 @@
+//! Server side: `accept` checks and decrypts a first flight; the returned
+//! [`Accepted`] writes the reply and yields the channel.
+//!
+//! Checks run cheapest first, and nothing is recorded before the flight
+//! authenticates: header and key id, key validity, AEAD and pattern, size,
+//! replay pre-check (no crypto), Noise decryption, then the replay filter's
+//! timestamp window and insertion.
+
+use core::fmt;
+use core::time::Duration;
+
+use super::{
+    encode_reject, noise_err, noise_name, prologue, Channel, Extensions, FirstFlightHeader, Frame,
+    Pattern, RejectReason, Transport, FRAME_REPLY, MAX_EXTENSIONS_LEN,
+};
+use crate::codec::{Put, Reader};
+use crate::crypto::{noise_params, SecureRandom, X25519KeyPair, ZrttResolver};
+use crate::error::{Error, HandshakeError, ReplayError};
+use crate::record::{Aead, KeyRecord};
+use crate::replay::ReplayFilter;
+use crate::time::UnixTime;
+
+/// A semi-static key the server can decrypt first flights with.
+#[derive(Clone, Debug)]
+pub struct ServerKey {
+    /// The signed record published for this key.
+    pub record: KeyRecord,
+    keypair: X25519KeyPair,
+}
+
+impl ServerKey {
+    /// Pair a record with its private key; fails if they do not match.
+    pub fn new(record: KeyRecord, keypair: X25519KeyPair) -> Result<Self, Error> {
+        if keypair.public() != &record.body.public_key {
+            return Err(Error::ApiMisuse(
+                "private key does not match the record's public key",
+            ));
+        }
+        Ok(Self { record, keypair })
+    }
+}
+
+/// Server settings: the live keys and the grace around their validity.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    keys: Vec<ServerKey>,
+    /// Clock skew tolerated at the edges of a key's validity window.
+    pub key_validity_grace: Duration,
+}
+
+impl ServerConfig {
+    /// A config holding `keys`; refuses duplicate key ids.
+    pub fn new(keys: Vec<ServerKey>) -> Result<Self, Error> {
+        for (i, k) in keys.iter().enumerate() {
+            if keys[..i]
+                .iter()
+                .any(|o| o.record.body.key_id == k.record.body.key_id)
+            {
+                return Err(crate::error::RecordError::DuplicateKeyId(k.record.body.key_id).into());
+            }
+        }
+        Ok(Self {
+            keys,
+            key_validity_grace: Duration::from_secs(30),
+        })
+    }
+
+    /// The live keys.
+    pub fn keys(&self) -> &[ServerKey] {
+        &self.keys
+    }
+
+    /// Records valid at `now`, for refusals that let the client retry at once.
+    pub fn retry_records(&self, now: UnixTime) -> Vec<KeyRecord> {
+        self.keys
+            .iter()
+            .filter(|k| k.record.body.check_validity(now).is_ok())
+            .map(|k| k.record.clone())
+            .collect()
+    }
+
+    fn reject(&self, reason: RejectReason, error: Error, now: UnixTime) -> Refusal {
+        let records = match reason {
+            RejectReason::UnknownKey | RejectReason::KeyExpired | RejectReason::Unsupported => {
+                self.retry_records(now)
+            }
+            _ => Vec::new(),
+        };
+        Refusal {
+            error,
+            reply: Some(encode_reject(reason, &records)),
+        }
+    }
+
+    /// Check and decrypt a first flight received on `transport` at `now`.
+    ///
+    /// On refusal, [`Refusal::reply`] is the frame to send (subject to the
+    /// caller's amplification gating), or `None` when the flight did not
+    /// authenticate and deserves no answer.
+    pub fn accept(
+        &self,
+        frame: &Frame<'_>,
+        transport: Transport,
+        now: UnixTime,
+        replay: &mut dyn ReplayFilter,
+        rng: &dyn SecureRandom,
+    ) -> Result<Accepted, Refusal> {
+        let (header, noise_msg) = match frame {
+            Frame::FirstFlight { header, noise } => (*header, *noise),
+            _ => return Err(Refusal::silent(HandshakeError::UnexpectedFrame.into())),
+        };
+        let Some(key) = self
+            .keys
+            .iter()
+            .find(|k| k.record.body.key_id == header.key_id)
+        else {
+            return Err(self.reject(
+                RejectReason::UnknownKey,
+                HandshakeError::UnknownKeyId(header.key_id).into(),
+                now,
+            ));
+        };
+        let body = &key.record.body;
+        let grace = self.key_validity_grace.as_secs();
+        let secs = now.as_secs();
+        if secs.saturating_add(grace) < body.not_before
+            || secs >= body.not_after.saturating_add(grace)
+        {
+            return Err(self.reject(
+                RejectReason::KeyExpired,
+                HandshakeError::KeyNotValidNow(header.key_id).into(),
+                now,
+            ));
+        }
+        let aead = match Aead::from_u8(header.aead) {
+            Some(a) if body.aeads.contains(&a) => a,
+            _ => {
+                return Err(self.reject(
+                    RejectReason::Unsupported,
+                    HandshakeError::UnsupportedAead(header.aead).into(),
+                    now,
+                ))
+            }
+        };
+        if header.pattern == Pattern::Nk && body.flags.client_auth_required() {
+            return Err(self.reject(
+                RejectReason::ClientAuthRequired,
+                HandshakeError::ClientAuthRequired.into(),
+                now,
+            ));
+        }
+        // Size bound before any crypto: payload = ts + extensions + early data.
+        let max_payload = 8 + 2 + MAX_EXTENSIONS_LEN + body.max_early_data_bytes as usize;
+        let overhead = header.pattern.first_message_overhead();
+        if noise_msg.len() < overhead + 10 {
+            return Err(Refusal::silent(
+                crate::error::InvalidMessage::Truncated {
+                    needed: overhead + 10,
+                    available: noise_msg.len(),
+                }
+                .into(),
+            ));
+        }
+        if noise_msg.len() - overhead > max_payload {
+            return Err(self.reject(
+                RejectReason::EarlyDataTooLarge,
+                HandshakeError::EarlyDataTooLarge {
+                    len: noise_msg.len() - overhead,
+                    max: max_payload,
+                }
+                .into(),
+                now,
+            ));
+        }
+        let mut ephemeral = [0u8; 32];
+        ephemeral.copy_from_slice(&noise_msg[..32]);
+        if replay.seen(header.key_id, &ephemeral) {
+            return Err(self.reject(RejectReason::Replay, ReplayError::Replayed.into(), now));
+        }
+
+        let resolver = match ZrttResolver::new(rng) {
+            Ok(r) => Box::new(r),
+            Err(e) => return Err(Refusal::silent(e)),
+        };
+        let mut noise = match noise_params(&noise_name(header.pattern, aead)).and_then(|p| {
+            snow::Builder::with_resolver(p, resolver)
+                .prologue(&prologue(&body.name, transport, &header))
+                .and_then(|b| b.local_private_key(key.keypair.private()))
+                .and_then(|b| b.build_responder())
+                .map_err(noise_err)
+        }) {
+            Ok(n) => n,
+            Err(e) => return Err(Refusal::silent(e)),
+        };
+        let mut payload = vec![0u8; noise_msg.len()];
+        let n = noise
+            .read_message(noise_msg, &mut payload)
+            .map_err(|e| Refusal::silent(noise_err(e)))?;
+        payload.truncate(n);
+
+        let mut r = Reader::new(&payload);
+        let parsed = r.u64().and_then(|ts| Ok((ts, Extensions::decode(&mut r)?)));
+        let (ts_ms, extensions) = parsed.map_err(|e| Refusal::silent(e.into()))?;
+        let early_data = r.rest().to_vec();
+        if early_data.len() > body.max_early_data_bytes as usize {
+            return Err(self.reject(
+                RejectReason::EarlyDataTooLarge,
+                HandshakeError::EarlyDataTooLarge {
+                    len: early_data.len(),
+                    max: body.max_early_data_bytes as usize,
+                }
+                .into(),
+                now,
+            ));
+        }
+        let timestamp = UnixTime::from_millis(ts_ms);
+        if let Err(e) = replay.check_and_insert(header.key_id, &ephemeral, timestamp, now) {
+            let reason = match e {
+                ReplayError::Replayed | ReplayError::Full => RejectReason::Replay,
+                _ => RejectReason::TimestampSkew,
+            };
+            return Err(self.reject(reason, e.into(), now));
+        }
+        let client_static = noise.get_remote_static().and_then(|s| s.try_into().ok());
+        Ok(Accepted {
+            header,
+            client_ephemeral: ephemeral,
+            client_static,
+            timestamp,
+            extensions,
+            early_data,
+            noise,
+        })
+    }
+}
+
+/// Why a first flight was refused, and what (if anything) to answer.
+#[derive(Debug)]
+pub struct Refusal {
+    /// The detailed reason, for logs and metrics.
+    pub error: Error,
+    /// A refusal frame to send, or `None` to send nothing.
+    pub reply: Option<Vec<u8>>,
+}
+
+impl Refusal {
+    fn silent(error: Error) -> Self {
+        Self { error, reply: None }
+    }
+}
+
+/// An authenticated, fresh, never-seen first flight.
+pub struct Accepted {
+    /// Its clear header.
+    pub header: FirstFlightHeader,
+    /// The client's ephemeral public key.
+    pub client_ephemeral: [u8; 32],
+    /// The client's static public key (IK only).
+    pub client_static: Option<[u8; 32]>,
+    /// The client's authenticated timestamp.
+    pub timestamp: UnixTime,
+    /// Extensions (provenance, token, ALPN, padding).
+    pub extensions: Extensions,
+    /// The request bytes. Replayable within the replay filter's guarantees: see PROTOCOL.md §7.
+    pub early_data: Vec<u8>,
+    noise: snow::HandshakeState,
+}
+
+impl fmt::Debug for Accepted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Accepted")
+            .field("header", &self.header)
+            .field(
+                "client_static",
+                &self.client_static.map(|s| crate::record::hex(&s)),
+            )
+            .field("timestamp", &self.timestamp)
+            .field("extensions", &self.extensions)
+            .field("early_data_len", &self.early_data.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Accepted {
+    /// Write the reply carrying `extensions` and the first `data` of the
+    /// response (as much as fits; the rest goes through the channel).
+    /// Returns the channel and the reply frame.
+    pub fn reply(
+        mut self,
+        extensions: &Extensions,
+        data: &[u8],
+    ) -> Result<(Channel, Vec<u8>), Error> {
+        let mut payload = Vec::with_capacity(2 + extensions.encoded_len() + data.len());
+        extensions.encode(&mut payload)?;
+        payload.extend_from_slice(data);
+        let overhead = match self.header.pattern {
+            Pattern::Nk | Pattern::Ik => 32 + 16,
+        };
+        if payload.len() + overhead > super::MAX_NOISE_MESSAGE {
+            return Err(Error::ApiMisuse("reply data too large for one message"));
+        }
+        let mut msg = vec![0u8; payload.len() + overhead];
+        let n = self
+            .noise
+            .write_message(&payload, &mut msg)
+            .map_err(noise_err)?;
+        let mut frame = Vec::with_capacity(3 + n);
+        frame.put_u8(FRAME_REPLY);
+        frame.put_vec_u16(&msg[..n]);
+        let transport = self.noise.into_transport_mode().map_err(noise_err)?;
+        Ok((Channel::new(transport), frame))
+    }
+
+    /// Largest `data` [`Self::reply`] accepts with these extensions.
+    pub fn max_reply_data(&self, extensions: &Extensions) -> usize {
+        super::MAX_NOISE_MESSAGE - 32 - 16 - 2 - extensions.encoded_len()
+    }
+}

@@ -1,0 +1,27 @@
+//! zrtt-proto: the sans-IO core of zrtt.
+//!
+//! - [`record`]: signed key records and their DNS encodings;
+//! - [`handshake`]: the one-round-trip Noise handshake and the channel after it;
+//! - [`replay`]: the first-flight replay filter;
+//! - [`crypto`]: the randomness seam and X25519 key pairs.
+//!
+//! No sockets, no clock, no OS randomness: every entry point takes the time
+//! ([`UnixTime`]) and a [`crypto::SecureRandom`] as arguments. The wire
+//! formats are specified in `docs/PROTOCOL.md`.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
+pub mod codec;
+pub mod crypto;
+pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
+pub mod handshake;
+pub mod record;
+pub mod replay;
+pub mod time;
+
+pub use error::{Error, HandshakeError, InvalidMessage, RecordError, ReplayError};
+pub use time::UnixTime;

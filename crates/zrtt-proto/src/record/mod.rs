@@ -1,0 +1,574 @@
+//! Key records: the server's signed, short-lived X25519 key as published in
+//! DNS (ZTLS's "Z-data", HTTPCrypt's published key).
+//!
+//! A record is encoded once in a binary form (see docs/PROTOCOL.md §2) and
+//! carried by several DNS encodings ([`encodings`]). Decoding is syntax only
+//! ([`KeyRecord::decode`]); a client may only use a record that went through
+//! [`KeyRecord::verify`], which yields a [`VerifiedKeyRecord`].
+
+pub mod encodings;
+
+use core::fmt;
+
+use ring::digest;
+use ring::signature::{self, KeyPair};
+
+use crate::codec::{Put, Reader};
+use crate::error::{InvalidMessage, RecordError};
+use crate::time::UnixTime;
+
+/// The record format version this crate emits and accepts.
+pub const RECORD_VERSION: u8 = 1;
+/// Largest encoded record accepted.
+pub const MAX_RECORD_LEN: usize = 1024;
+/// Most records one record list may carry.
+pub const MAX_RECORDS_PER_LIST: usize = 8;
+/// Domain separation for the signature input.
+pub const SIGNATURE_CONTEXT: &[u8] = b"zrtt key record v1\0";
+
+/// An AEAD a server accepts for first flights and transport messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Aead {
+    /// ChaCha20-Poly1305 (Noise `ChaChaPoly`).
+    ChaChaPoly = 1,
+    /// AES-256-GCM (Noise `AESGCM`).
+    AesGcm = 2,
+}
+
+impl Aead {
+    /// From its wire id.
+    pub fn from_u8(v: u8) -> Option<Self> {
+        match v {
+            1 => Some(Self::ChaChaPoly),
+            2 => Some(Self::AesGcm),
+            _ => None,
+        }
+    }
+
+    /// The Noise cipher name.
+    pub fn noise_name(self) -> &'static str {
+        match self {
+            Self::ChaChaPoly => "ChaChaPoly",
+            Self::AesGcm => "AESGCM",
+        }
+    }
+
+    /// Short human name, also used in the TXT encoding.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::ChaChaPoly => "chacha20poly1305",
+            Self::AesGcm => "aes256gcm",
+        }
+    }
+}
+
+/// Record flags (a u16 on the wire; undefined bits must be zero).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
+pub struct RecordFlags(u16);
+
+impl RecordFlags {
+    /// The server requires a client static key (Noise IK).
+    pub const CLIENT_AUTH_REQUIRED: u16 = 0x0001;
+    /// The server issues address tokens after a completed handshake.
+    pub const ISSUES_TOKENS: u16 = 0x0002;
+    const DEFINED: u16 = Self::CLIENT_AUTH_REQUIRED | Self::ISSUES_TOKENS;
+
+    /// From raw bits; fails on undefined bits.
+    pub fn from_bits(bits: u16) -> Option<Self> {
+        (bits & !Self::DEFINED == 0).then_some(Self(bits))
+    }
+
+    /// Raw bits.
+    pub fn bits(self) -> u16 {
+        self.0
+    }
+
+    /// Whether the server requires a client static key.
+    pub fn client_auth_required(self) -> bool {
+        self.0 & Self::CLIENT_AUTH_REQUIRED != 0
+    }
+
+    /// Whether the server issues address tokens.
+    pub fn issues_tokens(self) -> bool {
+        self.0 & Self::ISSUES_TOKENS != 0
+    }
+}
+
+/// The algorithm of the certificate key that signs a record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum SignatureAlgorithm {
+    /// ECDSA over P-256 with SHA-256, DER-encoded signature (as in X.509 and TLS).
+    EcdsaP256Sha256 = 1,
+    /// Ed25519 (RFC 8032), 64-byte signature.
+    Ed25519 = 2,
+}
+
+impl SignatureAlgorithm {
+    /// From its wire id.
+    pub fn from_u8(v: u8) -> Option<Self> {
+        match v {
+            1 => Some(Self::EcdsaP256Sha256),
+            2 => Some(Self::Ed25519),
+            _ => None,
+        }
+    }
+
+    /// Human name, also used in the TXT encoding.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::EcdsaP256Sha256 => "ecdsa-p256-sha256",
+            Self::Ed25519 => "ed25519",
+        }
+    }
+
+    fn max_sig_len(self) -> usize {
+        match self {
+            Self::EcdsaP256Sha256 => 72,
+            Self::Ed25519 => 64,
+        }
+    }
+
+    fn webpki_alg(self) -> &'static dyn pki_types::SignatureVerificationAlgorithm {
+        match self {
+            Self::EcdsaP256Sha256 => webpki::ring::ECDSA_P256_SHA256,
+            Self::Ed25519 => webpki::ring::ED25519,
+        }
+    }
+}
+
+/// Everything a record says except its signature.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct RecordBody {
+    /// Key id, chosen by the publisher; unique among live keys of a name.
+    pub key_id: u32,
+    /// The semi-static X25519 public key.
+    pub public_key: [u8; 32],
+    /// Start of validity, seconds since the epoch.
+    pub not_before: u64,
+    /// End of validity (exclusive), seconds since the epoch.
+    pub not_after: u64,
+    /// Largest first-flight request the server accepts, in bytes.
+    pub max_early_data_bytes: u32,
+    /// AEADs the server accepts, in its order of preference.
+    pub aeads: Vec<Aead>,
+    /// Flags.
+    pub flags: RecordFlags,
+    /// Provenance certificates needed for an answer before the TCP handshake
+    /// completes; 0 means the server accepts no provenance certificates.
+    pub provenance_quorum: u8,
+    /// The host name the record is for: lowercase, no trailing dot.
+    pub name: String,
+    /// SHA-256 of the DER certificate whose key signs the record.
+    pub cert_sha256: [u8; 32],
+}
+
+impl fmt::Debug for RecordBody {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RecordBody")
+            .field("key_id", &format_args!("{:#010x}", self.key_id))
+            .field("public_key", &hex(&self.public_key))
+            .field("not_before", &self.not_before)
+            .field("not_after", &self.not_after)
+            .field("max_early_data_bytes", &self.max_early_data_bytes)
+            .field("aeads", &self.aeads)
+            .field("flags", &self.flags)
+            .field("provenance_quorum", &self.provenance_quorum)
+            .field("name", &self.name)
+            .field("cert_sha256", &hex(&self.cert_sha256))
+            .finish()
+    }
+}
+
+/// A signed key record, parsed but not yet verified.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct KeyRecord {
+    /// The signed fields.
+    pub body: RecordBody,
+    /// Algorithm of the signing certificate key.
+    pub sig_alg: SignatureAlgorithm,
+    /// The signature over [`KeyRecord::signed_bytes`].
+    pub signature: Vec<u8>,
+}
+
+/// A record whose signature, certificate, name and validity were checked.
+/// Only this type can start a client handshake.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerifiedKeyRecord(KeyRecord);
+
+impl VerifiedKeyRecord {
+    /// The verified record.
+    pub fn record(&self) -> &KeyRecord {
+        &self.0
+    }
+
+    /// The verified fields.
+    pub fn body(&self) -> &RecordBody {
+        &self.0.body
+    }
+
+    /// Wrap a record without checking it. For servers building their own
+    /// key set from keys they generated, and for tests.
+    pub fn dangerous_assume_verified(record: KeyRecord) -> Self {
+        Self(record)
+    }
+}
+
+impl RecordBody {
+    /// Check the fields a decoder would check, so that encoders never emit
+    /// what the decoder refuses.
+    pub fn validate(&self) -> Result<(), InvalidMessage> {
+        validate_name(&self.name)?;
+        if self.not_after <= self.not_before {
+            return Err(InvalidMessage::InvalidField(
+                "not_after must be after not_before",
+            ));
+        }
+        if self.aeads.is_empty() || self.aeads.len() > 2 {
+            return Err(InvalidMessage::InvalidField(
+                "aead list must hold 1 or 2 entries",
+            ));
+        }
+        if self.aeads.len() == 2 && self.aeads[0] == self.aeads[1] {
+            return Err(InvalidMessage::InvalidField("duplicate aead"));
+        }
+        Ok(())
+    }
+
+    /// The bytes the signature covers, given the algorithm that will sign:
+    /// `SIGNATURE_CONTEXT || body || sig_alg`.
+    pub fn signed_bytes(&self, alg: SignatureAlgorithm) -> Vec<u8> {
+        let mut out = Vec::with_capacity(SIGNATURE_CONTEXT.len() + 160);
+        out.extend_from_slice(SIGNATURE_CONTEXT);
+        self.encode_into(&mut out);
+        out.put_u8(alg as u8);
+        out
+    }
+
+    fn encode_into(&self, out: &mut Vec<u8>) {
+        out.put_u8(RECORD_VERSION);
+        out.put_u32(self.key_id);
+        out.extend_from_slice(&self.public_key);
+        out.put_u64(self.not_before);
+        out.put_u64(self.not_after);
+        out.put_u32(self.max_early_data_bytes);
+        out.put_u8(self.aeads.len() as u8);
+        for a in &self.aeads {
+            out.put_u8(*a as u8);
+        }
+        out.put_u16(self.flags.bits());
+        out.put_u8(self.provenance_quorum);
+        out.put_vec_u8(self.name.as_bytes());
+        out.extend_from_slice(&self.cert_sha256);
+    }
+
+    fn decode_from(r: &mut Reader<'_>) -> Result<Self, InvalidMessage> {
+        let version = r.u8()?;
+        if version != RECORD_VERSION {
+            return Err(InvalidMessage::UnsupportedVersion(version));
+        }
+        let key_id = r.u32()?;
+        let public_key = r.array()?;
+        let not_before = r.u64()?;
+        let not_after = r.u64()?;
+        let max_early_data_bytes = r.u32()?;
+        let n = r.u8()? as usize;
+        let mut aeads = Vec::with_capacity(n.min(2));
+        for _ in 0..n {
+            let id = r.u8()?;
+            aeads.push(Aead::from_u8(id).ok_or(InvalidMessage::InvalidField("unknown aead"))?);
+        }
+        let flags = RecordFlags::from_bits(r.u16()?)
+            .ok_or(InvalidMessage::InvalidField("undefined flag bits set"))?;
+        let provenance_quorum = r.u8()?;
+        let name = core::str::from_utf8(r.vec_u8()?)
+            .map_err(|_| InvalidMessage::InvalidField("name is not ASCII"))?
+            .to_owned();
+        let cert_sha256 = r.array()?;
+        let body = Self {
+            key_id,
+            public_key,
+            not_before,
+            not_after,
+            max_early_data_bytes,
+            aeads,
+            flags,
+            provenance_quorum,
+            name,
+            cert_sha256,
+        };
+        body.validate()?;
+        Ok(body)
+    }
+
+    /// Sign this body with a certificate key.
+    pub fn sign(
+        self,
+        signer: &RecordSigner,
+        rng: &dyn ring::rand::SecureRandom,
+    ) -> Result<KeyRecord, RecordError> {
+        self.validate()?;
+        let alg = signer.algorithm();
+        let signature = signer.sign(&self.signed_bytes(alg), rng)?;
+        Ok(KeyRecord {
+            body: self,
+            sig_alg: alg,
+            signature,
+        })
+    }
+
+    /// Whether `now` lies in `[not_before, not_after)`.
+    pub fn check_validity(&self, now: UnixTime) -> Result<(), RecordError> {
+        let now = now.as_secs();
+        if now < self.not_before {
+            return Err(RecordError::NotYetValid {
+                not_before: self.not_before,
+                now,
+            });
+        }
+        if now >= self.not_after {
+            return Err(RecordError::Expired {
+                not_after: self.not_after,
+                now,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl KeyRecord {
+    /// The binary form (docs/PROTOCOL.md §2).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(200);
+        self.body.encode_into(&mut out);
+        out.put_u8(self.sig_alg as u8);
+        out.put_vec_u16(&self.signature);
+        out
+    }
+
+    /// Strictly decode the binary form. Checks syntax only; see [`Self::verify`].
+    pub fn decode(bytes: &[u8]) -> Result<Self, RecordError> {
+        if bytes.len() > MAX_RECORD_LEN {
+            return Err(InvalidMessage::Oversized {
+                len: bytes.len(),
+                max: MAX_RECORD_LEN,
+            }
+            .into());
+        }
+        let mut r = Reader::new(bytes);
+        let body = RecordBody::decode_from(&mut r)?;
+        let alg_id = r.u8()?;
+        let sig_alg = SignatureAlgorithm::from_u8(alg_id)
+            .ok_or(RecordError::UnsupportedSignatureAlgorithm(alg_id))?;
+        let signature = r.vec_u16()?;
+        if signature.is_empty() || signature.len() > sig_alg.max_sig_len() {
+            return Err(InvalidMessage::InvalidField("signature length").into());
+        }
+        r.finish()?;
+        Ok(Self {
+            body,
+            sig_alg,
+            signature: signature.to_vec(),
+        })
+    }
+
+    /// The bytes the signature covers.
+    pub fn signed_bytes(&self) -> Vec<u8> {
+        self.body.signed_bytes(self.sig_alg)
+    }
+
+    /// Verify the record for `expected_name` at `now` against the DER
+    /// certificate that signs it: the certificate hash, that the certificate
+    /// covers the name, the signature, then the validity window.
+    ///
+    /// This does not check the certificate chain; the caller decides how the
+    /// certificate is trusted (web PKI, DANE, pinning).
+    pub fn verify(
+        &self,
+        cert_der: &[u8],
+        expected_name: &str,
+        now: UnixTime,
+    ) -> Result<VerifiedKeyRecord, RecordError> {
+        let expected = normalize_name(expected_name);
+        if self.body.name != expected {
+            return Err(RecordError::WrongName {
+                expected,
+                found: self.body.name.clone(),
+            });
+        }
+        if sha256(cert_der) != self.body.cert_sha256 {
+            return Err(RecordError::CertificateMismatch);
+        }
+        let der = pki_types::CertificateDer::from(cert_der);
+        let cert = webpki::EndEntityCert::try_from(&der)
+            .map_err(|e| RecordError::BadCertificate(e.to_string()))?;
+        let server_name = pki_types::ServerName::try_from(self.body.name.as_str())
+            .map_err(|_| RecordError::BadCertificate("record name is not a DNS name".into()))?;
+        cert.verify_is_valid_for_subject_name(&server_name)
+            .map_err(|e| RecordError::BadCertificate(format!("does not cover the name: {e}")))?;
+        cert.verify_signature(
+            self.sig_alg.webpki_alg(),
+            &self.signed_bytes(),
+            &self.signature,
+        )
+        .map_err(|_| RecordError::BadSignature)?;
+        self.body.check_validity(now)?;
+        Ok(VerifiedKeyRecord(self.clone()))
+    }
+}
+
+/// A certificate private key that signs key records.
+pub enum RecordSigner {
+    /// An Ed25519 key.
+    Ed25519(signature::Ed25519KeyPair),
+    /// An ECDSA P-256 key.
+    EcdsaP256(signature::EcdsaKeyPair),
+}
+
+impl fmt::Debug for RecordSigner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RecordSigner({}, <redacted>)", self.algorithm().name())
+    }
+}
+
+impl RecordSigner {
+    /// From a PKCS#8 DER private key (`-----BEGIN PRIVATE KEY-----`), Ed25519 or ECDSA P-256.
+    pub fn from_pkcs8(der: &[u8], rng: &dyn ring::rand::SecureRandom) -> Result<Self, RecordError> {
+        if let Ok(k) = signature::Ed25519KeyPair::from_pkcs8_maybe_unchecked(der) {
+            return Ok(Self::Ed25519(k));
+        }
+        signature::EcdsaKeyPair::from_pkcs8(&signature::ECDSA_P256_SHA256_ASN1_SIGNING, der, rng)
+            .map(Self::EcdsaP256)
+            .map_err(|_| RecordError::UnsupportedKey("need a PKCS#8 Ed25519 or ECDSA P-256 key"))
+    }
+
+    /// The algorithm of this key.
+    pub fn algorithm(&self) -> SignatureAlgorithm {
+        match self {
+            Self::Ed25519(_) => SignatureAlgorithm::Ed25519,
+            Self::EcdsaP256(_) => SignatureAlgorithm::EcdsaP256Sha256,
+        }
+    }
+
+    /// The raw public key (32 bytes for Ed25519, 65-byte uncompressed point for P-256).
+    pub fn public_key(&self) -> &[u8] {
+        match self {
+            Self::Ed25519(k) => k.public_key().as_ref(),
+            Self::EcdsaP256(k) => k.public_key().as_ref(),
+        }
+    }
+
+    /// Sign `msg`.
+    pub fn sign(
+        &self,
+        msg: &[u8],
+        rng: &dyn ring::rand::SecureRandom,
+    ) -> Result<Vec<u8>, RecordError> {
+        match self {
+            Self::Ed25519(k) => Ok(k.sign(msg).as_ref().to_vec()),
+            Self::EcdsaP256(k) => k
+                .sign(rng, msg)
+                .map(|s| s.as_ref().to_vec())
+                .map_err(|_| RecordError::UnsupportedKey("ECDSA signing failed")),
+        }
+    }
+}
+
+/// Encode several records as one list: `u16 len || record` repeated.
+/// Used by the SvcParam and AAAA encodings and by server refusals.
+pub fn encode_record_list(records: &[KeyRecord]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for r in records.iter().take(MAX_RECORDS_PER_LIST) {
+        out.put_vec_u16(&r.encode());
+    }
+    out
+}
+
+/// Strictly decode a record list; refuses empty lists, too many entries and
+/// duplicate key ids.
+pub fn decode_record_list(bytes: &[u8]) -> Result<Vec<KeyRecord>, RecordError> {
+    let mut r = Reader::new(bytes);
+    let mut out: Vec<KeyRecord> = Vec::new();
+    while !r.is_empty() {
+        if out.len() == MAX_RECORDS_PER_LIST {
+            return Err(InvalidMessage::Oversized {
+                len: out.len() + 1,
+                max: MAX_RECORDS_PER_LIST,
+            }
+            .into());
+        }
+        let rec = KeyRecord::decode(r.vec_u16()?)?;
+        if out.iter().any(|o| o.body.key_id == rec.body.key_id) {
+            return Err(RecordError::DuplicateKeyId(rec.body.key_id));
+        }
+        out.push(rec);
+    }
+    if out.is_empty() {
+        return Err(InvalidMessage::InvalidField("empty record list").into());
+    }
+    Ok(out)
+}
+
+/// The key id zrtt tools assign to a public key: the first four bytes of
+/// its SHA-256 (HTTPCrypt derives its key ids from a hash the same way).
+/// Any u32 unique among a name's live keys is valid on the wire.
+pub fn key_id_for(public_key: &[u8; 32]) -> u32 {
+    let h = sha256(public_key);
+    u32::from_be_bytes([h[0], h[1], h[2], h[3]])
+}
+
+/// SHA-256 of `data`.
+pub fn sha256(data: &[u8]) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    out.copy_from_slice(digest::digest(&digest::SHA256, data).as_ref());
+    out
+}
+
+/// Lowercase, without the trailing dot.
+pub fn normalize_name(name: &str) -> String {
+    name.trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// A host name as records carry it: lowercase LDH labels (underscore
+/// allowed), 1..=63 bytes each, at most 253 bytes, no trailing dot.
+pub fn validate_name(name: &str) -> Result<(), InvalidMessage> {
+    if name.is_empty() || name.len() > 253 {
+        return Err(InvalidMessage::InvalidField("name length"));
+    }
+    for label in name.split('.') {
+        if label.is_empty() || label.len() > 63 {
+            return Err(InvalidMessage::InvalidField("name label length"));
+        }
+        if !label
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+        {
+            return Err(InvalidMessage::InvalidField(
+                "name must be lowercase letters, digits, '-' or '_'",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Lowercase hex.
+pub fn hex(bytes: &[u8]) -> String {
+    use core::fmt::Write;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+/// Parse lowercase or uppercase hex.
+pub fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
