@@ -16,12 +16,17 @@
 pub mod codec;
 pub mod crypto;
 pub mod error;
-#[doc(hidden)]
-pub mod fuzzing;
 pub mod handshake;
 pub mod record;
 pub mod replay;
 pub mod time;
+
+#[cfg(any(test, feature = "fixtures"))]
+#[doc(hidden)]
+pub mod testing;
+
+#[cfg(test)]
+mod tests;
 
 pub use error::{Error, HandshakeError, InvalidMessage, RecordError, ReplayError};
 pub use time::UnixTime;

@@ -39,6 +39,7 @@ pub struct Record {
 pub struct Channel {
     noise: snow::TransportState,
     closed_by_peer: bool,
+    failed: bool,
 }
 
 impl fmt::Debug for Channel {
@@ -56,6 +57,7 @@ impl Channel {
         Self {
             noise,
             closed_by_peer: false,
+            failed: false,
         }
     }
 
@@ -88,16 +90,24 @@ impl Channel {
     }
 
     /// Open one frame's ciphertext (as returned by [`super::read_frame`] with
-    /// [`super::Expect::Transport`]).
+    /// [`super::Expect::Transport`]). Any failure is fatal: later calls fail too.
     pub fn open(&mut self, ciphertext: &[u8]) -> Result<Record, Error> {
+        if self.failed {
+            return Err(HandshakeError::DecryptFailed.into());
+        }
         if self.closed_by_peer {
             return Err(HandshakeError::Closed.into());
         }
         let mut pt = vec![0u8; ciphertext.len()];
-        let n = self
-            .noise
-            .read_message(ciphertext, &mut pt)
-            .map_err(noise_err)?;
+        let n = match self.noise.read_message(ciphertext, &mut pt) {
+            Ok(n) => n,
+            Err(e) => {
+                // A forged, reordered or replayed record ends the channel:
+                // errors stay fatal.
+                self.failed = true;
+                return Err(noise_err(e));
+            }
+        };
         pt.truncate(n);
         let (&kind, body) = pt
             .split_first()

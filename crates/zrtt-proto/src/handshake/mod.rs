@@ -409,5 +409,3 @@ pub(crate) fn noise_err(e: snow::Error) -> Error {
     }
 }
 
-#[cfg(test)]
-mod tests;

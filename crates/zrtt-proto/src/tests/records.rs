@@ -1,0 +1,259 @@
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use proptest::prelude::*;
+
+use crate::error::{InvalidMessage, RecordError};
+use crate::record::encodings::*;
+use crate::record::*;
+use crate::testing::{self, NAME, T0};
+use crate::UnixTime;
+
+fn now() -> UnixTime {
+    UnixTime::from_secs(T0 + 10)
+}
+
+fn sys_rng() -> ring::rand::SystemRandom {
+    ring::rand::SystemRandom::new()
+}
+
+#[test]
+fn ecdsa_and_ed25519_records_verify() {
+    let key = testing::semi_static("k");
+    for (cert, signer, alg) in [
+        (testing::ecdsa_cert(), testing::ecdsa_signer(), SignatureAlgorithm::EcdsaP256Sha256),
+        (testing::ed25519_cert(), testing::ed25519_signer(), SignatureAlgorithm::Ed25519),
+    ] {
+        let rec = testing::body(&key, &cert).sign(&signer, &sys_rng()).unwrap();
+        assert_eq!(rec.sig_alg, alg);
+        let decoded = KeyRecord::decode(&rec.encode()).unwrap();
+        assert_eq!(decoded, rec);
+        let v = decoded.verify(&cert, "WWW.Example.COM.", now()).unwrap();
+        assert_eq!(v.body().public_key, *key.public());
+    }
+}
+
+#[test]
+fn every_refusal_has_its_own_error() {
+    let key = testing::semi_static("k");
+    let cert = testing::ecdsa_cert();
+    let rec = testing::body(&key, &cert).sign(&testing::ecdsa_signer(), &sys_rng()).unwrap();
+
+    assert!(matches!(rec.verify(&cert, "other.example.com", now()), Err(RecordError::WrongName { .. })));
+    assert_eq!(
+        rec.verify(&cert, NAME, UnixTime::from_secs(T0 + 3600)),
+        Err(RecordError::Expired { not_after: T0 + 3600, now: T0 + 3600 })
+    );
+    assert_eq!(
+        rec.verify(&cert, NAME, UnixTime::from_secs(T0 - 1)),
+        Err(RecordError::NotYetValid { not_before: T0, now: T0 - 1 })
+    );
+    // Another certificate than the one the record names.
+    assert_eq!(rec.verify(&testing::ed25519_cert(), NAME, now()), Err(RecordError::CertificateMismatch));
+    // Signed by a key that is not the named certificate's.
+    let forged = testing::body(&key, &cert).sign(&testing::other_signer(), &sys_rng()).unwrap();
+    assert_eq!(forged.verify(&cert, NAME, now()), Err(RecordError::BadSignature));
+    // A certificate for another name cannot vouch for www.example.com.
+    let other = testing::other_cert();
+    let rec_other = testing::body(&key, &other).sign(&testing::other_signer(), &sys_rng()).unwrap();
+    assert!(matches!(rec_other.verify(&other, NAME, now()), Err(RecordError::BadCertificate(_))));
+}
+
+#[test]
+fn tampering_with_any_byte_is_refused() {
+    let rec = testing::vector_record();
+    let bytes = rec.encode();
+    let cert = testing::ed25519_cert();
+    for i in 0..bytes.len() {
+        for bit in [0x01u8, 0x80] {
+            let mut bad = bytes.clone();
+            bad[i] ^= bit;
+            let result = KeyRecord::decode(&bad).and_then(|r| r.verify(&cert, NAME, now()));
+            assert!(result.is_err(), "flipping bit {bit:#x} of byte {i} was accepted");
+        }
+    }
+}
+
+#[test]
+fn truncated_oversized_and_wrong_version_are_typed() {
+    let bytes = testing::vector_record().encode();
+    for cut in 0..bytes.len() {
+        match KeyRecord::decode(&bytes[..cut]) {
+            Err(RecordError::Malformed(_)) => {}
+            other => panic!("cut at {cut}: {other:?}"),
+        }
+    }
+    let mut long = bytes.clone();
+    long.push(0);
+    assert_eq!(KeyRecord::decode(&long), Err(RecordError::Malformed(InvalidMessage::TrailingBytes(1))));
+    assert!(matches!(
+        KeyRecord::decode(&vec![1u8; MAX_RECORD_LEN + 1]),
+        Err(RecordError::Malformed(InvalidMessage::Oversized { .. }))
+    ));
+    let mut v2 = bytes.clone();
+    v2[0] = 2;
+    assert_eq!(KeyRecord::decode(&v2), Err(RecordError::Malformed(InvalidMessage::UnsupportedVersion(2))));
+}
+
+#[test]
+fn record_lists_refuse_duplicates_and_excess() {
+    let r = testing::vector_record();
+    let two = encode_record_list(&[r.clone(), r.clone()]);
+    assert_eq!(decode_record_list(&two), Err(RecordError::DuplicateKeyId(r.body.key_id)));
+    assert!(decode_record_list(&[]).is_err());
+    let mut many = Vec::new();
+    for i in 0..9u32 {
+        let mut x = r.clone();
+        x.body.key_id = i;
+        many.extend_from_slice(&encode_record_list(&[x]));
+    }
+    assert!(matches!(decode_record_list(&many), Err(RecordError::Malformed(InvalidMessage::Oversized { .. }))));
+}
+
+#[test]
+fn svcb_carries_hints_and_records_and_survives_stripping() {
+    let r = testing::vector_record();
+    let rdata = SvcbRdata::service(&["http/1.1"], &[Ipv4Addr::new(198, 18, 0, 2)], &[], &[r.clone()]);
+    let wire = rdata.encode();
+    let back = SvcbRdata::decode(&wire).unwrap();
+    assert_eq!(back, rdata);
+    assert_eq!(back.ipv4_hints(), vec![Ipv4Addr::new(198, 18, 0, 2)]);
+    assert_eq!(back.zrtt_records().unwrap(), Some(vec![r]));
+    // A resolver that strips unknown keys: no records, no error, so the client falls back.
+    let mut stripped = back.clone();
+    stripped.params.retain(|(k, _)| *k != SVC_PARAM_KEY);
+    assert_eq!(stripped.zrtt_records().unwrap(), None);
+    // Keys out of order are refused.
+    let mut bad = rdata.clone();
+    bad.params.reverse();
+    assert!(SvcbRdata::decode(&bad.encode()).is_err());
+    assert!(rdata.to_presentation().starts_with("1 . alpn=\"http/1.1\" ipv4hint=198.18.0.2 key65380=\""));
+}
+
+#[test]
+fn txt_splits_into_255_byte_strings_and_is_strict() {
+    let r = testing::vector_record();
+    let strings = txt_strings(&r);
+    assert!(strings.len() >= 2 && strings.iter().all(|s| s.len() <= 255));
+    let rdata = txt_rdata(&r);
+    assert!(txt_is_zrtt(&rdata));
+    assert_eq!(decode_txt_rdata(&rdata).unwrap(), r);
+    let text = txt_text(&r);
+    // Any split of the text decodes the same.
+    let mut other_split = Vec::new();
+    for chunk in text.as_bytes().chunks(7) {
+        other_split.push(chunk.len() as u8);
+        other_split.extend_from_slice(chunk);
+    }
+    assert_eq!(decode_txt_rdata(&other_split).unwrap(), r);
+    for bad in [
+        text.replace("v=zrtt1", "v=zrtt2"),
+        text.replace(" ed=16384", " ed=016384"),
+        text.replace(" fl=2", " fl=4"),
+        format!("{text} x=1"),
+        text.replace(" q=0", ""),
+        text.replace("v=zrtt1 ", "v=spf1 "),
+    ] {
+        assert!(decode_txt_text(bad.as_bytes()).is_err(), "{bad}");
+    }
+    assert_eq!(
+        decode_txt_text(text.replace("v=zrtt1", "v=zrtt2").as_bytes()),
+        Err(RecordError::Malformed(InvalidMessage::UnsupportedVersion(2)))
+    );
+}
+
+#[test]
+fn aaaa_tunnel_is_order_independent_and_strict() {
+    let r = testing::vector_record();
+    let mut addrs = aaaa_tunnel(&[r.clone()]);
+    addrs.reverse();
+    assert_eq!(decode_aaaa_tunnel(&addrs).unwrap(), vec![r]);
+    let mut missing = addrs.clone();
+    missing.remove(3);
+    assert!(decode_aaaa_tunnel(&missing).is_err());
+    let mut dup = addrs.clone();
+    dup.push(addrs[0]);
+    assert!(decode_aaaa_tunnel(&dup).is_err());
+    let mut extra = addrs.clone();
+    let mut o = [0u8; 16];
+    o[1] = addrs.len() as u8;
+    extra.push(Ipv6Addr::from(o));
+    assert!(decode_aaaa_tunnel(&extra).is_err(), "an extra all-zero chunk is not allowed");
+    assert_eq!(aaaa_tunnel_owner("WWW.example.com."), "_zrtt.www.example.com");
+}
+
+#[test]
+fn tlsa_only_3_0_0_with_a_certificate() {
+    let cert = testing::ed25519_cert();
+    let rdata = tlsa_rdata(&cert);
+    assert_eq!(decode_tlsa_rdata(&rdata).unwrap(), cert.as_slice());
+    let mut other = rdata.clone();
+    other[1] = 1;
+    assert!(decode_tlsa_rdata(&other).is_err());
+    assert!(decode_tlsa_rdata(&[3, 0, 0, 0x30, 0x03, 1, 2, 3]).is_err());
+    assert!(decode_tlsa_rdata(&[3, 0]).is_err());
+}
+
+fn arb_body() -> impl Strategy<Value = RecordBody> {
+    (
+        any::<u32>(),
+        any::<[u8; 32]>(),
+        0u64..u64::MAX / 2,
+        1u64..1_000_000,
+        any::<u32>(),
+        prop_oneof![
+            Just(vec![Aead::ChaChaPoly]),
+            Just(vec![Aead::AesGcm]),
+            Just(vec![Aead::AesGcm, Aead::ChaChaPoly])
+        ],
+        0u16..4,
+        any::<u8>(),
+        "[a-z0-9]{1,20}(\\.[a-z0-9_-]{1,30}){0,4}",
+        any::<[u8; 32]>(),
+    )
+        .prop_map(|(key_id, public_key, nb, life, ed, aeads, fl, q, name, cs)| RecordBody {
+            key_id,
+            public_key,
+            not_before: nb,
+            not_after: nb + life,
+            max_early_data_bytes: ed,
+            aeads,
+            flags: RecordFlags::from_bits(fl).unwrap(),
+            provenance_quorum: q,
+            name,
+            cert_sha256: cs,
+        })
+}
+
+fn arb_record() -> impl Strategy<Value = KeyRecord> {
+    (arb_body(), prop::bool::ANY, proptest::collection::vec(any::<u8>(), 1..=64)).prop_map(|(body, ec, signature)| {
+        KeyRecord {
+            body,
+            sig_alg: if ec { SignatureAlgorithm::EcdsaP256Sha256 } else { SignatureAlgorithm::Ed25519 },
+            signature,
+        }
+    })
+}
+
+proptest! {
+    #[test]
+    fn every_encoding_round_trips(recs in proptest::collection::vec(arb_record(), 1..4)) {
+        let mut recs = recs;
+        for (i, r) in recs.iter_mut().enumerate() {
+            r.body.key_id = i as u32;
+        }
+        for r in &recs {
+            prop_assert_eq!(&KeyRecord::decode(&r.encode()).unwrap(), r);
+            prop_assert_eq!(&decode_txt_rdata(&txt_rdata(r)).unwrap(), r);
+        }
+        prop_assert_eq!(&decode_svc_param_value(&svc_param_value(&recs)).unwrap(), &recs);
+        prop_assert_eq!(&decode_aaaa_tunnel(&aaaa_tunnel(&recs)).unwrap(), &recs);
+        let svcb = SvcbRdata::service(&["h2"], &[], &[Ipv6Addr::LOCALHOST], &recs);
+        prop_assert_eq!(SvcbRdata::decode(&svcb.encode()).unwrap().zrtt_records().unwrap(), Some(recs.clone()));
+    }
+
+    #[test]
+    fn decoders_never_panic(data in proptest::collection::vec(any::<u8>(), 0..700)) {
+        testing::record(&data);
+        testing::encodings(&data);
+    }
+}

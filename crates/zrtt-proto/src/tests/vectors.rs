@@ -1,0 +1,107 @@
+//! Byte-exact test vectors from fixed keys (docs/PROTOCOL.md §9). Set
+//! `ZRTT_WRITE_VECTORS=1` to rewrite tests/vectors/vectors.txt after an
+//! intentional format change; the test then also checks PROTOCOL.md.
+
+use std::net::Ipv4Addr;
+
+use crate::crypto::X25519KeyPair;
+use crate::handshake::*;
+use crate::record::encodings::*;
+use crate::record::hex;
+use crate::replay::{BloomReplayFilter, ReplayConfig};
+use crate::testing::{self, rng, T0};
+use crate::UnixTime;
+
+const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vectors/vectors.txt");
+const PROTOCOL_MD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/PROTOCOL.md");
+
+pub const REQUEST: &[u8] = b"GET / HTTP/1.1\r\nHost: www.example.com\r\n\r\n";
+pub const RESPONSE: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+
+fn compute() -> Vec<(&'static str, String)> {
+    let mut v = Vec::new();
+    let key = testing::semi_static("zrtt vector key 1");
+    let cert = testing::ed25519_cert();
+    let rec = testing::vector_record();
+    v.push(("semi_static_private", hex(key.private())));
+    v.push(("semi_static_public", hex(key.public())));
+    v.push(("cert_sha256", hex(&crate::record::sha256(&cert))));
+    v.push(("record", hex(&rec.encode())));
+    v.push(("record_signed_bytes", hex(&rec.signed_bytes())));
+    v.push(("svc_param_value", hex(&svc_param_value(std::slice::from_ref(&rec)))));
+    let svcb = SvcbRdata::service(&["http/1.1"], &[Ipv4Addr::new(198, 18, 0, 2)], &[], std::slice::from_ref(&rec));
+    v.push(("https_rdata", hex(&svcb.encode())));
+    v.push(("txt_text", txt_text(&rec)));
+    v.push(("txt_rdata", hex(&txt_rdata(&rec))));
+    let addrs: Vec<String> = aaaa_tunnel(std::slice::from_ref(&rec)).iter().map(|a| a.to_string()).collect();
+    v.push(("aaaa_tunnel", addrs.join(" ")));
+    v.push(("tlsa_rdata_prefix", hex(&tlsa_rdata(&cert)[..8])));
+
+    let now = UnixTime::from_millis(T0 * 1000 + 100_000);
+    let verified = rec.verify(&cert, testing::NAME, now).unwrap();
+    let mut filter = BloomReplayFilter::new(ReplayConfig::default(), [0; 32], UnixTime::from_secs(T0));
+    let server = testing::vector_server();
+
+    // NK: client ephemeral from rng(1), server ephemeral from rng(2).
+    let (client, flight) = ClientHandshake::start(&verified, &ClientParams::default(), REQUEST, now, &rng(1)).unwrap();
+    v.push(("nk_first_flight", hex(&flight)));
+    let (frame, _) = read_frame(&flight, Expect::FirstFlight).unwrap().unwrap();
+    let accepted = server.accept(&frame, Transport::Tcp, now, &mut filter, &rng(2)).unwrap();
+    assert_eq!(accepted.early_data, REQUEST);
+    let (mut s_chan, reply) = accepted.reply(&Extensions::new(), RESPONSE).unwrap();
+    v.push(("nk_reply", hex(&reply)));
+    let (frame, _) = read_frame(&reply, Expect::ReplyOrReject).unwrap().unwrap();
+    let got = client.handle_reply(&frame).unwrap();
+    assert_eq!(got.data, RESPONSE);
+    let mut c_chan = got.channel;
+    let mut t = Vec::new();
+    c_chan.seal(RecordKind::Data, b"ping", &mut t).unwrap();
+    v.push(("nk_client_transport_0", hex(&t)));
+    let mut t2 = Vec::new();
+    s_chan.seal(RecordKind::Close, b"", &mut t2).unwrap();
+    v.push(("nk_server_close_0", hex(&t2)));
+
+    // IK: client static from the label "zrtt vector client static".
+    let client_static = X25519KeyPair::from_private(crate::record::sha256(b"zrtt vector client static"));
+    v.push(("ik_client_static_public", hex(client_static.public())));
+    let params = ClientParams { static_key: Some(client_static), ..ClientParams::default() };
+    let (_, flight) = ClientHandshake::start(&verified, &params, REQUEST, now, &rng(3)).unwrap();
+    v.push(("ik_first_flight", hex(&flight)));
+    let (frame, _) = read_frame(&flight, Expect::FirstFlight).unwrap().unwrap();
+    let (_, reply) = server.accept(&frame, Transport::Tcp, now, &mut filter, &rng(4)).unwrap().reply(&Extensions::new(), RESPONSE).unwrap();
+    v.push(("ik_reply", hex(&reply)));
+
+    v.push(("reject_unknown_key", hex(&encode_reject(RejectReason::UnknownKey, std::slice::from_ref(&rec)))));
+    v
+}
+
+#[test]
+fn vectors_match_byte_for_byte() {
+    let computed = compute();
+    let text: String = computed.iter().map(|(k, v)| format!("{k} = {v}\n")).collect();
+    if std::env::var_os("ZRTT_WRITE_VECTORS").is_some() {
+        std::fs::create_dir_all(std::path::Path::new(VECTORS).parent().unwrap()).unwrap();
+        std::fs::write(VECTORS, &text).unwrap();
+    }
+    let stored = std::fs::read_to_string(VECTORS).expect("tests/vectors/vectors.txt");
+    for ((k, v), line) in computed.iter().zip(stored.lines()) {
+        assert_eq!(line, format!("{k} = {v}"), "vector {k} changed");
+    }
+    assert_eq!(stored.lines().count(), computed.len());
+}
+
+#[test]
+fn protocol_md_quotes_the_vectors() {
+    let doc = std::fs::read_to_string(PROTOCOL_MD).expect("docs/PROTOCOL.md");
+    // Markdown wraps long hex at 64 characters: compare with whitespace removed.
+    let flat: String = doc.split_whitespace().collect();
+    for (k, v) in compute() {
+        let vv: String = v.split_whitespace().collect();
+        assert!(flat.contains(&vv), "docs/PROTOCOL.md lacks vector {k}");
+    }
+}
+
+#[test]
+fn vectors_are_deterministic() {
+    assert_eq!(compute(), compute());
+}
