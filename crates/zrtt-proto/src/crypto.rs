@@ -4,8 +4,9 @@
 
 use core::fmt;
 
+use curve25519_dalek::montgomery::MontgomeryPoint;
 use snow::params::NoiseParams;
-use snow::resolvers::{CryptoResolver, DefaultResolver, RingResolver};
+use snow::resolvers::{CryptoResolver, RingResolver};
 use snow::types::{Cipher, Dh, Hash, Random};
 use zeroize::Zeroize;
 
@@ -88,12 +89,7 @@ impl X25519KeyPair {
 
     /// The key pair of a stored private key (clamped by X25519 itself).
     pub fn from_private(private: [u8; 32]) -> Self {
-        let mut dh = DefaultResolver
-            .resolve_dh(&snow::params::DHChoice::Curve25519)
-            .unwrap_or_else(|| unreachable_resolver());
-        dh.set(&private);
-        let mut public = [0u8; 32];
-        public.copy_from_slice(dh.pubkey());
+        let public = MontgomeryPoint::mul_base_clamped(private).to_bytes();
         Self { private, public }
     }
 
@@ -108,25 +104,82 @@ impl X25519KeyPair {
     }
 }
 
-// snow's default resolver always provides Curve25519 when the
-// `use-curve25519` feature is on, which this crate's manifest requires.
-#[allow(clippy::panic)]
-fn unreachable_resolver() -> Box<dyn Dh> {
-    panic!("snow built without Curve25519")
-}
-
-/// Resolver for snow: ring for AEADs and hashes, curve25519-dalek for X25519,
-/// and for randomness exactly the 32 bytes of ephemeral secret we drew from
-/// the injected [`SecureRandom`].
+/// Resolver for snow: ring for AEADs and hashes, [`X25519`] for DH, and for
+/// randomness exactly the 32 bytes of ephemeral secret we drew from the
+/// injected [`SecureRandom`].
 pub(crate) struct ZrttResolver {
     ephemeral: Option<[u8; 32]>,
+    known_static: Option<X25519KeyPair>,
 }
 
 impl ZrttResolver {
-    pub(crate) fn new(rng: &dyn SecureRandom) -> Result<Self, Error> {
+    /// `known_static` is the local static key the handshake will use, so its
+    /// public key need not be re-derived (one scalar multiplication saved per
+    /// handshake; the benchmark in benches/core.rs shows it).
+    pub(crate) fn new(
+        rng: &dyn SecureRandom,
+        known_static: Option<&X25519KeyPair>,
+    ) -> Result<Self, Error> {
         let mut e = [0u8; 32];
         rng.fill(&mut e)?;
-        Ok(Self { ephemeral: Some(e) })
+        Ok(Self {
+            ephemeral: Some(e),
+            known_static: known_static.cloned(),
+        })
+    }
+}
+
+/// X25519 for snow, computed exactly as snow's default resolver does
+/// (curve25519-dalek `mul_clamped`), except that `set` reuses the public key
+/// of a key pair we already hold instead of deriving it again.
+struct X25519 {
+    pair: X25519KeyPair,
+    known: Option<X25519KeyPair>,
+}
+
+impl Dh for X25519 {
+    fn name(&self) -> &'static str {
+        "25519"
+    }
+    fn pub_len(&self) -> usize {
+        32
+    }
+    fn priv_len(&self) -> usize {
+        32
+    }
+    fn set(&mut self, privkey: &[u8]) {
+        let mut private = [0u8; 32];
+        let n = privkey.len().min(32);
+        private[..n].copy_from_slice(&privkey[..n]);
+        self.pair = match &self.known {
+            Some(k) if k.private == private => k.clone(),
+            _ => X25519KeyPair::from_private(private),
+        };
+        private.zeroize();
+    }
+    fn generate(&mut self, rng: &mut dyn Random) -> Result<(), snow::Error> {
+        let mut private = [0u8; 32];
+        rng.try_fill_bytes(&mut private)?;
+        self.pair = X25519KeyPair::from_private(private);
+        private.zeroize();
+        Ok(())
+    }
+    fn pubkey(&self) -> &[u8] {
+        &self.pair.public
+    }
+    fn privkey(&self) -> &[u8] {
+        &self.pair.private
+    }
+    fn dh(&self, pubkey: &[u8], out: &mut [u8]) -> Result<(), snow::Error> {
+        let Some(peer) = pubkey.get(..32).and_then(|p| <[u8; 32]>::try_from(p).ok()) else {
+            return Err(snow::Error::Dh);
+        };
+        let shared = MontgomeryPoint(peer)
+            .mul_clamped(self.pair.private)
+            .to_bytes();
+        let n = out.len().min(32);
+        out[..n].copy_from_slice(&shared[..n]);
+        Ok(())
     }
 }
 
@@ -157,7 +210,16 @@ impl CryptoResolver for ZrttResolver {
         Some(Box::new(OneShot(self.ephemeral)))
     }
     fn resolve_dh(&self, choice: &snow::params::DHChoice) -> Option<Box<dyn Dh>> {
-        DefaultResolver.resolve_dh(choice)
+        match choice {
+            snow::params::DHChoice::Curve25519 => Some(Box::new(X25519 {
+                pair: X25519KeyPair {
+                    private: [0; 32],
+                    public: [0; 32],
+                },
+                known: self.known_static.clone(),
+            })),
+            _ => None,
+        }
     }
     fn resolve_hash(&self, choice: &snow::params::HashChoice) -> Option<Box<dyn Hash>> {
         RingResolver.resolve_hash(choice)

@@ -1,13 +1,18 @@
 //! Test fixtures and fuzz entry points (feature `fixtures`; never in
 //! production builds). The fixed keys here make the test vectors in
 //! docs/PROTOCOL.md reproducible.
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    missing_docs
+)]
 
 use pki_types::pem::PemObject;
 
-use crate::handshake::{read_frame, Expect, Frame, ServerConfig, Transport};
 use crate::crypto::{SeededRandomForTestingOnly, X25519KeyPair};
 use crate::handshake::ServerKey;
+use crate::handshake::{read_frame, Expect, Frame, ServerConfig, Transport};
 use crate::record::{encodings, sha256, Aead, KeyRecord, RecordBody, RecordFlags, RecordSigner};
 use crate::replay::ReplayFilter;
 use crate::time::UnixTime;
@@ -93,7 +98,9 @@ pub const T0: u64 = 1_800_000_000;
 pub const NAME: &str = "www.example.com";
 
 fn pem_cert(pem: &str) -> Vec<u8> {
-    pki_types::CertificateDer::from_pem_slice(pem.as_bytes()).unwrap().to_vec()
+    pki_types::CertificateDer::from_pem_slice(pem.as_bytes())
+        .unwrap()
+        .to_vec()
 }
 
 fn pem_key(pem: &str) -> Vec<u8> {
@@ -110,7 +117,11 @@ pub fn ed25519_cert() -> Vec<u8> {
 
 /// Its private key.
 pub fn ed25519_signer() -> RecordSigner {
-    RecordSigner::from_pkcs8(&pem_key(include_str!("../tests/data/ed25519-cert.key")), &ring::rand::SystemRandom::new()).unwrap()
+    RecordSigner::from_pkcs8(
+        &pem_key(include_str!("../tests/data/ed25519-cert.key")),
+        &ring::rand::SystemRandom::new(),
+    )
+    .unwrap()
 }
 
 /// ECDSA P-256 certificate for www.example.com.
@@ -120,7 +131,11 @@ pub fn ecdsa_cert() -> Vec<u8> {
 
 /// Its private key.
 pub fn ecdsa_signer() -> RecordSigner {
-    RecordSigner::from_pkcs8(&pem_key(include_str!("../tests/data/ecdsa-cert.key")), &ring::rand::SystemRandom::new()).unwrap()
+    RecordSigner::from_pkcs8(
+        &pem_key(include_str!("../tests/data/ecdsa-cert.key")),
+        &ring::rand::SystemRandom::new(),
+    )
+    .unwrap()
 }
 
 /// ECDSA P-256 certificate for other.example.com.
@@ -130,7 +145,11 @@ pub fn other_cert() -> Vec<u8> {
 
 /// Its private key.
 pub fn other_signer() -> RecordSigner {
-    RecordSigner::from_pkcs8(&pem_key(include_str!("../tests/data/other-cert.key")), &ring::rand::SystemRandom::new()).unwrap()
+    RecordSigner::from_pkcs8(
+        &pem_key(include_str!("../tests/data/other-cert.key")),
+        &ring::rand::SystemRandom::new(),
+    )
+    .unwrap()
 }
 
 /// A semi-static key derived from a label (vectors use "zrtt vector key 1").
@@ -157,7 +176,9 @@ pub fn body(key: &X25519KeyPair, cert: &[u8]) -> RecordBody {
 /// The vector record: key "zrtt vector key 1", signed with Ed25519 (deterministic).
 pub fn vector_record() -> KeyRecord {
     let key = semi_static("zrtt vector key 1");
-    body(&key, &ed25519_cert()).sign(&ed25519_signer(), &ring::rand::SystemRandom::new()).unwrap()
+    body(&key, &ed25519_cert())
+        .sign(&ed25519_signer(), &ring::rand::SystemRandom::new())
+        .unwrap()
 }
 
 /// A server config holding the vector key.

@@ -117,7 +117,7 @@ impl ClientHandshake {
             .into());
         }
 
-        let resolver = Box::new(ZrttResolver::new(rng)?);
+        let resolver = Box::new(ZrttResolver::new(rng, params.static_key.as_ref())?);
         let params_n = noise_params(&noise_name(pattern, aead))?;
         let mut builder = snow::Builder::with_resolver(params_n, resolver)
             .prologue(&prologue)

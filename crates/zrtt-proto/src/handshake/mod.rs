@@ -408,4 +408,3 @@ pub(crate) fn noise_err(e: snow::Error) -> Error {
         other => Error::Handshake(crate::error::HandshakeError::Noise(other.to_string())),
     }
 }
-

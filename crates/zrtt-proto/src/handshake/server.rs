@@ -178,7 +178,7 @@ impl ServerConfig {
             return Err(self.reject(RejectReason::Replay, ReplayError::Replayed.into(), now));
         }
 
-        let resolver = match ZrttResolver::new(rng) {
+        let resolver = match ZrttResolver::new(rng, Some(&key.keypair)) {
             Ok(r) => Box::new(r),
             Err(e) => return Err(Refusal::silent(e)),
         };

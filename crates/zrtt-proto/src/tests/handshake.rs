@@ -62,18 +62,29 @@ fn nk_round_trip_with_channel_both_ways() {
 
     // Both directions, several records, then an authenticated close.
     let mut wire = Vec::new();
-    c_chan.seal(RecordKind::Data, b"second request", &mut wire).unwrap();
+    c_chan
+        .seal(RecordKind::Data, b"second request", &mut wire)
+        .unwrap();
     c_chan.seal(RecordKind::Close, b"", &mut wire).unwrap();
     let mut off = 0;
     let mut got = Vec::new();
     while off < wire.len() {
-        let (Frame::Transport(ct), used) = read_frame(&wire[off..], Expect::Transport).unwrap().unwrap() else {
+        let (Frame::Transport(ct), used) = read_frame(&wire[off..], Expect::Transport)
+            .unwrap()
+            .unwrap()
+        else {
             panic!("transport frame expected")
         };
         got.push(s_chan.open(ct).unwrap());
         off += used;
     }
-    assert_eq!(got[0], ChannelRecord { kind: RecordKind::Data, body: b"second request".to_vec() });
+    assert_eq!(
+        got[0],
+        ChannelRecord {
+            kind: RecordKind::Data,
+            body: b"second request".to_vec()
+        }
+    );
     assert_eq!(got[1].kind, RecordKind::Close);
 
     let big = vec![0xabu8; 200_000];
@@ -81,12 +92,18 @@ fn nk_round_trip_with_channel_both_ways() {
     s_chan.seal_data(&big, &mut wire).unwrap();
     let mut off = 0;
     let mut out = Vec::new();
-    while let Some((Frame::Transport(ct), used)) = read_frame(&wire[off..], Expect::Transport).unwrap() {
+    while let Some((Frame::Transport(ct), used)) =
+        read_frame(&wire[off..], Expect::Transport).unwrap()
+    {
         out.extend(c_chan.open(ct).unwrap().body);
         off += used;
     }
     assert_eq!(out, big);
-    assert_eq!(s_chan.sent(), 4, "200 KB needs four records of at most 65518 bytes");
+    assert_eq!(
+        s_chan.sent(),
+        4,
+        "200 KB needs four records of at most 65518 bytes"
+    );
 }
 
 #[test]
@@ -121,7 +138,13 @@ fn replayed_first_flight_is_refused() {
     assert_eq!(refusal.error, Error::Replay(ReplayError::Replayed));
     let reply = refusal.reply.unwrap();
     let (frame, _) = read_frame(&reply, Expect::ReplyOrReject).unwrap().unwrap();
-    assert!(matches!(frame, Frame::Reject { reason: RejectReason::Replay, .. }));
+    assert!(matches!(
+        frame,
+        Frame::Reject {
+            reason: RejectReason::Replay,
+            ..
+        }
+    ));
 }
 
 #[test]
@@ -135,7 +158,11 @@ fn tampered_flight_gets_no_answer_and_records_nothing() {
         let mut bad = flight.clone();
         bad[i] ^= 0x01;
         let refusal = accept(&server, &bad, &mut f).unwrap_err();
-        assert_eq!(refusal.error, Error::Handshake(HandshakeError::DecryptFailed), "byte {i}");
+        assert_eq!(
+            refusal.error,
+            Error::Handshake(HandshakeError::DecryptFailed),
+            "byte {i}"
+        );
         assert!(refusal.reply.is_none(), "no answer to a forged flight");
     }
     // Header byte 3 (AEAD): another valid AEAD changes the prologue.
@@ -149,20 +176,38 @@ fn tampered_flight_gets_no_answer_and_records_nothing() {
 #[test]
 fn flight_bound_to_transport_and_name() {
     let server = testing::vector_server();
-    let (_, flight) = first_flight(&ClientParams { transport: Transport::Udp, ..ClientParams::default() }, REQ, 5);
+    let (_, flight) = first_flight(
+        &ClientParams {
+            transport: Transport::Udp,
+            ..ClientParams::default()
+        },
+        REQ,
+        5,
+    );
     let refusal = accept(&server, &flight, &mut filter()).unwrap_err();
-    assert_eq!(refusal.error, Error::Handshake(HandshakeError::DecryptFailed));
+    assert_eq!(
+        refusal.error,
+        Error::Handshake(HandshakeError::DecryptFailed)
+    );
 
     // A record for another name but the same key: the server's prologue
     // uses its own record's name, so decryption fails.
     let key = testing::semi_static("zrtt vector key 1");
     let mut body = testing::body(&key, &testing::other_cert());
     body.name = "other.example.com".into();
-    let rec = body.sign(&testing::other_signer(), &ring::rand::SystemRandom::new()).unwrap();
-    let v = rec.verify(&testing::other_cert(), "other.example.com", now()).unwrap();
-    let (_, flight) = ClientHandshake::start(&v, &ClientParams::default(), REQ, now(), &rng(6)).unwrap();
+    let rec = body
+        .sign(&testing::other_signer(), &ring::rand::SystemRandom::new())
+        .unwrap();
+    let v = rec
+        .verify(&testing::other_cert(), "other.example.com", now())
+        .unwrap();
+    let (_, flight) =
+        ClientHandshake::start(&v, &ClientParams::default(), REQ, now(), &rng(6)).unwrap();
     let refusal = accept(&server, &flight, &mut filter()).unwrap_err();
-    assert_eq!(refusal.error, Error::Handshake(HandshakeError::DecryptFailed));
+    assert_eq!(
+        refusal.error,
+        Error::Handshake(HandshakeError::DecryptFailed)
+    );
 }
 
 #[test]
@@ -171,21 +216,35 @@ fn unknown_key_refusal_carries_fresh_records_that_verify() {
     let rec = testing::body(&other_key, &testing::ed25519_cert())
         .sign(&testing::ed25519_signer(), &ring::rand::SystemRandom::new())
         .unwrap();
-    let stale = rec.verify(&testing::ed25519_cert(), testing::NAME, now()).unwrap();
-    let (client, flight) = ClientHandshake::start(&stale, &ClientParams::default(), REQ, now(), &rng(7)).unwrap();
+    let stale = rec
+        .verify(&testing::ed25519_cert(), testing::NAME, now())
+        .unwrap();
+    let (client, flight) =
+        ClientHandshake::start(&stale, &ClientParams::default(), REQ, now(), &rng(7)).unwrap();
     let server = testing::vector_server();
     let refusal = accept(&server, &flight, &mut filter()).unwrap_err();
-    assert_eq!(refusal.error, Error::Handshake(HandshakeError::UnknownKeyId(rec.body.key_id)));
+    assert_eq!(
+        refusal.error,
+        Error::Handshake(HandshakeError::UnknownKeyId(rec.body.key_id))
+    );
     let reply = refusal.reply.unwrap();
     let (frame, _) = read_frame(&reply, Expect::ReplyOrReject).unwrap().unwrap();
-    let Frame::Reject { reason, records } = frame else { panic!() };
+    let Frame::Reject { reason, records } = frame else {
+        panic!()
+    };
     assert_eq!(reason, RejectReason::UnknownKey);
     let retry = decode_reject_records(records).unwrap();
     assert_eq!(retry, vec![testing::vector_record()]);
     // The client verifies them like DNS records and retries at once.
-    let v = retry[0].verify(&testing::ed25519_cert(), testing::NAME, now()).unwrap();
-    assert_eq!(client.handle_reply(&frame).unwrap_err(), Error::Handshake(HandshakeError::Rejected(RejectReason::UnknownKey)));
-    let (_, flight) = ClientHandshake::start(&v, &ClientParams::default(), REQ, now(), &rng(8)).unwrap();
+    let v = retry[0]
+        .verify(&testing::ed25519_cert(), testing::NAME, now())
+        .unwrap();
+    assert_eq!(
+        client.handle_reply(&frame).unwrap_err(),
+        Error::Handshake(HandshakeError::Rejected(RejectReason::UnknownKey))
+    );
+    let (_, flight) =
+        ClientHandshake::start(&v, &ClientParams::default(), REQ, now(), &rng(8)).unwrap();
     assert!(accept(&server, &flight, &mut filter()).is_ok());
 }
 
@@ -195,42 +254,90 @@ fn expired_key_and_skewed_timestamp_are_refused() {
     let rec = verified();
     // Client clock 1 minute ahead, still inside the record's window.
     let ahead = now().saturating_add(Duration::from_secs(60));
-    let (_, flight) = ClientHandshake::start(&rec, &ClientParams::default(), REQ, ahead, &rng(9)).unwrap();
+    let (_, flight) =
+        ClientHandshake::start(&rec, &ClientParams::default(), REQ, ahead, &rng(9)).unwrap();
     let refusal = accept(&server, &flight, &mut filter()).unwrap_err();
     assert_eq!(refusal.error, Error::Replay(ReplayError::InFuture));
-    let (frame, _) = read_frame(refusal.reply.as_ref().unwrap(), Expect::ReplyOrReject).unwrap().unwrap();
-    assert!(matches!(frame, Frame::Reject { reason: RejectReason::TimestampSkew, .. }));
+    let (frame, _) = read_frame(refusal.reply.as_ref().unwrap(), Expect::ReplyOrReject)
+        .unwrap()
+        .unwrap();
+    assert!(matches!(
+        frame,
+        Frame::Reject {
+            reason: RejectReason::TimestampSkew,
+            ..
+        }
+    ));
 
     // Server time past the key's end (plus grace).
     let (_, flight) = first_flight(&ClientParams::default(), REQ, 10);
     let (frame, _) = read_frame(&flight, Expect::FirstFlight).unwrap().unwrap();
     let late = UnixTime::from_secs(T0 + 3600 + 31);
-    let refusal = server.accept(&frame, Transport::Tcp, late, &mut filter(), &rng(1)).unwrap_err();
-    assert_eq!(refusal.error, Error::Handshake(HandshakeError::KeyNotValidNow(rec.body().key_id)));
+    let refusal = server
+        .accept(&frame, Transport::Tcp, late, &mut filter(), &rng(1))
+        .unwrap_err();
+    assert_eq!(
+        refusal.error,
+        Error::Handshake(HandshakeError::KeyNotValidNow(rec.body().key_id))
+    );
 
     // The client refuses to use an expired record at all.
-    let err = ClientHandshake::start(&rec, &ClientParams::default(), REQ, late, &rng(1)).unwrap_err();
-    assert!(matches!(err, Error::Record(crate::RecordError::Expired { .. })));
+    let err =
+        ClientHandshake::start(&rec, &ClientParams::default(), REQ, late, &rng(1)).unwrap_err();
+    assert!(matches!(
+        err,
+        Error::Record(crate::RecordError::Expired { .. })
+    ));
 }
 
 #[test]
 fn early_data_limit_is_enforced_on_both_sides() {
     let rec = verified();
     let too_big = vec![b'x'; 16385];
-    let err = ClientHandshake::start(&rec, &ClientParams::default(), &too_big, now(), &rng(1)).unwrap_err();
-    assert_eq!(err, Error::Handshake(HandshakeError::EarlyDataTooLarge { len: 16385, max: 16384 }));
+    let err = ClientHandshake::start(&rec, &ClientParams::default(), &too_big, now(), &rng(1))
+        .unwrap_err();
+    assert_eq!(
+        err,
+        Error::Handshake(HandshakeError::EarlyDataTooLarge {
+            len: 16385,
+            max: 16384
+        })
+    );
 
     // A client that lies about the limit: the server still refuses.
     let mut r = testing::vector_record();
     r.body.max_early_data_bytes = 60_000;
     let liar = VerifiedKeyRecord::dangerous_assume_verified(r);
-    let (_, flight) = ClientHandshake::start(&liar, &ClientParams::default(), &vec![b'x'; 30_000], now(), &rng(1)).unwrap();
+    let (_, flight) = ClientHandshake::start(
+        &liar,
+        &ClientParams::default(),
+        &vec![b'x'; 30_000],
+        now(),
+        &rng(1),
+    )
+    .unwrap();
     let refusal = accept(&testing::vector_server(), &flight, &mut filter()).unwrap_err();
-    assert!(matches!(refusal.error, Error::Handshake(HandshakeError::EarlyDataTooLarge { .. })));
+    assert!(matches!(
+        refusal.error,
+        Error::Handshake(HandshakeError::EarlyDataTooLarge { .. })
+    ));
     // Between the exact limit and the pre-decryption bound: refused after decryption.
-    let (_, flight) = ClientHandshake::start(&liar, &ClientParams::default(), &vec![b'x'; 16_400], now(), &rng(2)).unwrap();
+    let (_, flight) = ClientHandshake::start(
+        &liar,
+        &ClientParams::default(),
+        &vec![b'x'; 16_400],
+        now(),
+        &rng(2),
+    )
+    .unwrap();
     let refusal = accept(&testing::vector_server(), &flight, &mut filter()).unwrap_err();
-    assert_eq!(refusal.error, Error::Handshake(HandshakeError::EarlyDataTooLarge { len: 16_400, max: 16_384 }));
+    assert_eq!(
+        refusal.error,
+        Error::Handshake(HandshakeError::EarlyDataTooLarge {
+            len: 16_400,
+            max: 16_384
+        })
+    );
 }
 
 #[test]
@@ -238,7 +345,9 @@ fn client_auth_required_refuses_nk() {
     let key = testing::semi_static("zrtt vector key 1");
     let mut body = testing::body(&key, &testing::ed25519_cert());
     body.flags = RecordFlags::from_bits(RecordFlags::CLIENT_AUTH_REQUIRED).unwrap();
-    let rec = body.sign(&testing::ed25519_signer(), &ring::rand::SystemRandom::new()).unwrap();
+    let rec = body
+        .sign(&testing::ed25519_signer(), &ring::rand::SystemRandom::new())
+        .unwrap();
     let server = ServerConfig::new(vec![ServerKey::new(rec.clone(), key).unwrap()]).unwrap();
     let v = VerifiedKeyRecord::dangerous_assume_verified(rec.clone());
     assert_eq!(
@@ -248,11 +357,24 @@ fn client_auth_required_refuses_nk() {
     // A client ignoring the flag is refused by the server.
     let mut lax = rec;
     lax.body.flags = RecordFlags::default();
-    let (_, flight) = ClientHandshake::start(&VerifiedKeyRecord::dangerous_assume_verified(lax), &ClientParams::default(), REQ, now(), &rng(1)).unwrap();
+    let (_, flight) = ClientHandshake::start(
+        &VerifiedKeyRecord::dangerous_assume_verified(lax),
+        &ClientParams::default(),
+        REQ,
+        now(),
+        &rng(1),
+    )
+    .unwrap();
     let refusal = accept(&server, &flight, &mut filter()).unwrap_err();
-    assert_eq!(refusal.error, Error::Handshake(HandshakeError::ClientAuthRequired));
+    assert_eq!(
+        refusal.error,
+        Error::Handshake(HandshakeError::ClientAuthRequired)
+    );
     // With a static key it works.
-    let params = ClientParams { static_key: Some(X25519KeyPair::from_private([3; 32])), ..ClientParams::default() };
+    let params = ClientParams {
+        static_key: Some(X25519KeyPair::from_private([3; 32])),
+        ..ClientParams::default()
+    };
     let (_, flight) = ClientHandshake::start(&v, &params, REQ, now(), &rng(2)).unwrap();
     assert!(accept(&server, &flight, &mut filter()).is_ok());
 }
@@ -261,7 +383,11 @@ fn client_auth_required_refuses_nk() {
 fn truncated_frames_wait_for_more_and_truncated_messages_fail() {
     let (_, flight) = first_flight(&ClientParams::default(), REQ, 11);
     for cut in 0..flight.len() {
-        assert_eq!(read_frame(&flight[..cut], Expect::FirstFlight), Ok(None), "cut at {cut}");
+        assert_eq!(
+            read_frame(&flight[..cut], Expect::FirstFlight),
+            Ok(None),
+            "cut at {cut}"
+        );
     }
     // A frame whose length field was shortened: authenticates nothing.
     let server = testing::vector_server();
@@ -272,15 +398,24 @@ fn truncated_frames_wait_for_more_and_truncated_messages_fail() {
     let refusal = accept(&server, &short, &mut filter()).unwrap_err();
     assert!(refusal.reply.is_none());
     // Not a zrtt stream at all: TLS and HTTP are told apart by the first byte.
-    assert_eq!(read_frame(&[0x16, 3, 1], Expect::FirstFlight), Err(crate::InvalidMessage::UnknownFrameType(0x16)));
-    assert_eq!(read_frame(b"GET / HTTP/1.1", Expect::FirstFlight), Err(crate::InvalidMessage::UnknownFrameType(b'G')));
+    assert_eq!(
+        read_frame(&[0x16, 3, 1], Expect::FirstFlight),
+        Err(crate::InvalidMessage::UnknownFrameType(0x16))
+    );
+    assert_eq!(
+        read_frame(b"GET / HTTP/1.1", Expect::FirstFlight),
+        Err(crate::InvalidMessage::UnknownFrameType(b'G'))
+    );
 }
 
 #[test]
 fn channel_refuses_tampered_reordered_and_replayed_records() {
     let server = testing::vector_server();
     let (client, flight) = first_flight(&ClientParams::default(), REQ, 12);
-    let (mut s_chan, reply) = accept(&server, &flight, &mut filter()).unwrap().reply(&Extensions::new(), b"").unwrap();
+    let (mut s_chan, reply) = accept(&server, &flight, &mut filter())
+        .unwrap()
+        .reply(&Extensions::new(), b"")
+        .unwrap();
     let (frame, _) = read_frame(&reply, Expect::ReplyOrReject).unwrap().unwrap();
     let mut c_chan = client.handle_reply(&frame).unwrap().channel;
     let mut a = Vec::new();
@@ -289,28 +424,46 @@ fn channel_refuses_tampered_reordered_and_replayed_records() {
     c_chan.seal(RecordKind::Data, b"two", &mut b).unwrap();
     // In order, each record opens once; a replayed record fails.
     assert_eq!(s_chan.open(&a[2..]).unwrap().body, b"one");
-    assert_eq!(s_chan.open(&a[2..]).unwrap_err(), Error::Handshake(HandshakeError::DecryptFailed));
+    assert_eq!(
+        s_chan.open(&a[2..]).unwrap_err(),
+        Error::Handshake(HandshakeError::DecryptFailed)
+    );
     // The failure is fatal: even the genuine next record is refused now.
-    assert_eq!(s_chan.open(&b[2..]).unwrap_err(), Error::Handshake(HandshakeError::DecryptFailed));
+    assert_eq!(
+        s_chan.open(&b[2..]).unwrap_err(),
+        Error::Handshake(HandshakeError::DecryptFailed)
+    );
 
     // Reordered on a fresh channel: record 1 before record 0 fails.
     let (client, flight) = first_flight(&ClientParams::default(), REQ, 15);
-    let (mut s_chan, reply) = accept(&server, &flight, &mut filter()).unwrap().reply(&Extensions::new(), b"").unwrap();
+    let (mut s_chan, reply) = accept(&server, &flight, &mut filter())
+        .unwrap()
+        .reply(&Extensions::new(), b"")
+        .unwrap();
     let (frame, _) = read_frame(&reply, Expect::ReplyOrReject).unwrap().unwrap();
     let mut c_chan = client.handle_reply(&frame).unwrap().channel;
     let (mut a, mut b) = (Vec::new(), Vec::new());
     c_chan.seal(RecordKind::Data, b"one", &mut a).unwrap();
     c_chan.seal(RecordKind::Data, b"two", &mut b).unwrap();
-    assert_eq!(s_chan.open(&b[2..]).unwrap_err(), Error::Handshake(HandshakeError::DecryptFailed));
+    assert_eq!(
+        s_chan.open(&b[2..]).unwrap_err(),
+        Error::Handshake(HandshakeError::DecryptFailed)
+    );
     // A flipped bit in a record fails too (fresh channel).
     let (client, flight) = first_flight(&ClientParams::default(), REQ, 16);
-    let (mut s_chan, reply) = accept(&server, &flight, &mut filter()).unwrap().reply(&Extensions::new(), b"").unwrap();
+    let (mut s_chan, reply) = accept(&server, &flight, &mut filter())
+        .unwrap()
+        .reply(&Extensions::new(), b"")
+        .unwrap();
     let (frame, _) = read_frame(&reply, Expect::ReplyOrReject).unwrap().unwrap();
     let mut c_chan = client.handle_reply(&frame).unwrap().channel;
     let mut a = Vec::new();
     c_chan.seal(RecordKind::Data, b"one", &mut a).unwrap();
     a[5] ^= 0x80;
-    assert_eq!(s_chan.open(&a[2..]).unwrap_err(), Error::Handshake(HandshakeError::DecryptFailed));
+    assert_eq!(
+        s_chan.open(&a[2..]).unwrap_err(),
+        Error::Handshake(HandshakeError::DecryptFailed)
+    );
 }
 
 #[test]
@@ -323,9 +476,17 @@ fn reply_under_ephemeral_keys_differs_per_connection() {
     let (_, f2) = first_flight(&ClientParams::default(), REQ, 14);
     assert_ne!(f1, f2);
     let (frame, _) = read_frame(&f1, Expect::FirstFlight).unwrap().unwrap();
-    let (_, r1) = server.accept(&frame, Transport::Tcp, now(), &mut f, &rng(50)).unwrap().reply(&Extensions::new(), b"x").unwrap();
+    let (_, r1) = server
+        .accept(&frame, Transport::Tcp, now(), &mut f, &rng(50))
+        .unwrap()
+        .reply(&Extensions::new(), b"x")
+        .unwrap();
     let (frame, _) = read_frame(&f2, Expect::FirstFlight).unwrap().unwrap();
-    let (_, r2) = server.accept(&frame, Transport::Tcp, now(), &mut f, &rng(51)).unwrap().reply(&Extensions::new(), b"x").unwrap();
+    let (_, r2) = server
+        .accept(&frame, Transport::Tcp, now(), &mut f, &rng(51))
+        .unwrap()
+        .reply(&Extensions::new(), b"x")
+        .unwrap();
     assert_ne!(r1[3..35], r2[3..35], "fresh server ephemeral per reply");
 }
 

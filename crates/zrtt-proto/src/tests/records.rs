@@ -20,10 +20,20 @@ fn sys_rng() -> ring::rand::SystemRandom {
 fn ecdsa_and_ed25519_records_verify() {
     let key = testing::semi_static("k");
     for (cert, signer, alg) in [
-        (testing::ecdsa_cert(), testing::ecdsa_signer(), SignatureAlgorithm::EcdsaP256Sha256),
-        (testing::ed25519_cert(), testing::ed25519_signer(), SignatureAlgorithm::Ed25519),
+        (
+            testing::ecdsa_cert(),
+            testing::ecdsa_signer(),
+            SignatureAlgorithm::EcdsaP256Sha256,
+        ),
+        (
+            testing::ed25519_cert(),
+            testing::ed25519_signer(),
+            SignatureAlgorithm::Ed25519,
+        ),
     ] {
-        let rec = testing::body(&key, &cert).sign(&signer, &sys_rng()).unwrap();
+        let rec = testing::body(&key, &cert)
+            .sign(&signer, &sys_rng())
+            .unwrap();
         assert_eq!(rec.sig_alg, alg);
         let decoded = KeyRecord::decode(&rec.encode()).unwrap();
         assert_eq!(decoded, rec);
@@ -36,26 +46,50 @@ fn ecdsa_and_ed25519_records_verify() {
 fn every_refusal_has_its_own_error() {
     let key = testing::semi_static("k");
     let cert = testing::ecdsa_cert();
-    let rec = testing::body(&key, &cert).sign(&testing::ecdsa_signer(), &sys_rng()).unwrap();
+    let rec = testing::body(&key, &cert)
+        .sign(&testing::ecdsa_signer(), &sys_rng())
+        .unwrap();
 
-    assert!(matches!(rec.verify(&cert, "other.example.com", now()), Err(RecordError::WrongName { .. })));
+    assert!(matches!(
+        rec.verify(&cert, "other.example.com", now()),
+        Err(RecordError::WrongName { .. })
+    ));
     assert_eq!(
         rec.verify(&cert, NAME, UnixTime::from_secs(T0 + 3600)),
-        Err(RecordError::Expired { not_after: T0 + 3600, now: T0 + 3600 })
+        Err(RecordError::Expired {
+            not_after: T0 + 3600,
+            now: T0 + 3600
+        })
     );
     assert_eq!(
         rec.verify(&cert, NAME, UnixTime::from_secs(T0 - 1)),
-        Err(RecordError::NotYetValid { not_before: T0, now: T0 - 1 })
+        Err(RecordError::NotYetValid {
+            not_before: T0,
+            now: T0 - 1
+        })
     );
     // Another certificate than the one the record names.
-    assert_eq!(rec.verify(&testing::ed25519_cert(), NAME, now()), Err(RecordError::CertificateMismatch));
+    assert_eq!(
+        rec.verify(&testing::ed25519_cert(), NAME, now()),
+        Err(RecordError::CertificateMismatch)
+    );
     // Signed by a key that is not the named certificate's.
-    let forged = testing::body(&key, &cert).sign(&testing::other_signer(), &sys_rng()).unwrap();
-    assert_eq!(forged.verify(&cert, NAME, now()), Err(RecordError::BadSignature));
+    let forged = testing::body(&key, &cert)
+        .sign(&testing::other_signer(), &sys_rng())
+        .unwrap();
+    assert_eq!(
+        forged.verify(&cert, NAME, now()),
+        Err(RecordError::BadSignature)
+    );
     // A certificate for another name cannot vouch for www.example.com.
     let other = testing::other_cert();
-    let rec_other = testing::body(&key, &other).sign(&testing::other_signer(), &sys_rng()).unwrap();
-    assert!(matches!(rec_other.verify(&other, NAME, now()), Err(RecordError::BadCertificate(_))));
+    let rec_other = testing::body(&key, &other)
+        .sign(&testing::other_signer(), &sys_rng())
+        .unwrap();
+    assert!(matches!(
+        rec_other.verify(&other, NAME, now()),
+        Err(RecordError::BadCertificate(_))
+    ));
 }
 
 #[test]
@@ -68,7 +102,10 @@ fn tampering_with_any_byte_is_refused() {
             let mut bad = bytes.clone();
             bad[i] ^= bit;
             let result = KeyRecord::decode(&bad).and_then(|r| r.verify(&cert, NAME, now()));
-            assert!(result.is_err(), "flipping bit {bit:#x} of byte {i} was accepted");
+            assert!(
+                result.is_err(),
+                "flipping bit {bit:#x} of byte {i} was accepted"
+            );
         }
     }
 }
@@ -84,21 +121,32 @@ fn truncated_oversized_and_wrong_version_are_typed() {
     }
     let mut long = bytes.clone();
     long.push(0);
-    assert_eq!(KeyRecord::decode(&long), Err(RecordError::Malformed(InvalidMessage::TrailingBytes(1))));
+    assert_eq!(
+        KeyRecord::decode(&long),
+        Err(RecordError::Malformed(InvalidMessage::TrailingBytes(1)))
+    );
     assert!(matches!(
         KeyRecord::decode(&vec![1u8; MAX_RECORD_LEN + 1]),
         Err(RecordError::Malformed(InvalidMessage::Oversized { .. }))
     ));
     let mut v2 = bytes.clone();
     v2[0] = 2;
-    assert_eq!(KeyRecord::decode(&v2), Err(RecordError::Malformed(InvalidMessage::UnsupportedVersion(2))));
+    assert_eq!(
+        KeyRecord::decode(&v2),
+        Err(RecordError::Malformed(InvalidMessage::UnsupportedVersion(
+            2
+        )))
+    );
 }
 
 #[test]
 fn record_lists_refuse_duplicates_and_excess() {
     let r = testing::vector_record();
     let two = encode_record_list(&[r.clone(), r.clone()]);
-    assert_eq!(decode_record_list(&two), Err(RecordError::DuplicateKeyId(r.body.key_id)));
+    assert_eq!(
+        decode_record_list(&two),
+        Err(RecordError::DuplicateKeyId(r.body.key_id))
+    );
     assert!(decode_record_list(&[]).is_err());
     let mut many = Vec::new();
     for i in 0..9u32 {
@@ -106,13 +154,21 @@ fn record_lists_refuse_duplicates_and_excess() {
         x.body.key_id = i;
         many.extend_from_slice(&encode_record_list(&[x]));
     }
-    assert!(matches!(decode_record_list(&many), Err(RecordError::Malformed(InvalidMessage::Oversized { .. }))));
+    assert!(matches!(
+        decode_record_list(&many),
+        Err(RecordError::Malformed(InvalidMessage::Oversized { .. }))
+    ));
 }
 
 #[test]
 fn svcb_carries_hints_and_records_and_survives_stripping() {
     let r = testing::vector_record();
-    let rdata = SvcbRdata::service(&["http/1.1"], &[Ipv4Addr::new(198, 18, 0, 2)], &[], &[r.clone()]);
+    let rdata = SvcbRdata::service(
+        &["http/1.1"],
+        &[Ipv4Addr::new(198, 18, 0, 2)],
+        &[],
+        std::slice::from_ref(&r),
+    );
     let wire = rdata.encode();
     let back = SvcbRdata::decode(&wire).unwrap();
     assert_eq!(back, rdata);
@@ -126,7 +182,9 @@ fn svcb_carries_hints_and_records_and_survives_stripping() {
     let mut bad = rdata.clone();
     bad.params.reverse();
     assert!(SvcbRdata::decode(&bad.encode()).is_err());
-    assert!(rdata.to_presentation().starts_with("1 . alpn=\"http/1.1\" ipv4hint=198.18.0.2 key65380=\""));
+    assert!(rdata
+        .to_presentation()
+        .starts_with("1 . alpn=\"http/1.1\" ipv4hint=198.18.0.2 key65380=\""));
 }
 
 #[test]
@@ -157,14 +215,16 @@ fn txt_splits_into_255_byte_strings_and_is_strict() {
     }
     assert_eq!(
         decode_txt_text(text.replace("v=zrtt1", "v=zrtt2").as_bytes()),
-        Err(RecordError::Malformed(InvalidMessage::UnsupportedVersion(2)))
+        Err(RecordError::Malformed(InvalidMessage::UnsupportedVersion(
+            2
+        )))
     );
 }
 
 #[test]
 fn aaaa_tunnel_is_order_independent_and_strict() {
     let r = testing::vector_record();
-    let mut addrs = aaaa_tunnel(&[r.clone()]);
+    let mut addrs = aaaa_tunnel(std::slice::from_ref(&r));
     addrs.reverse();
     assert_eq!(decode_aaaa_tunnel(&addrs).unwrap(), vec![r]);
     let mut missing = addrs.clone();
@@ -177,8 +237,14 @@ fn aaaa_tunnel_is_order_independent_and_strict() {
     let mut o = [0u8; 16];
     o[1] = addrs.len() as u8;
     extra.push(Ipv6Addr::from(o));
-    assert!(decode_aaaa_tunnel(&extra).is_err(), "an extra all-zero chunk is not allowed");
-    assert_eq!(aaaa_tunnel_owner("WWW.example.com."), "_zrtt.www.example.com");
+    assert!(
+        decode_aaaa_tunnel(&extra).is_err(),
+        "an extra all-zero chunk is not allowed"
+    );
+    assert_eq!(
+        aaaa_tunnel_owner("WWW.example.com."),
+        "_zrtt.www.example.com"
+    );
 }
 
 #[test]
@@ -210,28 +276,37 @@ fn arb_body() -> impl Strategy<Value = RecordBody> {
         "[a-z0-9]{1,20}(\\.[a-z0-9_-]{1,30}){0,4}",
         any::<[u8; 32]>(),
     )
-        .prop_map(|(key_id, public_key, nb, life, ed, aeads, fl, q, name, cs)| RecordBody {
-            key_id,
-            public_key,
-            not_before: nb,
-            not_after: nb + life,
-            max_early_data_bytes: ed,
-            aeads,
-            flags: RecordFlags::from_bits(fl).unwrap(),
-            provenance_quorum: q,
-            name,
-            cert_sha256: cs,
-        })
+        .prop_map(
+            |(key_id, public_key, nb, life, ed, aeads, fl, q, name, cs)| RecordBody {
+                key_id,
+                public_key,
+                not_before: nb,
+                not_after: nb + life,
+                max_early_data_bytes: ed,
+                aeads,
+                flags: RecordFlags::from_bits(fl).unwrap(),
+                provenance_quorum: q,
+                name,
+                cert_sha256: cs,
+            },
+        )
 }
 
 fn arb_record() -> impl Strategy<Value = KeyRecord> {
-    (arb_body(), prop::bool::ANY, proptest::collection::vec(any::<u8>(), 1..=64)).prop_map(|(body, ec, signature)| {
-        KeyRecord {
+    (
+        arb_body(),
+        prop::bool::ANY,
+        proptest::collection::vec(any::<u8>(), 1..=64),
+    )
+        .prop_map(|(body, ec, signature)| KeyRecord {
             body,
-            sig_alg: if ec { SignatureAlgorithm::EcdsaP256Sha256 } else { SignatureAlgorithm::Ed25519 },
+            sig_alg: if ec {
+                SignatureAlgorithm::EcdsaP256Sha256
+            } else {
+                SignatureAlgorithm::Ed25519
+            },
             signature,
-        }
-    })
+        })
 }
 
 proptest! {

@@ -28,25 +28,40 @@ fn compute() -> Vec<(&'static str, String)> {
     v.push(("cert_sha256", hex(&crate::record::sha256(&cert))));
     v.push(("record", hex(&rec.encode())));
     v.push(("record_signed_bytes", hex(&rec.signed_bytes())));
-    v.push(("svc_param_value", hex(&svc_param_value(std::slice::from_ref(&rec)))));
-    let svcb = SvcbRdata::service(&["http/1.1"], &[Ipv4Addr::new(198, 18, 0, 2)], &[], std::slice::from_ref(&rec));
+    v.push((
+        "svc_param_value",
+        hex(&svc_param_value(std::slice::from_ref(&rec))),
+    ));
+    let svcb = SvcbRdata::service(
+        &["http/1.1"],
+        &[Ipv4Addr::new(198, 18, 0, 2)],
+        &[],
+        std::slice::from_ref(&rec),
+    );
     v.push(("https_rdata", hex(&svcb.encode())));
     v.push(("txt_text", txt_text(&rec)));
     v.push(("txt_rdata", hex(&txt_rdata(&rec))));
-    let addrs: Vec<String> = aaaa_tunnel(std::slice::from_ref(&rec)).iter().map(|a| a.to_string()).collect();
+    let addrs: Vec<String> = aaaa_tunnel(std::slice::from_ref(&rec))
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
     v.push(("aaaa_tunnel", addrs.join(" ")));
     v.push(("tlsa_rdata_prefix", hex(&tlsa_rdata(&cert)[..8])));
 
     let now = UnixTime::from_millis(T0 * 1000 + 100_000);
     let verified = rec.verify(&cert, testing::NAME, now).unwrap();
-    let mut filter = BloomReplayFilter::new(ReplayConfig::default(), [0; 32], UnixTime::from_secs(T0));
+    let mut filter =
+        BloomReplayFilter::new(ReplayConfig::default(), [0; 32], UnixTime::from_secs(T0));
     let server = testing::vector_server();
 
     // NK: client ephemeral from rng(1), server ephemeral from rng(2).
-    let (client, flight) = ClientHandshake::start(&verified, &ClientParams::default(), REQUEST, now, &rng(1)).unwrap();
+    let (client, flight) =
+        ClientHandshake::start(&verified, &ClientParams::default(), REQUEST, now, &rng(1)).unwrap();
     v.push(("nk_first_flight", hex(&flight)));
     let (frame, _) = read_frame(&flight, Expect::FirstFlight).unwrap().unwrap();
-    let accepted = server.accept(&frame, Transport::Tcp, now, &mut filter, &rng(2)).unwrap();
+    let accepted = server
+        .accept(&frame, Transport::Tcp, now, &mut filter, &rng(2))
+        .unwrap();
     assert_eq!(accepted.early_data, REQUEST);
     let (mut s_chan, reply) = accepted.reply(&Extensions::new(), RESPONSE).unwrap();
     v.push(("nk_reply", hex(&reply)));
@@ -62,23 +77,40 @@ fn compute() -> Vec<(&'static str, String)> {
     v.push(("nk_server_close_0", hex(&t2)));
 
     // IK: client static from the label "zrtt vector client static".
-    let client_static = X25519KeyPair::from_private(crate::record::sha256(b"zrtt vector client static"));
+    let client_static =
+        X25519KeyPair::from_private(crate::record::sha256(b"zrtt vector client static"));
     v.push(("ik_client_static_public", hex(client_static.public())));
-    let params = ClientParams { static_key: Some(client_static), ..ClientParams::default() };
+    let params = ClientParams {
+        static_key: Some(client_static),
+        ..ClientParams::default()
+    };
     let (_, flight) = ClientHandshake::start(&verified, &params, REQUEST, now, &rng(3)).unwrap();
     v.push(("ik_first_flight", hex(&flight)));
     let (frame, _) = read_frame(&flight, Expect::FirstFlight).unwrap().unwrap();
-    let (_, reply) = server.accept(&frame, Transport::Tcp, now, &mut filter, &rng(4)).unwrap().reply(&Extensions::new(), RESPONSE).unwrap();
+    let (_, reply) = server
+        .accept(&frame, Transport::Tcp, now, &mut filter, &rng(4))
+        .unwrap()
+        .reply(&Extensions::new(), RESPONSE)
+        .unwrap();
     v.push(("ik_reply", hex(&reply)));
 
-    v.push(("reject_unknown_key", hex(&encode_reject(RejectReason::UnknownKey, std::slice::from_ref(&rec)))));
+    v.push((
+        "reject_unknown_key",
+        hex(&encode_reject(
+            RejectReason::UnknownKey,
+            std::slice::from_ref(&rec),
+        )),
+    ));
     v
 }
 
 #[test]
 fn vectors_match_byte_for_byte() {
     let computed = compute();
-    let text: String = computed.iter().map(|(k, v)| format!("{k} = {v}\n")).collect();
+    let text: String = computed
+        .iter()
+        .map(|(k, v)| format!("{k} = {v}\n"))
+        .collect();
     if std::env::var_os("ZRTT_WRITE_VECTORS").is_some() {
         std::fs::create_dir_all(std::path::Path::new(VECTORS).parent().unwrap()).unwrap();
         std::fs::write(VECTORS, &text).unwrap();
