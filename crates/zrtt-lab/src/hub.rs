@@ -583,6 +583,117 @@ mod tests {
         assert!((2_700..3_300).contains(&below), "{below}");
     }
 
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixDatagram;
+
+    const A: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+    const B: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+
+    /// A hub over two fake devices (datagram socketpairs); returns the hub and
+    /// the "host side" ends.
+    fn fake_hub(link: Link, queue_limit: usize) -> (Hub, Vec<UnixDatagram>) {
+        let mut devices = Vec::new();
+        let mut hosts = Vec::new();
+        for _ in 0..2 {
+            let (hub_end, host_end) = UnixDatagram::pair().unwrap();
+            hub_end.set_nonblocking(true).unwrap();
+            host_end
+                .set_read_timeout(Some(Duration::from_secs(2)))
+                .unwrap();
+            devices.push(File::from(OwnedFd::from(hub_end)));
+            hosts.push(host_end);
+        }
+        let hub = Hub::start(
+            devices,
+            HubConfig {
+                addrs: vec![A, B],
+                links: vec![link; 4],
+                seed: 1,
+                queue_limit,
+                spin_margin: Duration::from_millis(1),
+                rt_priority: None,
+            },
+        )
+        .unwrap();
+        (hub, hosts)
+    }
+
+    fn packet(dst: Ipv4Addr, tag: u8, len: usize) -> Vec<u8> {
+        let mut p = vec![0u8; len.max(21)];
+        p[0] = 0x45;
+        p[16..20].copy_from_slice(&dst.octets());
+        p[20] = tag;
+        p
+    }
+
+    fn recv_tag(sock: &UnixDatagram) -> Option<u8> {
+        let mut buf = [0u8; 2048];
+        sock.recv(&mut buf).ok().map(|_| buf[20])
+    }
+
+    #[test]
+    fn delays_and_keeps_pairs_fifo() {
+        let (hub, hosts) = fake_hub(Link::delay(Duration::from_millis(60)), 100);
+        let t0 = Instant::now();
+        hosts[0].send(&packet(B, 1, 40)).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        // A later packet on a now much shorter link must not overtake.
+        hub.set_link(0, 1, Link::delay(Duration::ZERO));
+        hosts[0].send(&packet(B, 2, 40)).unwrap();
+        assert_eq!(recv_tag(&hosts[1]), Some(1));
+        assert!(t0.elapsed() >= Duration::from_millis(60));
+        assert_eq!(recv_tag(&hosts[1]), Some(2));
+        // Unknown destinations and non-IPv4 are dropped and counted.
+        hosts[0]
+            .send(&packet(Ipv4Addr::new(198, 18, 9, 9), 3, 40))
+            .unwrap();
+        hosts[0].send(&[0x60; 40]).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let st = hub.stats();
+        assert_eq!(st.forwarded, 2);
+        assert_eq!(st.dropped_unroutable, 2);
+        assert_eq!(st.lateness.count, 2);
+    }
+
+    #[test]
+    fn queue_limit_drops_tail() {
+        let (hub, hosts) = fake_hub(Link::delay(Duration::from_millis(100)), 5);
+        for i in 0..20 {
+            hosts[0].send(&packet(B, i, 40)).unwrap();
+        }
+        for i in 0..5 {
+            assert_eq!(recv_tag(&hosts[1]), Some(i));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        let st = hub.stats();
+        assert_eq!(st.forwarded, 5);
+        assert_eq!(st.dropped_queue, 15);
+    }
+
+    #[test]
+    fn loss_and_rate() {
+        let (hub, hosts) = fake_hub(Link::delay(Duration::ZERO).with_loss(1.0), 100);
+        hosts[0].send(&packet(B, 1, 40)).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(hub.stats().dropped_loss, 1);
+        // 10 × 1000 bytes at 100 kB/s: the last one leaves after ~100 ms.
+        hub.set_link(0, 1, Link::delay(Duration::ZERO).with_rate(Some(100_000)));
+        let t0 = Instant::now();
+        for i in 0..10 {
+            hosts[0].send(&packet(B, i, 1000)).unwrap();
+        }
+        for i in 0..10 {
+            assert_eq!(recv_tag(&hosts[1]), Some(i));
+        }
+        assert!(
+            t0.elapsed() >= Duration::from_millis(95),
+            "{:?}",
+            t0.elapsed()
+        );
+        hub.reset_stats();
+        assert_eq!(hub.stats().forwarded, 0);
+    }
+
     #[test]
     fn parses_ipv4_destination() {
         let mut p = [0u8; 20];

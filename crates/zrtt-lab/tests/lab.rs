@@ -4,7 +4,7 @@
 //! Tests run one at a time (a global lock) to keep timing sane on small
 //! machines; everything they create is removed by `Drop` guards.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -19,7 +19,9 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// not running as root.
 fn setup(test: &str) -> Option<MutexGuard<'static, ()>> {
     if !is_root() {
-        eprintln!("{test}: skipped: needs root");
+        // Written to the stderr handle directly (not eprintln!) so libtest's
+        // output capture does not hide it.
+        let _ = writeln!(std::io::stderr(), "{test}: skipped: needs root");
         return None;
     }
     Some(SERIAL.lock().unwrap_or_else(|e| e.into_inner()))
@@ -373,9 +375,22 @@ fn sigterm_tears_down() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    /// On failure: SIGTERM first so the holder tears its lab down, then
+    /// SIGKILL if it lingers.
     struct Reap(std::process::Child);
     impl Drop for Reap {
         fn drop(&mut self) {
+            if let Ok(None) = self.0.try_wait() {
+                let _ = Command::new("kill")
+                    .args(["-TERM", &self.0.id().to_string()])
+                    .status();
+                for _ in 0..500 {
+                    if let Ok(Some(_)) = self.0.try_wait() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
             let _ = self.0.kill();
             let _ = self.0.wait();
         }
@@ -386,8 +401,9 @@ fn sigterm_tears_down() {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(out).lines().map_while(Result::ok) {
-            if let Some(rest) = line.strip_prefix("READY ") {
-                let _ = tx.send(rest.to_string());
+            // libtest prints "test NAME ... " on the same line first.
+            if let Some(i) = line.find("READY ") {
+                let _ = tx.send(line[i + 6..].trim().to_string());
             }
         }
     });
