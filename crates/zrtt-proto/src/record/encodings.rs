@@ -263,11 +263,15 @@ fn decode_name(r: &mut Reader<'_>) -> Result<String, InvalidMessage> {
             });
         }
         let l = r.take(len)?;
-        labels.push(
-            core::str::from_utf8(l)
-                .map_err(|_| InvalidMessage::BadEncoding("TargetName label"))?
-                .to_ascii_lowercase(),
-        );
+        // Host-name characters only: a label holding '.', controls or
+        // non-ASCII would not survive presentation or re-encoding.
+        if !l
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_')
+        {
+            return Err(InvalidMessage::BadEncoding("TargetName label characters"));
+        }
+        labels.push(String::from_utf8_lossy(l).to_ascii_lowercase());
     }
     Ok(labels.join("."))
 }
