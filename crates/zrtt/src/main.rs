@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod keys;
+mod lab;
 mod util;
 
 /// zrtt: the first secure request to a server in one network round trip.
@@ -21,12 +22,16 @@ enum Command {
     /// Semi-static keys and signed key records: generate, sign, verify, show, encode for DNS.
     #[command(subcommand)]
     Keys(keys::KeysCommand),
+    /// The emulated wide-area lab: network namespaces joined by a delay hub (needs root).
+    #[command(subcommand)]
+    Lab(lab::LabCommand),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Keys(cmd) => keys::run(cmd),
+        Command::Lab(cmd) => lab::run(cmd),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,1 @@
+//! zrtt keys in DNS (being written).

@@ -1,0 +1,1 @@
+//! zrtt transport (being written).
