@@ -13,22 +13,56 @@ use thiserror::Error as ThisError;
 pub enum Error {
     /// Bytes that do not parse.
     #[error("invalid message: {0}")]
-    InvalidMessage(#[from] InvalidMessage),
+    InvalidMessage(InvalidMessage),
     /// A key record that is malformed, stale, or not signed by the right certificate.
     #[error("key record refused: {0}")]
-    Record(#[from] RecordError),
+    Record(RecordError),
     /// A handshake that cannot proceed.
     #[error("handshake failed: {0}")]
-    Handshake(#[from] HandshakeError),
+    Handshake(HandshakeError),
     /// A first flight refused by the replay filter.
     #[error("first flight refused: {0}")]
-    Replay(#[from] ReplayError),
+    Replay(ReplayError),
     /// The caller used the API wrongly (a bug in the caller, not the peer).
     #[error("API misuse: {0}")]
     ApiMisuse(&'static str),
     /// The injected random number generator failed.
     #[error("random number generator failed")]
     Rng,
+}
+
+// Hand-written `From` impls rather than `#[from]`: the inner error is already
+// part of the message, so it must not also be reported as `source()`
+// (error chains would print it twice).
+
+impl From<InvalidMessage> for Error {
+    fn from(e: InvalidMessage) -> Self {
+        Self::InvalidMessage(e)
+    }
+}
+
+impl From<RecordError> for Error {
+    fn from(e: RecordError) -> Self {
+        Self::Record(e)
+    }
+}
+
+impl From<HandshakeError> for Error {
+    fn from(e: HandshakeError) -> Self {
+        Self::Handshake(e)
+    }
+}
+
+impl From<ReplayError> for Error {
+    fn from(e: ReplayError) -> Self {
+        Self::Replay(e)
+    }
+}
+
+impl From<InvalidMessage> for RecordError {
+    fn from(e: InvalidMessage) -> Self {
+        Self::Malformed(e)
+    }
 }
 
 /// Bytes that do not follow the wire format.
@@ -74,7 +108,7 @@ pub enum InvalidMessage {
 pub enum RecordError {
     /// The record's bytes do not parse.
     #[error("malformed: {0}")]
-    Malformed(#[from] InvalidMessage),
+    Malformed(InvalidMessage),
     /// The record names another host.
     #[error("record is for {found:?}, expected {expected:?}")]
     WrongName {
