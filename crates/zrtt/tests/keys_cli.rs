@@ -1,0 +1,322 @@
+//! `zrtt keys` end to end through the real binary.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn zrtt(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_zrtt"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run zrtt")
+}
+
+fn ok(dir: &Path, args: &[&str]) -> String {
+    let out = zrtt(dir, args);
+    assert!(
+        out.status.success(),
+        "zrtt {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn setup(alg: &str) -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    ok(
+        d.path(),
+        &[
+            "keys",
+            "cert",
+            "--name",
+            "www.example.com",
+            "--alg",
+            alg,
+            "--out-dir",
+            "pki",
+        ],
+    );
+    ok(d.path(), &["keys", "generate", "--out", "k1.pem"]);
+    ok(
+        d.path(),
+        &[
+            "keys",
+            "sign",
+            "--key",
+            "k1.pem",
+            "--cert",
+            "pki/cert.pem",
+            "--cert-key",
+            "pki/cert.key",
+            "--name",
+            "WWW.example.com.",
+            "--lifetime",
+            "30m",
+            "--max-early-data",
+            "4096",
+            "--tokens",
+            "--out",
+            "k1.record",
+        ],
+    );
+    d
+}
+
+#[test]
+fn sign_show_verify_encode_with_both_certificate_keys() {
+    for alg in ["ecdsa-p256", "ed25519"] {
+        let d = setup(alg);
+        let p = d.path();
+        let mode = std::fs::metadata(p.join("k1.pem"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o600, "private key readable by others");
+        let mode = std::fs::metadata(p.join("pki/cert.key"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o600);
+
+        let show = ok(p, &["keys", "show", "k1.record"]);
+        assert!(show.contains("name:             www.example.com"), "{show}");
+        assert!(show.contains("lifetime:         1800 s"), "{show}");
+        assert!(show.contains("max early data:   4096 bytes"), "{show}");
+        assert!(show.contains("issues tokens:    yes"), "{show}");
+
+        let v = ok(
+            p,
+            &[
+                "keys",
+                "verify",
+                "k1.record",
+                "--cert",
+                "pki/cert.pem",
+                "--name",
+                "www.example.com",
+            ],
+        );
+        assert!(v.contains("valid for www.example.com"), "{v}");
+
+        let zone = ok(
+            p,
+            &[
+                "keys",
+                "encode",
+                "k1.record",
+                "--cert",
+                "pki/cert.pem",
+                "--ipv4hint",
+                "198.18.0.2",
+            ],
+        );
+        assert!(zone.contains(
+            "www.example.com. 300 IN HTTPS 1 . alpn=\"http/1.1\" ipv4hint=198.18.0.2 key65380=\""
+        ));
+        assert!(zone.contains("www.example.com. 300 IN TXT \"v=zrtt1 id="));
+        assert!(zone.contains("_zrtt.www.example.com. 300 IN AAAA 0:"));
+        assert!(zone.contains("www.example.com. 300 IN TLSA 3 0 0 30"));
+
+        // The TXT text itself is a record file the tools accept.
+        let txt = ok(p, &["keys", "encode", "k1.record", "--format", "txt"]);
+        let text: String = txt.trim().trim_matches('"').split("\" \"").collect();
+        std::fs::write(p.join("k1.txt"), text).unwrap();
+        assert_eq!(ok(p, &["keys", "show", "k1.txt"]), show);
+    }
+}
+
+#[test]
+fn refusals_exit_2_with_the_reason() {
+    let d = setup("ecdsa-p256");
+    let p = d.path();
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["--name", "other.example.com"],
+            "record is for \"www.example.com\", expected \"other.example.com\"",
+        ),
+        (
+            &["--name", "www.example.com", "--at", "2100-01-01T00:00:00Z"],
+            "expired at",
+        ),
+        (
+            &["--name", "www.example.com", "--at", "2000-01-01T00:00:00Z"],
+            "not valid before",
+        ),
+    ];
+    for (extra, reason) in cases {
+        let mut args = vec!["keys", "verify", "k1.record", "--cert", "pki/cert.pem"];
+        args.extend_from_slice(extra);
+        let out = zrtt(p, &args);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains(reason),
+            "{:?}",
+            out
+        );
+    }
+    // Tampered public key: bad signature.
+    let mut rec = std::fs::read(p.join("k1.record")).unwrap();
+    rec[10] ^= 1;
+    std::fs::write(p.join("bad.record"), &rec).unwrap();
+    let out = zrtt(
+        p,
+        &[
+            "keys",
+            "verify",
+            "bad.record",
+            "--cert",
+            "pki/cert.pem",
+            "--name",
+            "www.example.com",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("bad signature"));
+    // Another certificate: mismatch.
+    ok(
+        p,
+        &[
+            "keys",
+            "cert",
+            "--name",
+            "www.example.com",
+            "--out-dir",
+            "pki2",
+        ],
+    );
+    let out = zrtt(
+        p,
+        &[
+            "keys",
+            "verify",
+            "k1.record",
+            "--cert",
+            "pki2/cert.pem",
+            "--name",
+            "www.example.com",
+        ],
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("certificate does not match"));
+    // Truncated file: error exit 1 naming the file.
+    std::fs::write(p.join("short.record"), &rec[..50]).unwrap();
+    let out = zrtt(p, &["keys", "show", "short.record"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("short.record: not a zrtt record: malformed: truncated"),
+        "{err}"
+    );
+}
+
+#[test]
+fn signing_with_a_key_that_is_not_the_certificates_fails() {
+    let d = setup("ecdsa-p256");
+    let p = d.path();
+    ok(
+        p,
+        &[
+            "keys",
+            "cert",
+            "--name",
+            "www.example.com",
+            "--out-dir",
+            "pki2",
+        ],
+    );
+    let out = zrtt(
+        p,
+        &[
+            "keys",
+            "sign",
+            "--key",
+            "k1.pem",
+            "--cert",
+            "pki/cert.pem",
+            "--cert-key",
+            "pki2/cert.key",
+            "--name",
+            "www.example.com",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("does not verify against the certificate")
+    );
+    // A name the certificate does not cover.
+    let out = zrtt(
+        p,
+        &[
+            "keys",
+            "sign",
+            "--key",
+            "k1.pem",
+            "--cert",
+            "pki/cert.pem",
+            "--cert-key",
+            "pki/cert.key",
+            "--name",
+            "evil.example.org",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("does not cover the name"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn rotation_overlap_encodes_both_keys_and_refuses_duplicates() {
+    let d = setup("ed25519");
+    let p = d.path();
+    ok(p, &["keys", "generate", "--out", "k2.pem"]);
+    ok(
+        p,
+        &[
+            "keys",
+            "sign",
+            "--key",
+            "k2.pem",
+            "--cert",
+            "pki/cert.pem",
+            "--cert-key",
+            "pki/cert.key",
+            "--name",
+            "www.example.com",
+            "--out",
+            "k2.record",
+        ],
+    );
+    let hex = ok(
+        p,
+        &[
+            "keys",
+            "encode",
+            "k1.record",
+            "k2.record",
+            "--format",
+            "hex",
+        ],
+    );
+    std::fs::write(p.join("list.hex"), hex).unwrap();
+    let v = ok(
+        p,
+        &[
+            "keys",
+            "verify",
+            "list.hex",
+            "--cert",
+            "pki/cert.pem",
+            "--name",
+            "www.example.com",
+        ],
+    );
+    assert_eq!(v.lines().count(), 2, "{v}");
+    let out = zrtt(p, &["keys", "encode", "k1.record", "k1.record"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("duplicate key id"));
+}
