@@ -177,6 +177,12 @@ impl Dh for X25519 {
         let shared = MontgomeryPoint(peer)
             .mul_clamped(self.pair.private)
             .to_bytes();
+        // A small-order peer key gives an all-zero result: refuse it (Noise
+        // §12.1 allows this), so no "authenticated" key exists without a
+        // private key behind it.
+        if shared.iter().fold(0u8, |acc, b| acc | b) == 0 {
+            return Err(snow::Error::Dh);
+        }
         let n = out.len().min(32);
         out[..n].copy_from_slice(&shared[..n]);
         Ok(())
@@ -258,6 +264,25 @@ mod tests {
         c.fill(&mut z).unwrap();
         assert_eq!(x, y);
         assert_ne!(x, z);
+    }
+
+    #[test]
+    fn small_order_peer_keys_are_refused() {
+        let mut dh = X25519 {
+            pair: X25519KeyPair::from_private([7; 32]),
+            known: None,
+        };
+        let mut out = [0u8; 32];
+        // 0 and 1 are small-order points: the shared secret would be zero.
+        assert!(dh.dh(&[0u8; 32], &mut out).is_err());
+        let mut one = [0u8; 32];
+        one[0] = 1;
+        assert!(dh.dh(&one, &mut out).is_err());
+        dh.set(&[8; 32]);
+        assert!(dh
+            .dh(X25519KeyPair::from_private([9; 32]).public(), &mut out)
+            .is_ok());
+        assert_ne!(out, [0u8; 32]);
     }
 
     #[test]

@@ -136,6 +136,22 @@ pub enum RecordError {
     /// The signature does not verify under the certificate's key.
     #[error("bad signature")]
     BadSignature,
+    /// The record is valid for longer than clients accept.
+    #[error("record lifetime {lifetime} s exceeds the maximum of {max} s")]
+    LifetimeTooLong {
+        /// `not_after - not_before`.
+        lifetime: u64,
+        /// The maximum.
+        max: u64,
+    },
+    /// The record's validity is not inside its certificate's validity.
+    #[error("record validity is outside its certificate's ({cert_not_before}..{cert_not_after})")]
+    OutlivesCertificate {
+        /// Certificate notBefore, seconds since the epoch.
+        cert_not_before: u64,
+        /// Certificate notAfter, seconds since the epoch.
+        cert_not_after: u64,
+    },
     /// The certificate offered is not the one the record names by hash.
     #[error("certificate does not match the record's certificate hash")]
     CertificateMismatch,

@@ -80,6 +80,10 @@ pub struct BloomReplayFilter {
     m_bits: u64,
     k: u32,
     buckets: Vec<Bucket>,
+    /// Latest `now` seen. Windows and eviction use `max(now, max_now)`, so a
+    /// caller's clock that steps back (NTP, or tasks reading the clock
+    /// before taking the lock) can never make the filter forget early.
+    max_now: UnixTime,
 }
 
 impl core::fmt::Debug for BloomReplayFilter {
@@ -121,6 +125,7 @@ impl BloomReplayFilter {
             m_bits,
             k,
             buckets: Vec::with_capacity(2),
+            max_now: start,
         }
     }
 
@@ -177,7 +182,9 @@ impl ReplayFilter for BloomReplayFilter {
         timestamp: UnixTime,
         now: UnixTime,
     ) -> Result<(), ReplayError> {
-        if timestamp < self.start.saturating_add(self.config.max_future) {
+        let now = now.max(self.max_now);
+        self.max_now = now;
+        if timestamp <= self.start.saturating_add(self.config.max_future) {
             return Err(ReplayError::BeforeFilterStart);
         }
         if timestamp < now.saturating_sub(self.config.max_age) {
@@ -298,12 +305,14 @@ mod tests {
         // start + max_future; the new filter refuses all of them.
         let mut f = filter(1000);
         let start = UnixTime::from_millis(T0);
-        let ts = start.saturating_add(Duration::from_millis(1_999));
+        // Up to and including start + max_future: a process overlapping
+        // this one in the same millisecond could have accepted it.
+        let ts = start.saturating_add(Duration::from_millis(2_000));
         assert_eq!(
             f.check_and_insert(1, &e(1), ts, start),
             Err(ReplayError::BeforeFilterStart)
         );
-        let ts = start.saturating_add(Duration::from_millis(2_000));
+        let ts = start.saturating_add(Duration::from_millis(2_001));
         assert_eq!(f.check_and_insert(1, &e(1), ts, ts), Ok(()));
     }
 
@@ -327,6 +336,22 @@ mod tests {
             i += 1;
             t = t.saturating_add(Duration::from_millis(250));
         }
+    }
+
+    #[test]
+    fn a_clock_stepping_back_cannot_reopen_a_replay() {
+        // Found in review: flight A near the end of epoch k is accepted; a
+        // later `now` reuses A's bucket for epoch k+2; then a caller whose
+        // clock is slightly behind presents A again.
+        let mut f = filter(1000);
+        let epoch = 12_000u64;
+        let k = (T0 + 120_000) / epoch;
+        let ts_a = UnixTime::from_millis((k + 1) * epoch - 1);
+        assert_eq!(f.check_and_insert(1, &e(1), ts_a, ts_a), Ok(()));
+        let later = UnixTime::from_millis((k + 1) * epoch + 10_000);
+        assert_eq!(f.check_and_insert(1, &e(2), later, later), Ok(()));
+        let behind = UnixTime::from_millis((k + 1) * epoch + 9_999);
+        assert_ne!(f.check_and_insert(1, &e(1), ts_a, behind), Ok(()));
     }
 
     #[test]

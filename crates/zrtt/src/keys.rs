@@ -5,16 +5,13 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
-use base64::Engine as _;
 use clap::{Args, Subcommand, ValueEnum};
+use zrtt_dns::{KeyStore, Policy};
 use zrtt_proto::crypto::X25519KeyPair;
 use zrtt_proto::record::encodings::{self, SvcbRdata};
 use zrtt_proto::record::{self, hex, Aead, KeyRecord, RecordBody, RecordFlags, RecordSigner};
 
 use crate::util;
-
-/// PEM label of a semi-static key file.
-pub const KEY_PEM_LABEL: &str = "ZRTT X25519 PRIVATE KEY";
 
 #[derive(Subcommand, Debug)]
 pub enum KeysCommand {
@@ -47,6 +44,32 @@ pub enum KeysCommand {
     },
     /// Print records in DNS encodings: zone-file lines or single encodings.
     Encode(EncodeArgs),
+    /// Create a key store (certificate, its key, rotation policy) and its first key.
+    Init(InitArgs),
+    /// Rotate key stores now: create due keys, delete expired private keys.
+    /// Idempotent; run it from a timer when no `zrtt dns` or gateway rotates.
+    Rotate {
+        /// Key store directory; repeatable.
+        #[arg(long = "keystore", value_name = "DIR", required = true)]
+        keystores: Vec<PathBuf>,
+        /// Rotate as of this time instead of now (unix seconds or RFC 3339).
+        #[arg(long, value_parser = util::parse_time)]
+        at: Option<u64>,
+    },
+    /// Show a key store's schedule: keys, states, publication and expiry times.
+    Status {
+        /// Key store directory.
+        #[arg(long, value_name = "DIR")]
+        keystore: PathBuf,
+        /// As of this time instead of now (unix seconds or RFC 3339).
+        #[arg(long, value_parser = util::parse_time)]
+        at: Option<u64>,
+    },
+    /// Publish a key store's current records into an existing authoritative
+    /// server by RFC 2136 dynamic update with TSIG, replacing the old key
+    /// records in one atomic update (other TXT records stay); or print them
+    /// as a zone-file fragment.
+    Publish(PublishArgs),
     /// Create a test CA and a certificate for a host name (for labs, demos and tests).
     Cert {
         /// Host name (subjectAltName).
@@ -58,6 +81,9 @@ pub enum KeysCommand {
         /// Directory for ca.pem, cert.pem and cert.key.
         #[arg(long)]
         out_dir: PathBuf,
+        /// Validity of the certificate from now, days.
+        #[arg(long, default_value_t = 365)]
+        days: u64,
     },
 }
 
@@ -111,6 +137,98 @@ pub struct SignArgs {
     /// Where to write the binary record; without it, print hex.
     #[arg(long, short)]
     out: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct InitArgs {
+    /// Key store directory to create (mode 0700).
+    #[arg(long, value_name = "DIR")]
+    keystore: PathBuf,
+    /// Host name the keys are for; the certificate must cover it.
+    #[arg(long)]
+    name: String,
+    /// The domain's certificate (PEM); copied into the store.
+    #[arg(long)]
+    cert: PathBuf,
+    /// Its private key (PKCS#8 PEM, ECDSA P-256 or Ed25519); copied with mode 0600.
+    #[arg(long)]
+    cert_key: PathBuf,
+    /// Key lifetime L.
+    #[arg(long, default_value = "1h", value_parser = util::parse_duration)]
+    lifetime: std::time::Duration,
+    /// TTL T of the DNS records carrying keys.
+    #[arg(long, default_value = "5m", value_parser = util::parse_duration)]
+    ttl: std::time::Duration,
+    /// Rotation period R (default L - 4T; must not exceed it).
+    #[arg(long, value_parser = util::parse_duration)]
+    rotation: Option<std::time::Duration>,
+    /// Largest request accepted in a first flight, bytes.
+    #[arg(long, default_value_t = 16384)]
+    max_early_data: u32,
+    /// AEADs offered, in preference order.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "chacha20poly1305,aes256gcm"
+    )]
+    aead: Vec<AeadArg>,
+    /// Require a client static key (Noise IK).
+    #[arg(long)]
+    client_auth: bool,
+    /// Advertise that the server issues address tokens.
+    #[arg(long)]
+    tokens: bool,
+    /// Provenance certificates needed for an answer before the TCP handshake.
+    #[arg(long, default_value_t = 0)]
+    quorum: u8,
+    /// Do not create the first key now.
+    #[arg(long)]
+    no_key: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct PublishArgs {
+    /// Key store directory.
+    #[arg(long, value_name = "DIR")]
+    keystore: PathBuf,
+    /// Authoritative server to update (ADDR:PORT). Required unless --zone-fragment.
+    #[arg(long)]
+    server: Option<std::net::SocketAddr>,
+    /// Zone to update (default: the host name minus its first label).
+    #[arg(long)]
+    zone: Option<String>,
+    /// TSIG key file: BIND `key "name" { algorithm ..; secret ".."; };`,
+    /// Knot `keymgr -t` output, or one `[hmac-sha256:]name:secret` line.
+    #[arg(long, conflicts_with = "tsig")]
+    tsig_key: Option<PathBuf>,
+    /// TSIG key inline as `[hmac-sha256:]name:base64secret` (visible in `ps`;
+    /// prefer --tsig-key).
+    #[arg(long, env = "ZRTT_TSIG")]
+    tsig: Option<String>,
+    /// Print the records as a zone-file fragment instead of updating a server.
+    #[arg(long)]
+    zone_fragment: bool,
+    /// Rotate the store first (as `zrtt keys rotate`).
+    #[arg(long)]
+    rotate: bool,
+    /// ALPN ids for the HTTPS record.
+    #[arg(long, value_delimiter = ',', default_value = "http/1.1")]
+    alpn: Vec<String>,
+    /// `port` parameter for the HTTPS record.
+    #[arg(long)]
+    https_port: Option<u16>,
+    /// IPv4 hints (default: the host's A records on --server).
+    #[arg(long, value_delimiter = ',')]
+    ipv4hint: Vec<Ipv4Addr>,
+    /// IPv6 hints (default: the host's AAAA records on --server).
+    #[arg(long, value_delimiter = ',')]
+    ipv6hint: Vec<Ipv6Addr>,
+    /// As of this time instead of now (unix seconds or RFC 3339).
+    #[arg(long, value_parser = util::parse_time)]
+    at: Option<u64>,
+    /// Timeout for each DNS exchange.
+    #[arg(long, default_value = "5s", value_parser = util::parse_duration)]
+    timeout: std::time::Duration,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -205,44 +323,164 @@ pub fn run(cmd: KeysCommand) -> Result<ExitCode> {
             })
         }
         KeysCommand::Encode(args) => encode(args),
-        KeysCommand::Cert { name, alg, out_dir } => make_cert(&name, alg, &out_dir),
+        KeysCommand::Cert {
+            name,
+            alg,
+            out_dir,
+            days,
+        } => make_cert(&name, alg, &out_dir, days),
+        KeysCommand::Init(args) => init(args),
+        KeysCommand::Rotate { keystores, at } => {
+            let now = at_or_now(at);
+            let rng = ring::rand::SystemRandom::new();
+            for dir in &keystores {
+                let mut ks = KeyStore::open(dir)?;
+                let r = ks.rotate(now, &rng)?;
+                println!("{} ({}): {r}", ks.name(), dir.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        KeysCommand::Status { keystore, at } => {
+            let ks = KeyStore::open(&keystore)?;
+            print!("{}", ks.status(at_or_now(at)));
+            Ok(ExitCode::SUCCESS)
+        }
+        KeysCommand::Publish(args) => publish(args),
     }
 }
 
-/// Write a semi-static key.
+fn at_or_now(at: Option<u64>) -> zrtt_proto::UnixTime {
+    at.map(zrtt_proto::UnixTime::from_secs)
+        .unwrap_or_else(util::now)
+}
+
+fn aeads_of(args: &[AeadArg]) -> Vec<Aead> {
+    let mut aeads: Vec<Aead> = Vec::new();
+    for x in args {
+        let v = match x {
+            AeadArg::Chacha20poly1305 => Aead::ChaChaPoly,
+            AeadArg::Aes256gcm => Aead::AesGcm,
+        };
+        if !aeads.contains(&v) {
+            aeads.push(v);
+        }
+    }
+    aeads
+}
+
+fn init(a: InitArgs) -> Result<ExitCode> {
+    let mut flags = 0;
+    if a.client_auth {
+        flags |= RecordFlags::CLIENT_AUTH_REQUIRED;
+    }
+    if a.tokens {
+        flags |= RecordFlags::ISSUES_TOKENS;
+    }
+    let policy = Policy {
+        lifetime: a.lifetime,
+        record_ttl: a.ttl,
+        rotation_period: a.rotation,
+        max_early_data_bytes: a.max_early_data,
+        aeads: aeads_of(&a.aead),
+        flags: RecordFlags::from_bits(flags).unwrap_or_default(),
+        provenance_quorum: a.quorum,
+    };
+    let mut ks = KeyStore::init(&a.keystore, &a.name, &a.cert, &a.cert_key, policy)?;
+    println!(
+        "created key store {} for {}",
+        a.keystore.display(),
+        ks.name()
+    );
+    let now = util::now();
+    if !a.no_key {
+        let r = ks.rotate(now, &ring::rand::SystemRandom::new())?;
+        println!("{r}");
+    }
+    print!("{}", ks.status(now));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn publish(a: PublishArgs) -> Result<ExitCode> {
+    let now = at_or_now(a.at);
+    let mut ks = KeyStore::open(&a.keystore)?;
+    if a.rotate {
+        let r = ks.rotate(now, &ring::rand::SystemRandom::new())?;
+        eprintln!("{}: {r}", ks.name());
+    }
+    let published = ks.published_records(now);
+    if published.is_empty() {
+        bail!(
+            "{}: no record to publish at this time; run `zrtt keys rotate` (or pass --rotate)",
+            a.keystore.display()
+        );
+    }
+    let ttl = ks.record_ttl(now);
+    let mut opts = zrtt_dns::records::HttpsOptions {
+        alpn: a.alpn.clone(),
+        port: a.https_port,
+        ipv4_hints: a.ipv4hint.clone(),
+        ipv6_hints: a.ipv6hint.clone(),
+    };
+    if a.zone_fragment {
+        print!(
+            "{}",
+            zrtt_dns::records::zone_fragment(ks.name(), &published, ks.cert_der(), ttl, &opts)
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let Some(server) = a.server else {
+        bail!("--server ADDR:PORT is needed (or --zone-fragment)");
+    };
+    let key = match (&a.tsig_key, &a.tsig) {
+        (Some(p), _) => Some(zrtt_dns::publish::TsigKey::from_file(p)?),
+        (None, Some(spec)) => Some(zrtt_dns::publish::TsigKey::parse(spec)?),
+        (None, None) => {
+            eprintln!("zrtt: warning: no TSIG key; the update is unsigned");
+            None
+        }
+    };
+    let zone = match &a.zone {
+        Some(z) => z.clone(),
+        None => ks
+            .name()
+            .split_once('.')
+            .map(|(_, z)| z.to_owned())
+            .context("cannot guess the zone of a one-label name; pass --zone")?,
+    };
+    if opts.ipv4_hints.is_empty() && opts.ipv6_hints.is_empty() {
+        let (v4, v6) = zrtt_dns::publish::lookup_hints(server, ks.name(), a.timeout)
+            .context("looking up address hints (pass --ipv4hint/--ipv6hint to skip)")?;
+        opts.ipv4_hints = v4;
+        opts.ipv6_hints = v6;
+    }
+    let hr = zrtt_dns::records::host_records(ks.name(), &published, ks.cert_der(), ttl, &opts)?;
+    let r = zrtt_dns::publish::publish(server, &zone, &hr, key.as_ref(), util::now(), a.timeout)?;
+    let ids: Vec<String> = published
+        .iter()
+        .map(|r| format!("{:08x}", r.body.key_id))
+        .collect();
+    println!(
+        "published {} key(s) [{}] for {} to {server} (zone {zone}): {} records added, {} old zrtt TXT removed, ttl {ttl} s, {} bytes, {} attempt(s)",
+        published.len(),
+        ids.join(", "),
+        ks.name(),
+        r.added,
+        r.removed_txt,
+        r.message_bytes,
+        r.attempts
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Write a semi-static key (PEM, atomically, mode 0600); one implementation
+/// with the key store (`zrtt_dns::keyfile`).
 pub fn write_key(path: &Path, key: &X25519KeyPair) -> Result<()> {
-    let pem = pem_encode(KEY_PEM_LABEL, key.private());
-    util::write_atomic(path, pem.as_bytes(), true)
+    Ok(zrtt_dns::keyfile::write_key(path, key)?)
 }
 
 /// Read a semi-static key.
 pub fn read_key(path: &Path) -> Result<X25519KeyPair> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let body: String = text
-        .lines()
-        .skip_while(|l| !l.starts_with(&format!("-----BEGIN {KEY_PEM_LABEL}-----")))
-        .skip(1)
-        .take_while(|l| !l.starts_with("-----END"))
-        .collect();
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(body.trim())
-        .with_context(|| format!("{}: not a zrtt key file", path.display()))?;
-    let private: [u8; 32] = bytes
-        .try_into()
-        .map_err(|_| anyhow::anyhow!("{}: key must be 32 bytes", path.display()))?;
-    Ok(X25519KeyPair::from_private(private))
-}
-
-fn pem_encode(label: &str, data: &[u8]) -> String {
-    let b64 = base64::engine::general_purpose::STANDARD.encode(data);
-    let mut s = format!("-----BEGIN {label}-----\n");
-    for chunk in b64.as_bytes().chunks(64) {
-        s.push_str(std::str::from_utf8(chunk).unwrap_or_default());
-        s.push('\n');
-    }
-    s.push_str(&format!("-----END {label}-----\n"));
-    s
+    Ok(zrtt_dns::keyfile::read_key(path)?)
 }
 
 fn generate(out: &Path) -> Result<ExitCode> {
@@ -268,16 +506,7 @@ fn sign(a: SignArgs) -> Result<ExitCode> {
     if a.tokens {
         flags |= RecordFlags::ISSUES_TOKENS;
     }
-    let mut aeads: Vec<Aead> = Vec::new();
-    for x in &a.aead {
-        let v = match x {
-            AeadArg::Chacha20poly1305 => Aead::ChaChaPoly,
-            AeadArg::Aes256gcm => Aead::AesGcm,
-        };
-        if !aeads.contains(&v) {
-            aeads.push(v);
-        }
-    }
+    let aeads = aeads_of(&a.aead);
     let name = record::normalize_name(&a.name);
     let body = RecordBody {
         key_id: record::key_id_for(key.public()),
@@ -437,8 +666,8 @@ fn encode(a: EncodeArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn make_cert(name: &str, alg: CertAlg, out_dir: &Path) -> Result<ExitCode> {
-    let (ca_pem, cert_pem, key_pem) = test_certificate(name, alg)?;
+fn make_cert(name: &str, alg: CertAlg, out_dir: &Path, days: u64) -> Result<ExitCode> {
+    let (ca_pem, cert_pem, key_pem) = test_certificate(name, alg, days)?;
     util::write_atomic(&out_dir.join("ca.pem"), ca_pem.as_bytes(), false)?;
     util::write_atomic(&out_dir.join("cert.pem"), cert_pem.as_bytes(), false)?;
     util::write_atomic(&out_dir.join("cert.key"), key_pem.as_bytes(), true)?;
@@ -449,8 +678,19 @@ fn make_cert(name: &str, alg: CertAlg, out_dir: &Path) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// A fresh test CA and a leaf certificate for `name`: (CA PEM, leaf PEM, leaf PKCS#8 PEM).
-pub fn test_certificate(name: &str, alg: CertAlg) -> Result<(String, String, String)> {
+fn ymd(secs: u64) -> Result<(i32, u8, u8)> {
+    let (y, mo, d, ..) = zrtt_proto::time::civil_from_unix(secs);
+    Ok((i32::try_from(y)?, u8::try_from(mo)?, u8::try_from(d)?))
+}
+
+/// A fresh test CA and a leaf certificate for `name`, valid from yesterday
+/// for `days` days: (CA PEM, leaf PEM, leaf PKCS#8 PEM).
+pub fn test_certificate(name: &str, alg: CertAlg, days: u64) -> Result<(String, String, String)> {
+    let now = util::now().as_secs();
+    let (y, m, d) = ymd(now.saturating_sub(86400))?;
+    let not_before = rcgen::date_time_ymd(y, m, d);
+    let (y, m, d) = ymd(now.saturating_add(days.saturating_mul(86400)))?;
+    let not_after = rcgen::date_time_ymd(y, m, d);
     let sig_alg = match alg {
         CertAlg::EcdsaP256 => &rcgen::PKCS_ECDSA_P256_SHA256,
         CertAlg::Ed25519 => &rcgen::PKCS_ED25519,
@@ -458,6 +698,8 @@ pub fn test_certificate(name: &str, alg: CertAlg) -> Result<(String, String, Str
     let ca_key = rcgen::KeyPair::generate_for(sig_alg)?;
     let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
     ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params.not_before = not_before;
+    ca_params.not_after = not_after;
     ca_params.distinguished_name.push(
         rcgen::DnType::CommonName,
         format!("zrtt test CA for {name}"),
@@ -469,6 +711,8 @@ pub fn test_certificate(name: &str, alg: CertAlg) -> Result<(String, String, Str
     let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key)?;
     let key = rcgen::KeyPair::generate_for(sig_alg)?;
     let mut params = rcgen::CertificateParams::new(vec![name.to_owned()])?;
+    params.not_before = not_before;
+    params.not_after = not_after;
     params
         .distinguished_name
         .push(rcgen::DnType::CommonName, name);

@@ -1,7 +1,5 @@
 //! Small helpers for the binary: time, files, PEM.
 
-use std::fs;
-use std::io::Write;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -58,85 +56,29 @@ fn parse_rfc3339(s: &str) -> Option<u64> {
     {
         return None;
     }
-    let n = |r: std::ops::Range<usize>| s.get(r)?.parse::<u64>().ok();
-    let (y, mo, d, h, mi, se) = (
-        n(0..4)?,
+    let n = |r: std::ops::Range<usize>| s.get(r)?.parse::<u32>().ok();
+    zrtt_proto::time::unix_from_civil(
+        i64::from(n(0..4)?),
         n(5..7)?,
         n(8..10)?,
         n(11..13)?,
         n(14..16)?,
         n(17..19)?,
-    );
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
-        return None;
-    }
-    let days = days_from_civil(y as i64, mo as i64, d as i64);
-    u64::try_from(days)
-        .ok()
-        .map(|days| days * 86400 + h * 3600 + mi * 60 + se)
-}
-
-// Howard Hinnant's days-from-civil and its inverse.
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146097 + doe - 719468
+    )
 }
 
 /// Seconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ`.
 pub fn fmt_time(secs: u64) -> String {
-    let days = (secs / 86400) as i64;
-    let rem = secs % 86400;
-    let z = days + 719468;
-    let era = z.div_euclid(146097);
-    let doe = z - era * 146097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    let (y, m, d, h, mi, s) = zrtt_proto::time::civil_from_unix(secs);
+    format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
 }
 
 /// Write a file atomically (temp file in the same directory, then rename),
-/// readable only by the owner when `private`.
+/// readable only by the owner when `private`. One implementation with the
+/// key store: `zrtt_dns::fsutil::write_atomic`.
 pub fn write_atomic(path: &Path, data: &[u8], private: bool) -> Result<()> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp{}",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("zrtt"),
-        std::process::id()
-    ));
-    {
-        let mut opts = fs::OpenOptions::new();
-        opts.write(true).create(true).truncate(true);
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            opts.mode(if private { 0o600 } else { 0o644 });
-        }
-        let mut f = opts
-            .open(&tmp)
-            .with_context(|| format!("creating {}", tmp.display()))?;
-        f.write_all(data)
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        f.sync_all().ok();
-    }
-    fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
-    Ok(())
+    zrtt_dns::fsutil::write_atomic(path, data, private)
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 /// The first certificate of a PEM file, as DER.

@@ -270,6 +270,81 @@ fn signing_with_a_key_that_is_not_the_certificates_fails() {
 }
 
 #[test]
+fn records_may_not_outlive_their_certificate() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path();
+    ok(
+        p,
+        &[
+            "keys",
+            "cert",
+            "--name",
+            "www.example.com",
+            "--days",
+            "1",
+            "--out-dir",
+            "pki",
+        ],
+    );
+    ok(p, &["keys", "generate", "--out", "k.pem"]);
+    let sign = |nb: u64| {
+        zrtt(
+            p,
+            &[
+                "keys",
+                "sign",
+                "--key",
+                "k.pem",
+                "--cert",
+                "pki/cert.pem",
+                "--cert-key",
+                "pki/cert.key",
+                "--name",
+                "www.example.com",
+                "--not-before",
+                &nb.to_string(),
+                "--lifetime",
+                "1h",
+                "--out",
+                "r.record",
+            ],
+        )
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(sign(now).status.success());
+    // The certificate ends at midnight UTC after tomorrow at the latest.
+    let out = sign(now + 3 * 86400);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("outside its certificate"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Longer than a week is refused whatever the certificate says.
+    let out = zrtt(
+        p,
+        &[
+            "keys",
+            "sign",
+            "--key",
+            "k.pem",
+            "--cert",
+            "pki/cert.pem",
+            "--cert-key",
+            "pki/cert.key",
+            "--name",
+            "www.example.com",
+            "--lifetime",
+            "8d",
+        ],
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("exceeds the maximum"));
+}
+
+#[test]
 fn rotation_overlap_encodes_both_keys_and_refuses_duplicates() {
     let d = setup("ed25519");
     let p = d.path();

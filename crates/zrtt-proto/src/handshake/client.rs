@@ -101,7 +101,8 @@ impl ClientHandshake {
             aead: aead as u8,
             key_id: body.key_id,
         };
-        let prologue = prologue(&body.name, params.transport, &header);
+        let record_hash = crate::record::sha256(&record.record().encode());
+        let prologue = prologue(&record_hash, params.transport, &header);
 
         let mut payload =
             Vec::with_capacity(10 + params.extensions.encoded_len() + early_data.len());

@@ -384,11 +384,18 @@ pub fn decode_reject_records(records: &[u8]) -> Result<Vec<KeyRecord>, Error> {
 }
 
 /// The prologue both sides feed to Noise:
-/// `PROLOGUE_LABEL || u8 len || server name || u8 transport || 8 header bytes`.
-pub fn prologue(server_name: &str, transport: Transport, header: &FirstFlightHeader) -> Vec<u8> {
-    let mut p = Vec::with_capacity(PROLOGUE_LABEL.len() + server_name.len() + 10);
+/// `PROLOGUE_LABEL || SHA-256(encoded key record) || u8 transport || 8 header bytes`.
+/// The record hash binds everything the client relied on (name, key,
+/// validity, limits, flags, certificate hash, signature), as ECH binds its
+/// whole config.
+pub fn prologue(
+    record_hash: &[u8; 32],
+    transport: Transport,
+    header: &FirstFlightHeader,
+) -> Vec<u8> {
+    let mut p = Vec::with_capacity(PROLOGUE_LABEL.len() + 32 + 9);
     p.extend_from_slice(PROLOGUE_LABEL);
-    p.put_vec_u8(server_name.as_bytes());
+    p.extend_from_slice(record_hash);
     p.put_u8(transport as u8);
     p.extend_from_slice(&header.encode());
     p

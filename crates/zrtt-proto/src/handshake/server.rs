@@ -26,6 +26,7 @@ pub struct ServerKey {
     /// The signed record published for this key.
     pub record: KeyRecord,
     keypair: X25519KeyPair,
+    record_hash: [u8; 32],
 }
 
 impl ServerKey {
@@ -36,7 +37,12 @@ impl ServerKey {
                 "private key does not match the record's public key",
             ));
         }
-        Ok(Self { record, keypair })
+        let record_hash = crate::record::sha256(&record.encode());
+        Ok(Self {
+            record,
+            keypair,
+            record_hash,
+        })
     }
 }
 
@@ -44,7 +50,9 @@ impl ServerKey {
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
     keys: Vec<ServerKey>,
-    /// Clock skew tolerated at the edges of a key's validity window.
+    /// Clock skew tolerated at the edges of a key's validity window (default
+    /// 12 s: the replay filter's default `max_age` plus 2 s; a wider grace
+    /// admits no extra legitimate client, only lengthens key retention).
     pub key_validity_grace: Duration,
 }
 
@@ -61,7 +69,7 @@ impl ServerConfig {
         }
         Ok(Self {
             keys,
-            key_validity_grace: Duration::from_secs(30),
+            key_validity_grace: Duration::from_secs(12),
         })
     }
 
@@ -184,7 +192,7 @@ impl ServerConfig {
         };
         let mut noise = match noise_params(&noise_name(header.pattern, aead)).and_then(|p| {
             snow::Builder::with_resolver(p, resolver)
-                .prologue(&prologue(&body.name, transport, &header))
+                .prologue(&prologue(&key.record_hash, transport, &header))
                 .and_then(|b| b.local_private_key(key.keypair.private()))
                 .and_then(|b| b.build_responder())
                 .map_err(noise_err)
@@ -216,7 +224,8 @@ impl ServerConfig {
         let timestamp = UnixTime::from_millis(ts_ms);
         if let Err(e) = replay.check_and_insert(header.key_id, &ephemeral, timestamp, now) {
             let reason = match e {
-                ReplayError::Replayed | ReplayError::Full => RejectReason::Replay,
+                ReplayError::Replayed => RejectReason::Replay,
+                ReplayError::Full => RejectReason::Busy,
                 _ => RejectReason::TimestampSkew,
             };
             return Err(self.reject(reason, e.into(), now));

@@ -419,7 +419,17 @@ pub fn decode_txt_text(text: &[u8]) -> Result<KeyRecord, RecordError> {
         name,
         cert_sha256,
     };
-    // Re-run the binary decoder so both encodings enforce identical rules.
+    // Validate before encoding (a 300-byte name would not fit its length
+    // byte), then re-run the binary decoder so both encodings enforce
+    // identical rules.
+    body.validate()?;
+    if signature.len() > u16::MAX as usize {
+        return Err(InvalidMessage::Oversized {
+            len: signature.len(),
+            max: u16::MAX as usize,
+        }
+        .into());
+    }
     KeyRecord::decode(
         &KeyRecord {
             body,

@@ -6,6 +6,7 @@
 //! ([`KeyRecord::decode`]); a client may only use a record that went through
 //! [`KeyRecord::verify`], which yields a [`VerifiedKeyRecord`].
 
+pub mod cert;
 pub mod encodings;
 
 use core::fmt;
@@ -23,6 +24,10 @@ pub const RECORD_VERSION: u8 = 1;
 pub const MAX_RECORD_LEN: usize = 1024;
 /// Most records one record list may carry.
 pub const MAX_RECORDS_PER_LIST: usize = 8;
+/// Longest validity a client accepts in a record (7 days, as RFC 9345
+/// delegated credentials), so a stolen certificate key cannot mint records
+/// that outlive revocation by years.
+pub const MAX_RECORD_LIFETIME_SECS: u64 = 7 * 86400;
 /// Domain separation for the signature input.
 pub const SIGNATURE_CONTEXT: &[u8] = b"zrtt key record v1\0";
 
@@ -380,7 +385,9 @@ impl KeyRecord {
 
     /// Verify the record for `expected_name` at `now` against the DER
     /// certificate that signs it: the certificate hash, that the certificate
-    /// covers the name, the signature, then the validity window.
+    /// covers the name, the signature, that the record's lifetime is at most
+    /// [`MAX_RECORD_LIFETIME_SECS`] and lies inside the certificate's
+    /// validity, then the validity window at `now`.
     ///
     /// This does not check the certificate chain; the caller decides how the
     /// certificate is trusted (web PKI, DANE, pinning).
@@ -413,6 +420,21 @@ impl KeyRecord {
             &self.signature,
         )
         .map_err(|_| RecordError::BadSignature)?;
+        let lifetime = self.body.not_after - self.body.not_before;
+        if lifetime > MAX_RECORD_LIFETIME_SECS {
+            return Err(RecordError::LifetimeTooLong {
+                lifetime,
+                max: MAX_RECORD_LIFETIME_SECS,
+            });
+        }
+        let (cert_nb, cert_na) =
+            cert::validity(cert_der).map_err(|e| RecordError::BadCertificate(e.to_string()))?;
+        if self.body.not_before < cert_nb || self.body.not_after > cert_na {
+            return Err(RecordError::OutlivesCertificate {
+                cert_not_before: cert_nb,
+                cert_not_after: cert_na,
+            });
+        }
         self.body.check_validity(now)?;
         Ok(VerifiedKeyRecord(self.clone()))
     }

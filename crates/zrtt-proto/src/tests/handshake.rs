@@ -290,6 +290,60 @@ fn expired_key_and_skewed_timestamp_are_refused() {
     ));
 }
 
+/// A first flight built without the client's checks, as a malicious client would.
+fn raw_flight(early: &[u8]) -> Vec<u8> {
+    use crate::codec::Put;
+    let rec = testing::vector_record();
+    let header = FirstFlightHeader {
+        version: PROTOCOL_VERSION,
+        pattern: Pattern::Nk,
+        aead: crate::record::Aead::ChaChaPoly as u8,
+        key_id: rec.body.key_id,
+    };
+    let prologue = prologue(
+        &crate::record::sha256(&rec.encode()),
+        Transport::Tcp,
+        &header,
+    );
+    let resolver = crate::crypto::ZrttResolver::new(&rng(77), None).unwrap();
+    let mut noise = snow::Builder::with_resolver(
+        "Noise_NK_25519_ChaChaPoly_SHA256".parse().unwrap(),
+        Box::new(resolver),
+    )
+    .prologue(&prologue)
+    .unwrap()
+    .remote_public_key(&rec.body.public_key)
+    .unwrap()
+    .build_initiator()
+    .unwrap();
+    let mut payload = Vec::new();
+    payload.put_u64(now().as_millis());
+    payload.put_u16(0);
+    payload.extend_from_slice(early);
+    let mut msg = vec![0u8; payload.len() + 48];
+    let n = noise.write_message(&payload, &mut msg).unwrap();
+    let mut frame = header.encode().to_vec();
+    frame.put_vec_u16(&msg[..n]);
+    frame
+}
+
+#[test]
+fn client_lying_about_the_record_cannot_decrypt() {
+    // The prologue binds the record's hash: a client that altered any field
+    // (here the early-data limit) derives different keys.
+    let mut r = testing::vector_record();
+    r.body.max_early_data_bytes = 60_000;
+    let liar = VerifiedKeyRecord::dangerous_assume_verified(r);
+    let (_, flight) =
+        ClientHandshake::start(&liar, &ClientParams::default(), REQ, now(), &rng(1)).unwrap();
+    let refusal = accept(&testing::vector_server(), &flight, &mut filter()).unwrap_err();
+    assert_eq!(
+        refusal.error,
+        Error::Handshake(HandshakeError::DecryptFailed)
+    );
+    assert!(refusal.reply.is_none());
+}
+
 #[test]
 fn early_data_limit_is_enforced_on_both_sides() {
     let rec = verified();
@@ -304,32 +358,17 @@ fn early_data_limit_is_enforced_on_both_sides() {
         })
     );
 
-    // A client that lies about the limit: the server still refuses.
-    let mut r = testing::vector_record();
-    r.body.max_early_data_bytes = 60_000;
-    let liar = VerifiedKeyRecord::dangerous_assume_verified(r);
-    let (_, flight) = ClientHandshake::start(
-        &liar,
-        &ClientParams::default(),
-        &vec![b'x'; 30_000],
-        now(),
-        &rng(1),
-    )
-    .unwrap();
+    // A client that ignores the limit (it builds its flight by hand): the
+    // server refuses before decrypting when the message is clearly too big...
+    let flight = raw_flight(&vec![b'x'; 30_000]);
     let refusal = accept(&testing::vector_server(), &flight, &mut filter()).unwrap_err();
     assert!(matches!(
         refusal.error,
         Error::Handshake(HandshakeError::EarlyDataTooLarge { .. })
     ));
-    // Between the exact limit and the pre-decryption bound: refused after decryption.
-    let (_, flight) = ClientHandshake::start(
-        &liar,
-        &ClientParams::default(),
-        &vec![b'x'; 16_400],
-        now(),
-        &rng(2),
-    )
-    .unwrap();
+    // ...and after decrypting when it is between the exact limit and the
+    // pre-decryption bound.
+    let flight = raw_flight(&vec![b'x'; 16_400]);
     let refusal = accept(&testing::vector_server(), &flight, &mut filter()).unwrap_err();
     assert_eq!(
         refusal.error,

@@ -93,6 +93,38 @@ fn every_refusal_has_its_own_error() {
 }
 
 #[test]
+fn long_lived_records_are_refused_even_when_signed() {
+    // A stolen certificate key must not mint records that outlive revocation.
+    let key = testing::semi_static("k");
+    let cert = testing::ecdsa_cert();
+    let mut body = testing::body(&key, &cert);
+    body.not_after = body.not_before + MAX_RECORD_LIFETIME_SECS + 1;
+    let rec = body.sign(&testing::ecdsa_signer(), &sys_rng()).unwrap();
+    assert_eq!(
+        rec.verify(&cert, NAME, now()),
+        Err(RecordError::LifetimeTooLong {
+            lifetime: MAX_RECORD_LIFETIME_SECS + 1,
+            max: MAX_RECORD_LIFETIME_SECS
+        })
+    );
+    let mut body = testing::body(&key, &cert);
+    body.not_after = body.not_before + MAX_RECORD_LIFETIME_SECS;
+    let rec = body.sign(&testing::ecdsa_signer(), &sys_rng()).unwrap();
+    assert!(rec.verify(&cert, NAME, now()).is_ok());
+}
+
+#[test]
+fn txt_with_an_overlong_name_is_an_error_not_a_panic() {
+    // Found in review: a 300-byte name used to overflow the binary length byte.
+    let text = txt_text(&testing::vector_record())
+        .replace("n=www.example.com", &format!("n={}", "a".repeat(300)));
+    assert!(matches!(
+        decode_txt_text(text.as_bytes()),
+        Err(RecordError::Malformed(_))
+    ));
+}
+
+#[test]
 fn tampering_with_any_byte_is_refused() {
     let rec = testing::vector_record();
     let bytes = rec.encode();
