@@ -1,1 +1,29 @@
-//! zrtt transport (being written).
+//! zrtt-net: the tokio shell around the sans-IO core in `zrtt-proto`.
+//!
+//! - [`client`]: the first request in the SYN (TCP Fast Open without
+//!   cookies), encrypted to the server's published key; TLS 1.3 fallback;
+//!   [`client::ZrttStream`] is an async byte stream for hyper;
+//! - [`gateway`]: a reverse proxy serving zrtt and TLS 1.3 on one Fast Open
+//!   port, with address gating, limits and metrics;
+//! - [`gate`]: holding every byte to an unproven address until its TCP
+//!   handshake completes;
+//! - [`token`]: self-issued address tokens;
+//! - [`stream`]: the zrtt channel as `AsyncRead + AsyncWrite`;
+//! - [`tfo`] and [`sys`]: Fast Open sockets and `TCP_INFO`.
+//!
+//! Operational notes are in docs/GATEWAY.md.
+
+#![warn(missing_docs)]
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
+pub mod client;
+pub mod error;
+pub mod gate;
+pub mod gateway;
+pub mod metrics;
+pub mod stream;
+pub mod sys;
+pub mod tfo;
+pub mod token;
+
+pub use error::{Error, Result};

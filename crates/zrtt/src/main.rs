@@ -5,6 +5,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod gateway;
+mod get;
 mod keys;
 mod lab;
 mod util;
@@ -25,6 +27,10 @@ enum Command {
     /// The emulated wide-area lab: network namespaces joined by a delay hub (needs root).
     #[command(subcommand)]
     Lab(lab::LabCommand),
+    /// Serve zrtt and TLS 1.3 on one Fast Open port in front of an HTTP/1.1 backend.
+    Gateway(gateway::GatewayArgs),
+    /// Fetch a URL like curl: zrtt in the SYN when the host has a key, else TLS 1.3.
+    Get(get::GetArgs),
 }
 
 fn main() -> ExitCode {
@@ -32,6 +38,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Keys(cmd) => keys::run(cmd),
         Command::Lab(cmd) => lab::run(cmd),
+        Command::Gateway(args) => gateway::run(args),
+        Command::Get(args) => get::run(args),
     };
     match result {
         Ok(code) => code,

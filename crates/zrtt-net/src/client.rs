@@ -1,0 +1,741 @@
+//! The client: the first request rides in the SYN, encrypted to the key the
+//! server published; TLS 1.3 on the same port when that cannot work.
+//!
+//! [`ZrttStream`] is an `AsyncRead + AsyncWrite` stream for hyper's client
+//! connection: the bytes written before the first flush (one request) become
+//! the early data; the handshake runs at that flush. Only idempotent
+//! requests without a body (GET, HEAD, OPTIONS) travel as early data by
+//! default; any other request goes inside the channel once the server's
+//! reply arrived (one round trip later, already forward secret).
+//!
+//! Order of attempts:
+//! 1. a verified key record from the [`KeySource`] → zrtt, with Fast Open
+//!    unless the [`FastOpenCache`] remembers that the path drops SYN data;
+//!    no SYN-ACK within `syn_timeout` → once more without Fast Open;
+//! 2. a Reject carrying records that verify against the same certificate →
+//!    zrtt again at once, with the fresh key (once);
+//! 3. otherwise (no record, other refusals, no answer) → TLS 1.3 (rustls).
+
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use zrtt_proto::crypto::SecureRandom;
+use zrtt_proto::handshake::{
+    decode_reject_records, ext, read_frame, ClientHandshake, ClientParams, Expect, Frame,
+    RejectReason,
+};
+use zrtt_proto::record::{KeyRecord, VerifiedKeyRecord};
+use zrtt_proto::UnixTime;
+
+use crate::error::{Error, Result};
+use crate::stream::ChannelStream;
+use crate::sys::{self, state};
+use crate::tfo::{self, ConnectMode, FastOpenCache};
+use crate::token::TokenStore;
+
+/// Where a client gets verified key records for a host.
+///
+/// Implementations decide how the signing certificate is trusted (a pinned
+/// certificate, DANE, web PKI) and where records come from (files, DNS).
+pub trait KeySource: Send + Sync {
+    /// A verified record valid at `now` for `host`, or `None` (→ TLS).
+    fn lookup(&self, host: &str, now: UnixTime) -> Option<VerifiedKeyRecord>;
+    /// Verify records a server sent in a refusal with the same trust as
+    /// [`KeySource::lookup`]; returns one to retry with, or `None`.
+    fn verify_retry(
+        &self,
+        host: &str,
+        records: &[KeyRecord],
+        now: UnixTime,
+    ) -> Option<VerifiedKeyRecord>;
+}
+
+/// Records checked against one certificate the caller trusts (e.g. from a
+/// file, or from DNS with TLSA). Records from refusals that verify are kept.
+#[derive(Debug)]
+pub struct CertKeySource {
+    cert_der: Vec<u8>,
+    records: Mutex<Vec<KeyRecord>>,
+}
+
+impl CertKeySource {
+    /// Records signed by the key of the DER certificate `cert_der`.
+    pub fn new(cert_der: Vec<u8>, records: Vec<KeyRecord>) -> Self {
+        Self {
+            cert_der,
+            records: Mutex::new(records),
+        }
+    }
+
+    fn best(&self, host: &str, records: &[KeyRecord], now: UnixTime) -> Option<VerifiedKeyRecord> {
+        records
+            .iter()
+            .filter_map(|r| match r.verify(&self.cert_der, host, now) {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    tracing::debug!("record {:#010x} refused: {e}", r.body.key_id);
+                    None
+                }
+            })
+            .max_by_key(|v| v.body().not_after)
+    }
+}
+
+impl KeySource for CertKeySource {
+    fn lookup(&self, host: &str, now: UnixTime) -> Option<VerifiedKeyRecord> {
+        let records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        self.best(host, &records, now)
+    }
+
+    fn verify_retry(
+        &self,
+        host: &str,
+        records: &[KeyRecord],
+        now: UnixTime,
+    ) -> Option<VerifiedKeyRecord> {
+        let found = self.best(host, records, now)?;
+        let mut mine = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        mine.retain(|r| r.body.key_id != found.body().key_id);
+        mine.push(found.record().clone());
+        Some(found)
+    }
+}
+
+/// Which requests may travel in the first flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EarlyDataPolicy {
+    /// GET, HEAD and OPTIONS without a body (RFC 8470 advice). The default.
+    IdempotentOnly,
+    /// Never: every request waits for the server's reply.
+    Never,
+}
+
+/// How a connection ended up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// zrtt, answered before the TCP handshake completed (about 1 RTT).
+    ZrttEarly,
+    /// zrtt, answered after the TCP handshake completed (about 2 RTT).
+    ZrttGated,
+    /// TLS 1.3 on the same port.
+    TlsFallback,
+}
+
+impl Mode {
+    /// Short name as `zrtt get -w %{zrtt_mode}` prints it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::ZrttEarly => "0rtt-early",
+            Mode::ZrttGated => "0rtt-gated",
+            Mode::TlsFallback => "tls-fallback",
+        }
+    }
+}
+
+/// What happened while connecting, for diagnostics and `-w`.
+#[derive(Clone, Debug)]
+pub struct ConnInfo {
+    /// The path taken.
+    pub mode: Mode,
+    /// Why zrtt was not used or failed (for TLS fallback and retries).
+    pub notes: Vec<String>,
+    /// How the final TCP connection was opened.
+    pub connect_mode: ConnectMode,
+    /// The SYN's data was acknowledged (`TCPI_OPT_SYN_DATA`).
+    pub syn_data_acked: bool,
+    /// The request travelled in the first flight.
+    pub early_data: bool,
+    /// A refusal carried fresh keys and zrtt was retried with them.
+    pub retried_with_fresh_keys: bool,
+    /// Time to the TCP handshake (estimated from `tcpi_rtt` for Fast Open).
+    pub time_connect: Duration,
+    /// Time to the secure channel (zrtt reply or TLS handshake done).
+    pub time_appconnect: Duration,
+    /// Smoothed RTT the kernel measured on the final connection.
+    pub rtt: Duration,
+    /// Round trips spent until the first response byte can arrive
+    /// (protocol count: TCP, TLS, refusals and retries included).
+    pub round_trips: u32,
+    /// The local address of the final connection.
+    pub local_addr: Option<SocketAddr>,
+}
+
+/// Client settings.
+pub struct ClientConfig {
+    /// Key records per host.
+    pub keys: Arc<dyn KeySource>,
+    /// TLS for the fallback (ALPN should be `http/1.1`).
+    pub tls: Arc<rustls::ClientConfig>,
+    /// Send the first flight in the SYN.
+    pub fast_open: bool,
+    /// Destinations where Fast Open failed recently.
+    pub fast_open_cache: Arc<FastOpenCache>,
+    /// Address tokens; `Some` makes the client use Noise IK with a per-server
+    /// static key so that the gateway can issue tokens.
+    pub tokens: Option<Arc<TokenStore>>,
+    /// Which requests go as early data.
+    pub early_data: EarlyDataPolicy,
+    /// Fall back to TLS when zrtt is not possible.
+    pub tls_fallback: bool,
+    /// Bound on TCP connects and TLS handshakes.
+    pub connect_timeout: Duration,
+    /// Without a SYN-ACK after this long, retry without Fast Open.
+    pub syn_timeout: Duration,
+    /// Bound on waiting for the zrtt reply.
+    pub reply_timeout: Duration,
+    /// Randomness for handshakes.
+    pub rng: Arc<dyn SecureRandom>,
+    /// Wall clock for record validity and first-flight timestamps.
+    pub clock: fn() -> UnixTime,
+}
+
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("fast_open", &self.fast_open)
+            .field("early_data", &self.early_data)
+            .field("tls_fallback", &self.tls_fallback)
+            .field("tokens", &self.tokens.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The system clock as [`UnixTime`].
+pub fn system_clock() -> UnixTime {
+    UnixTime::since_epoch(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default(),
+    )
+}
+
+impl ClientConfig {
+    /// Defaults: Fast Open on, idempotent early data, TLS fallback on, no tokens.
+    pub fn new(keys: Arc<dyn KeySource>, tls: Arc<rustls::ClientConfig>) -> Self {
+        Self {
+            keys,
+            tls,
+            fast_open: true,
+            fast_open_cache: Arc::new(FastOpenCache::default()),
+            tokens: None,
+            early_data: EarlyDataPolicy::IdempotentOnly,
+            tls_fallback: true,
+            connect_timeout: Duration::from_secs(10),
+            syn_timeout: Duration::from_millis(1500),
+            reply_timeout: Duration::from_secs(10),
+            rng: Arc::new(ring::rand::SystemRandom::new()),
+            clock: system_clock,
+        }
+    }
+}
+
+/// A rustls client config (ring, TLS 1.3 only, ALPN http/1.1) trusting `roots`.
+pub fn tls_client_config(roots: rustls::RootCertStore) -> Result<Arc<rustls::ClientConfig>> {
+    let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13])?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
+}
+
+/// A host name and the address to reach it at.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// Host name: the key records' name and the TLS server name.
+    pub host: String,
+    /// Address to connect to.
+    pub addr: SocketAddr,
+}
+
+/// An established connection.
+pub enum Conn {
+    /// The zrtt channel.
+    Zrtt(Box<ChannelStream<TcpStream>>),
+    /// TLS 1.3.
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Conn::Zrtt(c) => c.fmt(f),
+            Conn::Tls(_) => f.write_str("Conn::Tls"),
+        }
+    }
+}
+
+/// Whether `request` (HTTP/1.x bytes) may travel as early data under `policy`:
+/// one complete GET/HEAD/OPTIONS head without a body.
+pub fn early_eligible(request: &[u8], policy: EarlyDataPolicy) -> bool {
+    if policy == EarlyDataPolicy::Never {
+        return false;
+    }
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut req = httparse::Request::new(&mut headers);
+    match req.parse(request) {
+        Ok(httparse::Status::Complete(n)) if n == request.len() => {}
+        _ => return false,
+    }
+    if !matches!(req.method, Some("GET" | "HEAD" | "OPTIONS")) {
+        return false;
+    }
+    req.headers.iter().all(|h| {
+        !(h.name.eq_ignore_ascii_case("transfer-encoding")
+            || (h.name.eq_ignore_ascii_case("content-length") && h.value.trim_ascii() != b"0"))
+    })
+}
+
+// One value per connection attempt, moved once: size does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Attempt {
+    Done(Conn, ConnInfo),
+    Rejected(RejectReason, Vec<u8>, u32),
+    SynTimeout,
+}
+
+/// Connect to `target` and send `request` (one HTTP/1.x request's bytes):
+/// zrtt if possible, else TLS. Returns the connection (positioned after the
+/// request) and what happened.
+pub async fn establish(
+    cfg: &ClientConfig,
+    target: &Target,
+    request: &[u8],
+) -> Result<(Conn, ConnInfo)> {
+    let t0 = Instant::now();
+    let now = (cfg.clock)();
+    let mut notes = Vec::new();
+    let mut spent = 0u32;
+    let mut retried = false;
+    let mut record = cfg.keys.lookup(&target.host, now);
+    if record.is_none() {
+        notes.push("no valid key record".to_owned());
+    }
+    let mut fast_open = cfg.fast_open && cfg.fast_open_cache.allowed(target.addr, t0);
+    while let Some(rec) = record.take() {
+        match attempt_zrtt(cfg, target, &rec, request, fast_open, t0).await {
+            Ok(Attempt::Done(conn, mut info)) => {
+                info.round_trips += spent;
+                info.retried_with_fresh_keys = retried;
+                info.notes.splice(0..0, notes);
+                return Ok((conn, info));
+            }
+            Ok(Attempt::SynTimeout) => {
+                notes.push("no SYN-ACK to SYN data; retrying without Fast Open".into());
+                cfg.fast_open_cache.block(target.addr, Instant::now());
+                fast_open = false;
+                spent += 1;
+                record = Some(rec);
+            }
+            Ok(Attempt::Rejected(reason, records, rts)) => {
+                spent += rts;
+                notes.push(format!("server refused the first flight: {reason}"));
+                if retried || records.is_empty() {
+                    continue;
+                }
+                let fresh = decode_reject_records(&records)
+                    .ok()
+                    .and_then(|r| cfg.keys.verify_retry(&target.host, &r, (cfg.clock)()));
+                match fresh {
+                    Some(r) => {
+                        retried = true;
+                        record = Some(r);
+                    }
+                    None => notes.push("records in the refusal did not verify".into()),
+                }
+            }
+            Err(e) => {
+                notes.push(format!("zrtt failed: {e}"));
+                spent += 1;
+            }
+        }
+    }
+    if !cfg.tls_fallback {
+        return Err(Error::Config(format!(
+            "zrtt not possible and TLS fallback disabled ({})",
+            notes.join("; ")
+        )));
+    }
+    let (conn, mut info) = tls_connect(cfg, target, request, t0).await?;
+    info.round_trips += spent;
+    info.retried_with_fresh_keys = retried;
+    info.notes.splice(0..0, notes);
+    Ok((conn, info))
+}
+
+/// The local address the kernel would use towards `dest` (no packet sent).
+fn local_ip_towards(dest: SocketAddr) -> Option<IpAddr> {
+    let bind: SocketAddr = if dest.is_ipv4() {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let s = std::net::UdpSocket::bind(bind).ok()?;
+    s.connect(dest).ok()?;
+    s.local_addr().ok().map(|a| a.ip())
+}
+
+async fn attempt_zrtt(
+    cfg: &ClientConfig,
+    target: &Target,
+    rec: &VerifiedKeyRecord,
+    request: &[u8],
+    fast_open: bool,
+    t0: Instant,
+) -> Result<Attempt> {
+    let early = early_eligible(request, cfg.early_data)
+        && request.len() <= rec.body().max_early_data_bytes as usize;
+    let mut params = ClientParams::default();
+    params.extensions.set(ext::ALPN, b"http/1.1".to_vec());
+    if let Some(store) = &cfg.tokens {
+        params.static_key = Some(store.static_key(&target.host, cfg.rng.as_ref())?);
+        if let Some(tok) =
+            local_ip_towards(target.addr).and_then(|ip| store.token(&target.host, ip))
+        {
+            params.extensions.set(ext::ADDRESS_TOKEN, tok);
+        }
+    } else if rec.body().flags.client_auth_required() {
+        params.static_key = Some(zrtt_proto::crypto::X25519KeyPair::generate(
+            cfg.rng.as_ref(),
+        )?);
+    }
+    let early_data: &[u8] = if early { request } else { &[] };
+    let (hs, flight) =
+        ClientHandshake::start(rec, &params, early_data, (cfg.clock)(), cfg.rng.as_ref())?;
+    let (mut tcp, cmode) =
+        tfo::connect_with_data(target.addr, &flight, fast_open, cfg.connect_timeout).await?;
+
+    // Read the reply; meanwhile watch for a SYN-ACK that never comes.
+    let mut buf = Vec::with_capacity(4096);
+    let watch_fd = std::os::fd::AsFd::as_fd(&tcp)
+        .try_clone_to_owned()
+        .map_err(Error::io("dup"))?;
+    let syn_watch = async move {
+        tokio::time::sleep(cfg.syn_timeout).await;
+        match sys::tcp_info(std::os::fd::AsFd::as_fd(&watch_fd)) {
+            Ok(i) if i.state == state::SYN_SENT && cmode == ConnectMode::FastOpen => {}
+            _ => std::future::pending::<()>().await,
+        }
+    };
+    tokio::pin!(syn_watch);
+    let deadline = tokio::time::Instant::now() + cfg.reply_timeout;
+    let used = loop {
+        match read_frame(&buf, Expect::ReplyOrReject) {
+            Ok(Some((_, used))) => break used,
+            Ok(None) => {}
+            Err(_) => return Err(Error::Protocol("malformed reply")),
+        }
+        if buf.len() > 3 + 65535 {
+            return Err(Error::Protocol("oversized reply"));
+        }
+        let mut chunk = [0u8; 16 * 1024];
+        let n = tokio::select! {
+            r = tcp.read(&mut chunk) => r.map_err(|e| match e.kind() {
+                io::ErrorKind::ConnectionReset => Error::NoAnswer,
+                _ => Error::io("reading reply")(e),
+            })?,
+            () = &mut syn_watch => return Ok(Attempt::SynTimeout),
+            () = tokio::time::sleep_until(deadline) => return Err(Error::Timeout("zrtt reply")),
+        };
+        if n == 0 {
+            return Err(Error::NoAnswer);
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let t_reply = t0.elapsed();
+    let info = tfo::stream_info(&tcp).map_err(Error::io("TCP_INFO"))?;
+    let rtt = Duration::from_micros(u64::from(info.rtt_us));
+    let syn_data_acked = info.syn_data();
+    if cmode == ConnectMode::FastOpen && !syn_data_acked {
+        // The path or the server ignored the SYN's data: do not try again for a while.
+        cfg.fast_open_cache.block(target.addr, Instant::now());
+    }
+    let frame = match read_frame(&buf[..used], Expect::ReplyOrReject) {
+        Ok(Some((f, _))) => f,
+        _ => return Err(Error::Protocol("malformed reply")),
+    };
+    // One RTT if the answer came with the SYN-ACK, two if it waited for our ACK.
+    let answered_early = syn_data_acked && t_reply.as_secs_f64() < rtt.as_secs_f64() * 1.5;
+    let reply_rts = if answered_early { 1 } else { 2 };
+    let reply = match frame {
+        Frame::Reject { reason, records } => {
+            return Ok(Attempt::Rejected(reason, records.to_vec(), reply_rts))
+        }
+        other => hs.handle_reply(&other)?,
+    };
+    let leftover = buf[used..].to_vec();
+    let mut stream = ChannelStream::new(tcp, reply.channel, reply.data, leftover, Vec::new());
+    let local_addr = stream.get_ref().local_addr().ok();
+    if let (Some(store), Some(local)) = (cfg.tokens.clone(), local_addr) {
+        let host = target.host.clone();
+        stream.on_token(Box::new(move |t| store.put(&host, local.ip(), t)));
+    }
+    stream
+        .process_buffered()
+        .map_err(Error::io("reading after the reply"))?;
+    if !early {
+        stream
+            .write_all(request)
+            .await
+            .map_err(Error::io("sending request"))?;
+        stream.flush().await.map_err(Error::io("sending request"))?;
+    }
+    let info = ConnInfo {
+        mode: if answered_early {
+            Mode::ZrttEarly
+        } else {
+            Mode::ZrttGated
+        },
+        notes: Vec::new(),
+        connect_mode: cmode,
+        syn_data_acked,
+        early_data: early,
+        retried_with_fresh_keys: false,
+        time_connect: if cmode == ConnectMode::FastOpen {
+            rtt.min(t_reply)
+        } else {
+            t_reply.saturating_sub(rtt)
+        },
+        time_appconnect: t_reply,
+        rtt,
+        round_trips: reply_rts + u32::from(!early),
+        local_addr,
+    };
+    Ok(Attempt::Done(Conn::Zrtt(Box::new(stream)), info))
+}
+
+async fn tls_connect(
+    cfg: &ClientConfig,
+    target: &Target,
+    request: &[u8],
+    t0: Instant,
+) -> Result<(Conn, ConnInfo)> {
+    let tcp = tokio::time::timeout(cfg.connect_timeout, TcpStream::connect(target.addr))
+        .await
+        .map_err(|_| Error::Timeout("connect"))?
+        .map_err(Error::io("connect"))?;
+    tcp.set_nodelay(true).map_err(Error::io("TCP_NODELAY"))?;
+    let time_connect = t0.elapsed();
+    let name = pki_types::ServerName::try_from(target.host.clone())
+        .map_err(|_| Error::Config(format!("{:?} is not a valid server name", target.host)))?;
+    let connector = tokio_rustls::TlsConnector::from(cfg.tls.clone());
+    let mut tls = tokio::time::timeout(cfg.connect_timeout, connector.connect(name, tcp))
+        .await
+        .map_err(|_| Error::Timeout("TLS handshake"))?
+        .map_err(|e| match e.downcast::<rustls::Error>() {
+            Ok(t) => Error::Tls(t),
+            Err(io) => Error::io("TLS handshake")(io),
+        })?;
+    let time_appconnect = t0.elapsed();
+    tls.write_all(request)
+        .await
+        .map_err(Error::io("sending request"))?;
+    tls.flush().await.map_err(Error::io("sending request"))?;
+    let (tcp_ref, _) = tls.get_ref();
+    let rtt = tfo::stream_info(tcp_ref)
+        .map(|i| Duration::from_micros(u64::from(i.rtt_us)))
+        .unwrap_or_default();
+    let local_addr = tcp_ref.local_addr().ok();
+    let info = ConnInfo {
+        mode: Mode::TlsFallback,
+        notes: Vec::new(),
+        connect_mode: ConnectMode::Plain,
+        syn_data_acked: false,
+        early_data: false,
+        retried_with_fresh_keys: false,
+        time_connect,
+        time_appconnect,
+        rtt,
+        round_trips: 3,
+        local_addr,
+    };
+    Ok((Conn::Tls(Box::new(tls)), info))
+}
+
+type Establishing = Pin<Box<dyn Future<Output = Result<(Conn, ConnInfo)>> + Send>>;
+
+// One per connection; boxing the connection would add a pointer chase per read.
+#[allow(clippy::large_enum_variant)]
+enum StreamState {
+    Buffering {
+        cfg: Arc<ClientConfig>,
+        target: Target,
+        buf: Vec<u8>,
+    },
+    Connecting(Establishing),
+    Ready(Conn),
+    Failed(io::ErrorKind, String),
+}
+
+/// Shared view of a [`ZrttStream`]'s [`ConnInfo`], filled once connected.
+pub type ConnInfoHandle = Arc<Mutex<Option<ConnInfo>>>;
+
+/// A lazily connecting client stream for hyper (see the module docs).
+pub struct ZrttStream {
+    state: StreamState,
+    info: ConnInfoHandle,
+    read_waker: Option<Waker>,
+}
+
+impl std::fmt::Debug for ZrttStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZrttStream").finish_non_exhaustive()
+    }
+}
+
+/// Largest request head buffered before the handshake.
+const MAX_BUFFERED_REQUEST: usize = 64 * 1024;
+
+impl ZrttStream {
+    /// A stream to `target`; nothing is sent until the first flush.
+    pub fn new(cfg: Arc<ClientConfig>, target: Target) -> Self {
+        Self {
+            state: StreamState::Buffering {
+                cfg,
+                target,
+                buf: Vec::new(),
+            },
+            info: Arc::new(Mutex::new(None)),
+            read_waker: None,
+        }
+    }
+
+    /// What happened while connecting (`None` until connected).
+    pub fn info(&self) -> ConnInfoHandle {
+        self.info.clone()
+    }
+
+    fn start(&mut self) {
+        if let StreamState::Buffering { cfg, target, buf } = &mut self.state {
+            let cfg = cfg.clone();
+            let target = target.clone();
+            let request = std::mem::take(buf);
+            self.state = StreamState::Connecting(Box::pin(async move {
+                establish(&cfg, &target, &request).await
+            }));
+        }
+    }
+
+    /// Drive the handshake; `Ready(Ok)` once the connection is usable.
+    fn poll_connected(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.state {
+            StreamState::Buffering { .. } => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "nothing written yet",
+            ))),
+            StreamState::Connecting(fut) => match fut.as_mut().poll(cx) {
+                Poll::Pending => Poll::Pending,
+                Poll::Ready(Ok((conn, info))) => {
+                    *self.info.lock().unwrap_or_else(|p| p.into_inner()) = Some(info);
+                    self.state = StreamState::Ready(conn);
+                    if let Some(w) = self.read_waker.take() {
+                        w.wake();
+                    }
+                    Poll::Ready(Ok(()))
+                }
+                Poll::Ready(Err(e)) => {
+                    let e = io::Error::from(e);
+                    self.state = StreamState::Failed(e.kind(), e.to_string());
+                    if let Some(w) = self.read_waker.take() {
+                        w.wake();
+                    }
+                    Poll::Ready(Err(e))
+                }
+            },
+            StreamState::Ready(_) => Poll::Ready(Ok(())),
+            StreamState::Failed(kind, msg) => Poll::Ready(Err(io::Error::new(*kind, msg.clone()))),
+        }
+    }
+}
+
+macro_rules! conn_call {
+    ($conn:expr, $method:ident, $cx:expr $(, $arg:expr)*) => {
+        match $conn {
+            Conn::Zrtt(s) => Pin::new(s.as_mut()).$method($cx $(, $arg)*),
+            Conn::Tls(s) => Pin::new(s.as_mut()).$method($cx $(, $arg)*),
+        }
+    };
+}
+
+impl AsyncRead for ZrttStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if matches!(this.state, StreamState::Buffering { .. }) {
+            this.read_waker = Some(cx.waker().clone());
+            return Poll::Pending;
+        }
+        std::task::ready!(this.poll_connected(cx))?;
+        match &mut this.state {
+            StreamState::Ready(conn) => conn_call!(conn, poll_read, cx, buf),
+            _ => Poll::Ready(Err(io::ErrorKind::NotConnected.into())),
+        }
+    }
+}
+
+impl AsyncWrite for ZrttStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if let StreamState::Buffering { buf, .. } = &mut this.state {
+            if buf.len() + data.len() <= MAX_BUFFERED_REQUEST {
+                buf.extend_from_slice(data);
+                return Poll::Ready(Ok(data.len()));
+            }
+            this.start();
+        }
+        std::task::ready!(this.poll_connected(cx))?;
+        match &mut this.state {
+            StreamState::Ready(conn) => conn_call!(conn, poll_write, cx, data),
+            _ => Poll::Ready(Err(io::ErrorKind::NotConnected.into())),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if let StreamState::Buffering { buf, .. } = &this.state {
+            if buf.is_empty() {
+                return Poll::Ready(Ok(()));
+            }
+            this.start();
+        }
+        std::task::ready!(this.poll_connected(cx))?;
+        match &mut this.state {
+            StreamState::Ready(conn) => conn_call!(conn, poll_flush, cx),
+            _ => Poll::Ready(Err(io::ErrorKind::NotConnected.into())),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if matches!(this.state, StreamState::Buffering { .. }) {
+            return Poll::Ready(Ok(()));
+        }
+        std::task::ready!(this.poll_connected(cx))?;
+        match &mut this.state {
+            StreamState::Ready(conn) => conn_call!(conn, poll_shutdown, cx),
+            _ => Poll::Ready(Err(io::ErrorKind::NotConnected.into())),
+        }
+    }
+}
+
+/// Whether the socket under an established connection finished its TCP handshake.
+pub fn handshake_done(tcp: &TcpStream) -> bool {
+    sys::tcp_info(std::os::fd::AsFd::as_fd(tcp)).is_ok_and(|i| i.state == state::ESTABLISHED)
+}

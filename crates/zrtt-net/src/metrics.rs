@@ -1,0 +1,88 @@
+//! Gateway counters: lock-free, rendered as `name value` lines
+//! (Prometheus text format without types).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+macro_rules! counters {
+    ($($(#[doc = $doc:literal])* $name:ident,)*) => {
+        /// Gateway counters since start.
+        #[derive(Debug, Default)]
+        pub struct Metrics {
+            $($(#[doc = $doc])* pub $name: AtomicU64,)*
+        }
+
+        impl Metrics {
+            /// All counters as (name, value).
+            pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($name), self.$name.load(Ordering::Relaxed)),)*]
+            }
+        }
+    };
+}
+
+counters! {
+    /// Connections accepted.
+    connections,
+    /// zrtt first flights read.
+    zrtt_flights,
+    /// First flights that authenticated and passed every check.
+    zrtt_accepted,
+    /// Replies sent without waiting for the TCP handshake (proven address).
+    zrtt_answered_early,
+    /// Of those, replies sent while the socket was still SYN_RECV.
+    zrtt_answered_in_syn_recv,
+    /// Replies held until the TCP handshake completed (unproven address).
+    zrtt_answered_gated,
+    /// Refusals answered with a Reject frame (after gating).
+    zrtt_rejects_sent,
+    /// First flights that failed to authenticate or parse: no answer at all.
+    zrtt_silent_drops,
+    /// Reject Busy sent (hard limits).
+    zrtt_busy,
+    /// Flights forced onto the gated path by soft limits.
+    zrtt_forced_gating,
+    /// Connections dropped because the handshake did not complete in time.
+    gate_timeouts,
+    /// Replies to proven addresses cut at 3x the bytes received until the handshake completed.
+    amplification_holds,
+    /// TLS connections.
+    tls_connections,
+    /// Connections that were neither zrtt nor TLS (closed).
+    other_refused,
+    /// HTTP requests forwarded to the backend.
+    requests,
+    /// Of those, requests that arrived as early data (sent with `Early-Data: 1`).
+    early_requests,
+    /// Backend 425 Too Early answers retried after the handshake.
+    backend_425_retries,
+    /// 502 answers (backend unreachable or failed).
+    backend_errors,
+    /// 504 answers (backend too slow).
+    backend_timeouts,
+    /// Address tokens issued.
+    tokens_issued,
+    /// First flights answered early because of a valid token.
+    tokens_accepted,
+    /// Tokens presented but refused (expired, other address or key, forged).
+    tokens_refused,
+}
+
+impl Metrics {
+    /// Add one to a counter.
+    pub fn inc(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Text form: one `zrtt_gateway_<name> <value>` line per counter.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for (name, value) in self.snapshot() {
+            out.push_str("zrtt_gateway_");
+            out.push_str(name);
+            out.push(' ');
+            out.push_str(&value.to_string());
+            out.push('\n');
+        }
+        out
+    }
+}

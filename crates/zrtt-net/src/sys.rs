@@ -1,0 +1,94 @@
+//! The few raw socket options zrtt needs that `socket2` does not wrap:
+//! TCP Fast Open without cookies and `TCP_INFO`.
+//!
+//! This is the only module of the crate allowed to use `unsafe`; every
+//! `unsafe` block carries a SAFETY comment.
+#![allow(unsafe_code)]
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+/// `TCP_FASTOPEN` (listener: queue length of pending Fast Open requests).
+pub const TCP_FASTOPEN: libc::c_int = 23;
+/// `TCP_FASTOPEN_CONNECT`: `connect` returns at once, the first write goes into the SYN.
+pub const TCP_FASTOPEN_CONNECT: libc::c_int = 30;
+/// `TCP_FASTOPEN_NO_COOKIE`: send (client) or accept (listener) SYN data without a cookie.
+pub const TCP_FASTOPEN_NO_COOKIE: libc::c_int = 34;
+/// `TCPI_OPT_SYN_DATA`: the SYN's data was acknowledged (client) or accepted (server).
+pub const TCPI_OPT_SYN_DATA: u8 = 0x20;
+
+/// TCP states as `TCP_INFO` reports them (`include/net/tcp_states.h`).
+pub mod state {
+    /// Handshake complete.
+    pub const ESTABLISHED: u8 = 1;
+    /// Client sent its SYN, no SYN-ACK yet.
+    pub const SYN_SENT: u8 = 2;
+    /// Server: SYN received (a Fast Open child socket before the final ACK).
+    pub const SYN_RECV: u8 = 3;
+    /// Closed (reset or never connected).
+    pub const CLOSE: u8 = 7;
+}
+
+/// The parts of `struct tcp_info` zrtt reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcpInfo {
+    /// `tcpi_state`, see [`state`].
+    pub state: u8,
+    /// `tcpi_options` bits (`TCPI_OPT_*`).
+    pub options: u8,
+    /// Smoothed RTT in microseconds (`tcpi_rtt`).
+    pub rtt_us: u32,
+}
+
+impl TcpInfo {
+    /// The SYN carried data that the peer acknowledged (client) or accepted (server).
+    pub fn syn_data(&self) -> bool {
+        self.options & TCPI_OPT_SYN_DATA != 0
+    }
+}
+
+/// Set an integer `IPPROTO_TCP` option.
+pub fn set_tcp_int(fd: BorrowedFd<'_>, opt: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    // SAFETY: `fd` is a valid open descriptor for the lifetime of the borrow;
+    // we pass a pointer to a live c_int and its exact size.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            opt,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Read `TCP_INFO`.
+pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<TcpInfo> {
+    // SAFETY: tcp_info is a plain struct of integers, so all-zero is valid.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `fd` is valid for the borrow; `info` is a live, writable buffer
+    // of `len` bytes and the kernel writes at most `len` bytes into it.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(TcpInfo {
+        state: info.tcpi_state,
+        options: info.tcpi_options,
+        rtt_us: info.tcpi_rtt,
+    })
+}

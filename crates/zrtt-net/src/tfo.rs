@@ -1,0 +1,198 @@
+//! TCP Fast Open without cookies: the client connect that puts the first
+//! flight into the SYN, the Fast Open listener, and the client's memory of
+//! destinations whose path drops SYN data.
+//!
+//! Kernel settings: `net.ipv4.tcp_fastopen` is per network namespace. The
+//! client needs bit 0x1 (default); the server needs bit 0x2 (so 3 in total).
+//! Cookieless operation comes from the `TCP_FASTOPEN_NO_COOKIE` socket option
+//! on both sides, so bits 0x4 and 0x200 are not needed.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::error::{Error, Result};
+use crate::sys;
+
+/// How a connection was opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnectMode {
+    /// `TCP_FASTOPEN_CONNECT` + `TCP_FASTOPEN_NO_COOKIE`: the first write rode in the SYN
+    /// (if the kernel and the path allowed it; check `TCP_INFO` afterwards).
+    FastOpen,
+    /// An ordinary connect; the first bytes follow the handshake.
+    Plain,
+}
+
+/// Open a TCP connection to `addr` and send `first` as its first bytes.
+///
+/// With `fast_open`, the bytes go into the SYN (`TCP_FASTOPEN_CONNECT`,
+/// cookieless); if the kernel refuses the options, this silently uses an
+/// ordinary connect. Returns the stream and how it was opened. Does not
+/// wait for the handshake: with Fast Open the SYN is in flight on return.
+pub async fn connect_with_data(
+    addr: SocketAddr,
+    first: &[u8],
+    fast_open: bool,
+    connect_timeout: Duration,
+) -> Result<(TcpStream, ConnectMode)> {
+    if fast_open {
+        match fast_open_socket(addr) {
+            Ok(sock) => {
+                let sent = match sock.connect(&addr.into()) {
+                    Ok(()) => send_nonblocking(&sock, first)?,
+                    Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => 0,
+                    Err(e) => return Err(Error::io("connect")(e)),
+                };
+                let std: std::net::TcpStream = sock.into();
+                let mut tcp = TcpStream::from_std(std).map_err(Error::io("registering socket"))?;
+                if sent < first.len() {
+                    tokio::time::timeout(connect_timeout, tcp.write_all(&first[sent..]))
+                        .await
+                        .map_err(|_| Error::Timeout("connect"))?
+                        .map_err(Error::io("write"))?;
+                }
+                return Ok((tcp, ConnectMode::FastOpen));
+            }
+            Err(e) => tracing::debug!("fast open unavailable ({e}); plain connect"),
+        }
+    }
+    let mut tcp = tokio::time::timeout(connect_timeout, TcpStream::connect(addr))
+        .await
+        .map_err(|_| Error::Timeout("connect"))?
+        .map_err(Error::io("connect"))?;
+    tcp.set_nodelay(true).map_err(Error::io("TCP_NODELAY"))?;
+    tcp.write_all(first).await.map_err(Error::io("write"))?;
+    Ok((tcp, ConnectMode::Plain))
+}
+
+fn fast_open_socket(addr: SocketAddr) -> io::Result<Socket> {
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    sock.set_nonblocking(true)?;
+    sock.set_tcp_nodelay(true)?;
+    sys::set_tcp_int(sock.as_fd(), sys::TCP_FASTOPEN_CONNECT, 1)?;
+    sys::set_tcp_int(sock.as_fd(), sys::TCP_FASTOPEN_NO_COOKIE, 1)?;
+    Ok(sock)
+}
+
+/// `send` on a non-blocking Fast Open socket: copies what fits into the SYN
+/// and returns how much; 0 when the kernel wants us to wait.
+fn send_nonblocking(sock: &Socket, data: &[u8]) -> Result<usize> {
+    match sock.send(data) {
+        Ok(n) => Ok(n),
+        Err(e)
+            if e.kind() == io::ErrorKind::WouldBlock
+                || e.raw_os_error() == Some(libc::EINPROGRESS) =>
+        {
+            Ok(0)
+        }
+        Err(e) => Err(Error::io("send in SYN")(e)),
+    }
+}
+
+/// Settings of a gateway's listening socket.
+#[derive(Clone, Copy, Debug)]
+pub struct ListenOptions {
+    /// `listen()` backlog.
+    pub backlog: i32,
+    /// Fast Open queue length (`TCP_FASTOPEN`); 0 disables Fast Open.
+    pub fast_open_queue: i32,
+}
+
+impl Default for ListenOptions {
+    fn default() -> Self {
+        Self {
+            backlog: 1024,
+            fast_open_queue: 1024,
+        }
+    }
+}
+
+/// Bind a listener; with Fast Open it accepts cookieless SYN data (the
+/// namespace's `net.ipv4.tcp_fastopen` must still have bit 0x2).
+/// Returns the listener and whether Fast Open options were accepted.
+pub fn bind_listener(addr: SocketAddr, opts: ListenOptions) -> Result<(TcpListener, bool)> {
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+        .map_err(Error::io("socket"))?;
+    sock.set_reuse_address(true)
+        .map_err(Error::io("SO_REUSEADDR"))?;
+    sock.set_nonblocking(true)
+        .map_err(Error::io("O_NONBLOCK"))?;
+    sock.bind(&addr.into()).map_err(Error::io("bind"))?;
+    let mut fast_open = false;
+    if opts.fast_open_queue > 0 {
+        fast_open = sys::set_tcp_int(sock.as_fd(), sys::TCP_FASTOPEN, opts.fast_open_queue)
+            .and_then(|()| sys::set_tcp_int(sock.as_fd(), sys::TCP_FASTOPEN_NO_COOKIE, 1))
+            .map_err(|e| tracing::warn!("listener without Fast Open: {e}"))
+            .is_ok();
+    }
+    sock.listen(opts.backlog).map_err(Error::io("listen"))?;
+    let std: std::net::TcpListener = sock.into();
+    let listener = TcpListener::from_std(std).map_err(Error::io("registering listener"))?;
+    Ok((listener, fast_open))
+}
+
+/// `net.ipv4.tcp_fastopen` of the current network namespace, if readable.
+pub fn fast_open_sysctl() -> Option<u32> {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_fastopen")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Destinations whose path lost or ignored SYN data, remembered for a while
+/// so later connections go without Fast Open.
+#[derive(Debug)]
+pub struct FastOpenCache {
+    ttl: Duration,
+    max_entries: usize,
+    blocked: Mutex<HashMap<SocketAddr, Instant>>,
+}
+
+impl FastOpenCache {
+    /// A cache remembering each failure for `ttl`.
+    pub fn new(ttl: Duration) -> Self {
+        Self {
+            ttl,
+            max_entries: 4096,
+            blocked: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Whether Fast Open should be tried towards `addr` at `now`.
+    pub fn allowed(&self, addr: SocketAddr, now: Instant) -> bool {
+        let map = self.blocked.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(&addr).is_none_or(|until| *until <= now)
+    }
+
+    /// Remember that Fast Open to `addr` failed at `now`.
+    pub fn block(&self, addr: SocketAddr, now: Instant) {
+        let mut map = self.blocked.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= self.max_entries {
+            map.retain(|_, until| *until > now);
+            if map.len() >= self.max_entries {
+                map.clear();
+            }
+        }
+        map.insert(addr, now + self.ttl);
+    }
+}
+
+impl Default for FastOpenCache {
+    fn default() -> Self {
+        Self::new(Duration::from_secs(600))
+    }
+}
+
+/// `TCP_INFO` of a tokio stream.
+pub fn stream_info(tcp: &TcpStream) -> io::Result<sys::TcpInfo> {
+    sys::tcp_info(tcp.as_fd())
+}

@@ -1,0 +1,301 @@
+//! Shared test harness: an in-process backend, a gateway on 127.0.0.1:0
+//! and a hyper client over `ZrttStream`.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use pki_types::pem::PemObject;
+use zrtt_net::client::{
+    tls_client_config, CertKeySource, ClientConfig, ConnInfo, Target, ZrttStream,
+};
+use zrtt_net::gateway::{tls_server_config, Gateway, GatewayConfig, IpNet, Limits, Timeouts};
+use zrtt_net::metrics::Metrics;
+use zrtt_net::tfo::ListenOptions;
+use zrtt_net::token::TokenKey;
+use zrtt_proto::crypto::X25519KeyPair;
+use zrtt_proto::handshake::{ServerConfig, ServerKey};
+use zrtt_proto::record::KeyRecord;
+use zrtt_proto::replay::{BloomReplayFilter, ReplayConfig};
+use zrtt_proto::testing;
+
+pub const HOST: &str = "www.example.com";
+const CA_PEM: &str = include_str!("../../../zrtt-proto/tests/data/ed25519-ca.pem");
+const CERT_PEM: &str = include_str!("../../../zrtt-proto/tests/data/ed25519-cert.pem");
+const KEY_PEM: &str = include_str!("../../../zrtt-proto/tests/data/ed25519-cert.key");
+
+pub fn now_secs() -> u64 {
+    zrtt_net::client::system_clock().as_secs()
+}
+
+/// A record for a semi-static key derived from `label`, valid now, signed by the test cert.
+pub fn record(label: &str, max_early: u32) -> (KeyRecord, X25519KeyPair) {
+    let key = testing::semi_static(label);
+    let mut body = testing::body(&key, &testing::ed25519_cert());
+    body.not_before = now_secs() - 60;
+    body.not_after = now_secs() + 3600;
+    body.max_early_data_bytes = max_early;
+    let rec = body
+        .sign(&testing::ed25519_signer(), &ring::rand::SystemRandom::new())
+        .unwrap();
+    (rec, key)
+}
+
+pub fn server_keys(keys: &[(KeyRecord, X25519KeyPair)]) -> ServerConfig {
+    ServerConfig::new(
+        keys.iter()
+            .map(|(r, k)| ServerKey::new(r.clone(), k.clone()).unwrap())
+            .collect(),
+    )
+    .unwrap()
+}
+
+/// Backend: echoes path and Early-Data; `/425` answers 425 to early requests;
+/// `/slow` waits 3 s; `/big` answers 100,000 bytes.
+pub async fn start_backend() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let seen2 = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let seen = seen2.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                    let seen = seen.clone();
+                    async move {
+                        let early = req
+                            .headers()
+                            .get("early-data")
+                            .map(|v| v.to_str().unwrap_or("?").to_owned())
+                            .unwrap_or_else(|| "-".into());
+                        let path = req.uri().path().to_owned();
+                        let method = req.method().to_string();
+                        let body = req.into_body().collect().await.unwrap().to_bytes();
+                        seen.lock()
+                            .unwrap()
+                            .push(format!("{method} {path} early={early}"));
+                        if path == "/slow" {
+                            tokio::time::sleep(Duration::from_secs(3)).await;
+                        }
+                        let (status, text) = if path == "/big" {
+                            (StatusCode::OK, "x".repeat(100_000))
+                        } else if path == "/425" && early == "1" {
+                            (StatusCode::TOO_EARLY, "too early".to_owned())
+                        } else {
+                            (
+                                StatusCode::OK,
+                                format!("{method} {path} early={early} body={}", body.len()),
+                            )
+                        };
+                        let mut r = Response::new(Full::new(Bytes::from(text)));
+                        *r.status_mut() = status;
+                        Ok::<_, std::convert::Infallible>(r)
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tcp), svc)
+                    .await;
+            });
+        }
+    });
+    (addr, seen)
+}
+
+pub struct GatewayOpts {
+    pub keys: Vec<(KeyRecord, X25519KeyPair)>,
+    pub backend: Option<SocketAddr>,
+    pub trusted: Vec<IpNet>,
+    pub tokens: bool,
+    pub limits: Limits,
+    pub timeouts: Timeouts,
+    pub addr: SocketAddr,
+}
+
+impl Default for GatewayOpts {
+    fn default() -> Self {
+        Self {
+            keys: vec![record("zrtt test key 1", 16384)],
+            backend: None,
+            trusted: Vec::new(),
+            tokens: false,
+            limits: Limits::default(),
+            timeouts: Timeouts {
+                backend_response: Duration::from_secs(1),
+                ..Timeouts::default()
+            },
+            addr: "127.0.0.1:0".parse().unwrap(),
+        }
+    }
+}
+
+pub struct Env {
+    pub addr: SocketAddr,
+    pub metrics: Arc<Metrics>,
+    pub seen: Arc<Mutex<Vec<String>>>,
+    pub records: Vec<KeyRecord>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Env {
+    pub async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
+        }
+    }
+
+    pub fn metric(&self, name: &str) -> u64 {
+        self.metrics
+            .snapshot()
+            .into_iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v)
+            .unwrap()
+    }
+}
+
+pub fn token_key() -> Arc<TokenKey> {
+    Arc::new(TokenKey::new(&[7u8; 32], Duration::from_secs(3600)))
+}
+
+pub async fn start_gateway(opts: GatewayOpts) -> Env {
+    let (backend, seen) = match opts.backend {
+        Some(b) => (b, Arc::new(Mutex::new(Vec::new()))),
+        None => start_backend().await,
+    };
+    let chain = vec![pki_types::CertificateDer::from_pem_slice(CERT_PEM.as_bytes()).unwrap()];
+    let key = pki_types::PrivateKeyDer::from_pem_slice(KEY_PEM.as_bytes()).unwrap();
+    let mut secret = [0u8; 32];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret).unwrap();
+    let records = opts.keys.iter().map(|(r, _)| r.clone()).collect();
+    let cfg = GatewayConfig {
+        keys: Arc::new(RwLock::new(server_keys(&opts.keys))),
+        tls: tls_server_config(chain, key).unwrap(),
+        backend,
+        // Started a few seconds in the past so that flights are accepted at
+        // once (the filter refuses `max_future` after its start).
+        replay: Arc::new(Mutex::new(BloomReplayFilter::new(
+            ReplayConfig {
+                capacity: 1 << 12,
+                ..ReplayConfig::default()
+            },
+            secret,
+            zrtt_net::client::system_clock().saturating_sub(Duration::from_secs(5)),
+        ))),
+        tokens: opts.tokens.then(token_key),
+        trusted_networks: opts.trusted,
+        listen: ListenOptions::default(),
+        limits: opts.limits,
+        timeouts: opts.timeouts,
+        rng: Arc::new(ring::rand::SystemRandom::new()),
+        clock: zrtt_net::client::system_clock,
+    };
+    let gw = Gateway::bind(opts.addr, cfg).unwrap();
+    let addr = gw.local_addr().unwrap();
+    let metrics = gw.metrics();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        gw.run(async {
+            let _ = rx.await;
+        })
+        .await
+        .unwrap();
+    });
+    Env {
+        addr,
+        metrics,
+        seen,
+        records,
+        stop: Some(tx),
+        task: Some(task),
+    }
+}
+
+pub fn cert_der() -> Vec<u8> {
+    testing::ed25519_cert()
+}
+
+pub fn client_config(records: Vec<KeyRecord>) -> ClientConfig {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(pki_types::CertificateDer::from_pem_slice(CA_PEM.as_bytes()).unwrap())
+        .unwrap();
+    let mut cfg = ClientConfig::new(
+        Arc::new(CertKeySource::new(cert_der(), records)),
+        tls_client_config(roots).unwrap(),
+    );
+    cfg.reply_timeout = Duration::from_secs(5);
+    cfg
+}
+
+pub fn get(path: &str) -> Request<Full<Bytes>> {
+    Request::builder()
+        .uri(path)
+        .header("host", HOST)
+        .body(Full::new(Bytes::new()))
+        .unwrap()
+}
+
+/// Send `reqs` over one connection; returns (status, body) per request and the connection info.
+pub async fn fetch(
+    cfg: Arc<ClientConfig>,
+    addr: SocketAddr,
+    reqs: Vec<Request<Full<Bytes>>>,
+) -> Result<(Vec<(u16, String)>, ConnInfo), String> {
+    let (out, info, _) = fetch_timed(cfg, addr, reqs).await?;
+    Ok((out, info))
+}
+
+/// Like [`fetch`], also returning when each response's head arrived, from the start.
+pub async fn fetch_timed(
+    cfg: Arc<ClientConfig>,
+    addr: SocketAddr,
+    reqs: Vec<Request<Full<Bytes>>>,
+) -> Result<(Vec<(u16, String)>, ConnInfo, Vec<Duration>), String> {
+    let t0 = std::time::Instant::now();
+    let mut times = Vec::new();
+    let stream = ZrttStream::new(
+        cfg,
+        Target {
+            host: HOST.into(),
+            addr,
+        },
+    );
+    let info = stream.info();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| e.to_string())?;
+    let conn = tokio::spawn(conn);
+    let mut out = Vec::new();
+    for req in reqs {
+        let resp = tokio::time::timeout(Duration::from_secs(10), sender.send_request(req))
+            .await
+            .map_err(|_| "timeout".to_string())?
+            .map_err(|e| format!("{e:?}"))?;
+        times.push(t0.elapsed());
+        let status = resp.status().as_u16();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        out.push((status, String::from_utf8_lossy(&body).into_owned()));
+    }
+    drop(sender);
+    let _ = tokio::time::timeout(Duration::from_secs(2), conn).await;
+    let info = info.lock().unwrap().clone().ok_or("no conn info")?;
+    Ok((out, info, times))
+}

@@ -1,0 +1,367 @@
+//! Loopback tests of every gateway path: early answer, gated answer, TLS
+//! fallback, refusal with fresh keys, replay, oversize early data, tampered
+//! flight, backend down/slow, keep-alive, 425 retry, tokens.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use http_body_util::Full;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use zrtt_net::client::{system_clock, Mode};
+use zrtt_net::token::TokenStore;
+use zrtt_proto::handshake::{
+    read_frame, ClientHandshake, ClientParams, Expect, Frame, RejectReason,
+};
+use zrtt_proto::record::VerifiedKeyRecord;
+
+fn trusted_loopback() -> Vec<zrtt_net::gateway::IpNet> {
+    vec!["127.0.0.0/8".parse().unwrap()]
+}
+
+#[tokio::test]
+async fn early_answer_for_proven_address() {
+    let env = start_gateway(GatewayOpts {
+        trusted: trusted_loopback(),
+        ..Default::default()
+    })
+    .await;
+    let cfg = Arc::new(client_config(env.records.clone()));
+    let (resp, info) = fetch(cfg, env.addr, vec![get("/hello")]).await.unwrap();
+    assert_eq!(resp, vec![(200, "GET /hello early=1 body=0".to_owned())]);
+    assert!(info.early_data, "{info:?}");
+    assert_ne!(info.mode, Mode::TlsFallback);
+    assert_eq!(env.metric("zrtt_answered_early"), 1);
+    assert_eq!(env.metric("zrtt_answered_gated"), 0);
+    assert_eq!(env.metric("early_requests"), 1);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn gated_answer_for_unproven_address() {
+    let env = start_gateway(GatewayOpts::default()).await;
+    let cfg = Arc::new(client_config(env.records.clone()));
+    let (resp, info) = fetch(cfg, env.addr, vec![get("/a")]).await.unwrap();
+    assert_eq!(resp[0], (200, "GET /a early=1 body=0".to_owned()));
+    assert_eq!(info.mode, Mode::ZrttGated);
+    assert_eq!(env.metric("zrtt_answered_gated"), 1);
+    assert_eq!(env.metric("zrtt_answered_early"), 0);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn keep_alive_second_request_in_channel() {
+    let env = start_gateway(GatewayOpts::default()).await;
+    let cfg = Arc::new(client_config(env.records.clone()));
+    let (resp, _) = fetch(cfg, env.addr, vec![get("/one"), get("/two"), get("/three")])
+        .await
+        .unwrap();
+    assert_eq!(
+        resp,
+        vec![
+            (200, "GET /one early=1 body=0".to_owned()),
+            (200, "GET /two early=- body=0".to_owned()),
+            (200, "GET /three early=- body=0".to_owned()),
+        ]
+    );
+    assert_eq!(env.metric("connections"), 1);
+    assert_eq!(env.metric("requests"), 3);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn non_idempotent_request_waits_for_reply() {
+    let env = start_gateway(GatewayOpts::default()).await;
+    let cfg = Arc::new(client_config(env.records.clone()));
+    let post = hyper::Request::builder()
+        .method("POST")
+        .uri("/submit")
+        .header("host", HOST)
+        .body(Full::new(Bytes::from_static(b"payload")))
+        .unwrap();
+    let (resp, info) = fetch(cfg, env.addr, vec![post]).await.unwrap();
+    assert_eq!(resp[0], (200, "POST /submit early=- body=7".to_owned()));
+    assert!(!info.early_data);
+    assert_eq!(env.metric("early_requests"), 0);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn tls_fallback_on_same_port_without_key() {
+    let env = start_gateway(GatewayOpts::default()).await;
+    let cfg = Arc::new(client_config(Vec::new()));
+    let (resp, info) = fetch(cfg, env.addr, vec![get("/tls"), get("/tls2")])
+        .await
+        .unwrap();
+    assert_eq!(resp[0], (200, "GET /tls early=- body=0".to_owned()));
+    assert_eq!(resp[1].0, 200);
+    assert_eq!(info.mode, Mode::TlsFallback);
+    assert_eq!(env.metric("tls_connections"), 1);
+    assert_eq!(env.metric("zrtt_flights"), 0);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn refused_key_with_fresh_records_retries_zrtt() {
+    // The gateway rotated to key 2; the client still holds key 1's record.
+    let env = start_gateway(GatewayOpts {
+        keys: vec![record("zrtt test key 2", 16384)],
+        ..Default::default()
+    })
+    .await;
+    let (old, _) = record("zrtt test key 1", 16384);
+    let cfg = Arc::new(client_config(vec![old]));
+    let (resp, info) = fetch(cfg, env.addr, vec![get("/rotated")]).await.unwrap();
+    assert_eq!(resp[0].0, 200);
+    assert!(info.retried_with_fresh_keys, "{info:?}");
+    assert_ne!(info.mode, Mode::TlsFallback, "{info:?}");
+    assert_eq!(env.metric("zrtt_rejects_sent"), 1);
+    assert_eq!(env.metric("zrtt_accepted"), 1);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn refused_key_with_unverifiable_records_falls_back_to_tls() {
+    let env = start_gateway(GatewayOpts {
+        keys: vec![record("zrtt test key 2", 16384)],
+        ..Default::default()
+    })
+    .await;
+    let (old, _) = record("zrtt test key 1", 16384);
+    let mut cfg = client_config(vec![old]);
+    // A key source whose certificate does not sign the gateway's records.
+    cfg.keys = Arc::new(NoRetry(cfg.keys.clone()));
+    let (resp, info) = fetch(Arc::new(cfg), env.addr, vec![get("/x")])
+        .await
+        .unwrap();
+    assert_eq!(resp[0].0, 200);
+    assert_eq!(info.mode, Mode::TlsFallback);
+    env.stop().await;
+}
+
+struct NoRetry(Arc<dyn zrtt_net::client::KeySource>);
+impl zrtt_net::client::KeySource for NoRetry {
+    fn lookup(&self, host: &str, now: zrtt_proto::UnixTime) -> Option<VerifiedKeyRecord> {
+        self.0.lookup(host, now)
+    }
+    fn verify_retry(
+        &self,
+        _: &str,
+        _: &[zrtt_proto::record::KeyRecord],
+        _: zrtt_proto::UnixTime,
+    ) -> Option<VerifiedKeyRecord> {
+        None
+    }
+}
+
+/// Build a first flight by hand for raw-socket tests.
+fn raw_flight(rec: &zrtt_proto::record::KeyRecord, early: &[u8]) -> Vec<u8> {
+    let v = VerifiedKeyRecord::dangerous_assume_verified(rec.clone());
+    let (_, flight) = ClientHandshake::start(
+        &v,
+        &ClientParams::default(),
+        early,
+        system_clock(),
+        &ring::rand::SystemRandom::new(),
+    )
+    .unwrap();
+    flight
+}
+
+/// Send raw bytes, read everything until the server closes (bounded).
+async fn exchange(addr: std::net::SocketAddr, bytes: &[u8]) -> Vec<u8> {
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(bytes).await.unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return out,
+            Ok(Ok(n)) => {
+                out.extend_from_slice(&buf[..n]);
+                if read_frame(&out, Expect::ReplyOrReject)
+                    .ok()
+                    .flatten()
+                    .is_some()
+                {
+                    return out;
+                }
+            }
+            Err(_) => panic!("server neither answered nor closed"),
+        }
+    }
+}
+
+fn reject_reason(bytes: &[u8]) -> Option<RejectReason> {
+    match read_frame(bytes, Expect::ReplyOrReject) {
+        Ok(Some((Frame::Reject { reason, .. }, _))) => Some(reason),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn replayed_first_flight_is_refused() {
+    let env = start_gateway(GatewayOpts::default()).await;
+    let flight = raw_flight(
+        &env.records[0],
+        b"GET / HTTP/1.1\r\nHost: www.example.com\r\n\r\n",
+    );
+    let first = exchange(env.addr, &flight).await;
+    assert_eq!(first.first(), Some(&0xD8), "first copy gets a reply");
+    let second = exchange(env.addr, &flight).await;
+    assert_eq!(reject_reason(&second), Some(RejectReason::Replay));
+    // The replayed request never reached the backend.
+    assert_eq!(env.seen.lock().unwrap().len(), 1);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn oversize_early_data_is_refused() {
+    let (rec, key) = record("zrtt small key", 64);
+    let env = start_gateway(GatewayOpts {
+        keys: vec![(rec.clone(), key)],
+        ..Default::default()
+    })
+    .await;
+    // A client that ignores the record's limit.
+    let mut lying = rec.clone();
+    lying.body.max_early_data_bytes = 16384;
+    let flight = raw_flight(&lying, &[b'a'; 5000]);
+    let answer = exchange(env.addr, &flight).await;
+    assert_eq!(
+        reject_reason(&answer),
+        Some(RejectReason::EarlyDataTooLarge)
+    );
+    assert!(env.seen.lock().unwrap().is_empty());
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn tampered_first_flight_gets_no_answer() {
+    let env = start_gateway(GatewayOpts::default()).await;
+    let mut flight = raw_flight(&env.records[0], b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    let last = flight.len() - 1;
+    flight[last] ^= 1;
+    let answer = exchange(env.addr, &flight).await;
+    assert!(answer.is_empty(), "got {} bytes", answer.len());
+    assert_eq!(env.metric("zrtt_silent_drops"), 1);
+    assert!(env.seen.lock().unwrap().is_empty());
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn backend_down_gives_502_inside_channel() {
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let env = start_gateway(GatewayOpts {
+        backend: Some(dead),
+        ..Default::default()
+    })
+    .await;
+    let cfg = Arc::new(client_config(env.records.clone()));
+    let (resp, info) = fetch(cfg, env.addr, vec![get("/")]).await.unwrap();
+    assert_eq!(resp[0].0, 502);
+    assert_ne!(info.mode, Mode::TlsFallback);
+    assert_eq!(env.metric("backend_errors"), 1);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn slow_backend_gives_504() {
+    let env = start_gateway(GatewayOpts::default()).await;
+    let cfg = Arc::new(client_config(env.records.clone()));
+    let (resp, _) = fetch(cfg, env.addr, vec![get("/slow")]).await.unwrap();
+    assert_eq!(resp[0].0, 504);
+    assert_eq!(env.metric("backend_timeouts"), 1);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn backend_425_is_retried_after_handshake() {
+    let env = start_gateway(GatewayOpts::default()).await;
+    let cfg = Arc::new(client_config(env.records.clone()));
+    let (resp, _) = fetch(cfg, env.addr, vec![get("/425")]).await.unwrap();
+    assert_eq!(resp[0], (200, "GET /425 early=- body=0".to_owned()));
+    assert_eq!(env.metric("backend_425_retries"), 1);
+    assert_eq!(
+        *env.seen.lock().unwrap(),
+        vec!["GET /425 early=1".to_owned(), "GET /425 early=-".to_owned()]
+    );
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn token_makes_next_connection_early() {
+    let env = start_gateway(GatewayOpts {
+        tokens: true,
+        ..Default::default()
+    })
+    .await;
+    let mut cfg = client_config(env.records.clone());
+    let store = Arc::new(TokenStore::new());
+    cfg.tokens = Some(store.clone());
+    let cfg = Arc::new(cfg);
+    let (resp, info) = fetch(cfg.clone(), env.addr, vec![get("/1")]).await.unwrap();
+    assert_eq!(resp[0].0, 200);
+    assert_eq!(env.metric("tokens_issued"), 1);
+    assert_eq!(env.metric("zrtt_answered_gated"), 1);
+    let local = info.local_addr.unwrap().ip();
+    assert!(store.token(HOST, local).is_some());
+    let (resp, _) = fetch(cfg, env.addr, vec![get("/2")]).await.unwrap();
+    assert_eq!(resp[0].0, 200);
+    assert_eq!(env.metric("tokens_accepted"), 1);
+    assert_eq!(env.metric("zrtt_answered_early"), 1);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn hard_limit_sends_busy_and_client_falls_back() {
+    let env = start_gateway(GatewayOpts {
+        limits: zrtt_net::gateway::Limits {
+            hard_max_connections: 0,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await;
+    let flight = raw_flight(&env.records[0], b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    let answer = exchange(env.addr, &flight).await;
+    assert_eq!(reject_reason(&answer), Some(RejectReason::Busy));
+    assert_eq!(env.metric("zrtt_busy"), 1);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn soft_limit_forces_gating() {
+    let env = start_gateway(GatewayOpts {
+        trusted: trusted_loopback(),
+        limits: zrtt_net::gateway::Limits {
+            max_connections: 0,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await;
+    let cfg = Arc::new(client_config(env.records.clone()));
+    let (resp, _) = fetch(cfg, env.addr, vec![get("/")]).await.unwrap();
+    assert_eq!(resp[0].0, 200);
+    assert_eq!(env.metric("zrtt_forced_gating"), 1);
+    assert_eq!(env.metric("zrtt_answered_gated"), 1);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn plain_http_is_closed() {
+    let env = start_gateway(GatewayOpts::default()).await;
+    let answer = exchange(env.addr, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert!(answer.is_empty());
+    assert_eq!(env.metric("other_refused"), 1);
+    env.stop().await;
+}

@@ -1,0 +1,219 @@
+//! `zrtt gateway`: zrtt and TLS 1.3 on one Fast Open port in front of an
+//! HTTP/1.1 backend (see docs/GATEWAY.md).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use pki_types::pem::PemObject;
+use zrtt_net::gateway::{tls_server_config, Gateway, GatewayConfig, IpNet, Limits, Timeouts};
+use zrtt_net::tfo::ListenOptions;
+use zrtt_net::token::TokenKey;
+use zrtt_proto::handshake::{ServerConfig, ServerKey};
+use zrtt_proto::replay::{BloomReplayFilter, ReplayConfig};
+
+use crate::{keys, util};
+
+#[derive(Args, Debug)]
+pub struct GatewayArgs {
+    /// Address to listen on (zrtt and TLS 1.3 share it).
+    #[arg(long, default_value = "0.0.0.0:443")]
+    listen: SocketAddr,
+    /// The HTTP/1.1 backend, e.g. 127.0.0.1:8080.
+    #[arg(long)]
+    backend: SocketAddr,
+    /// Semi-static key file (from `zrtt keys generate`); repeat for rotation.
+    #[arg(long = "key", required = true)]
+    keys: Vec<PathBuf>,
+    /// Signed record file(s) for the keys (matched by public key); repeatable.
+    #[arg(long = "record", required = true)]
+    records: Vec<PathBuf>,
+    /// TLS certificate chain (PEM), the certificate that signs the records first.
+    #[arg(long)]
+    cert: PathBuf,
+    /// Its private key (PKCS#8 PEM).
+    #[arg(long)]
+    cert_key: PathBuf,
+    /// Token sealing key shared by a fleet: 32 bytes, raw or 64 hex digits
+    /// (e.g. `head -c32 /dev/urandom > token.key`). Without it, no tokens.
+    #[arg(long)]
+    token_key: Option<PathBuf>,
+    /// Lifetime of issued tokens.
+    #[arg(long, default_value = "1h", value_parser = util::parse_duration)]
+    token_lifetime: Duration,
+    /// Networks whose addresses count as proven (answered before the TCP
+    /// handshake completes), e.g. 10.0.0.0/8. Only for networks that cannot
+    /// spoof sources.
+    #[arg(long = "trust")]
+    trusted: Vec<String>,
+    /// Serve counters as text on this address (any path), e.g. 127.0.0.1:9090.
+    #[arg(long)]
+    admin: Option<SocketAddr>,
+    /// Concurrent connections beyond which every reply waits for the handshake.
+    #[arg(long, default_value_t = 10_000)]
+    max_connections: usize,
+    /// Concurrent connections beyond which zrtt gets Reject Busy and TLS is closed.
+    #[arg(long, default_value_t = 20_000)]
+    hard_max_connections: usize,
+    /// First-flight decryptions per second answered early at most (0 = unlimited).
+    #[arg(long, default_value_t = 5_000.0)]
+    decrypts_per_sec: f64,
+    /// Decryptions per second beyond which flights get Reject Busy (0 = unlimited).
+    #[arg(long, default_value_t = 20_000.0)]
+    hard_decrypts_per_sec: f64,
+    /// Longest wait for an unproven client's TCP handshake before dropping it.
+    #[arg(long, default_value = "3s", value_parser = util::parse_duration)]
+    gate_timeout: Duration,
+    /// Backend response timeout (then 504 inside the channel).
+    #[arg(long, default_value = "15s", value_parser = util::parse_duration)]
+    backend_timeout: Duration,
+    /// Fast Open queue length on the listener (0 disables Fast Open).
+    #[arg(long, default_value_t = 1024)]
+    fast_open_queue: i32,
+}
+
+fn read_token_key(path: &Path, lifetime: Duration) -> Result<TokenKey> {
+    let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let text = std::str::from_utf8(&data).ok().map(str::trim);
+    let bytes = match text.and_then(zrtt_proto::record::unhex) {
+        Some(b) => b,
+        None => data,
+    };
+    let secret: [u8; 32] = bytes
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("{}: need 32 bytes (raw or hex)", path.display()))?;
+    Ok(TokenKey::new(&secret, lifetime))
+}
+
+fn server_keys(a: &GatewayArgs) -> Result<ServerConfig> {
+    let mut records = Vec::new();
+    for p in &a.records {
+        records.extend(keys::load_records(p)?);
+    }
+    let mut out = Vec::new();
+    for p in &a.keys {
+        let key = keys::read_key(p)?;
+        let Some(rec) = records.iter().find(|r| &r.body.public_key == key.public()) else {
+            bail!("{}: no --record file holds this key's record", p.display());
+        };
+        out.push(ServerKey::new(rec.clone(), key)?);
+    }
+    Ok(ServerConfig::new(out)?)
+}
+
+pub fn run(a: GatewayArgs) -> Result<ExitCode> {
+    let keys = server_keys(&a)?;
+    let chain = pki_types::CertificateDer::pem_file_iter(&a.cert)
+        .with_context(|| format!("reading {}", a.cert.display()))?
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("parsing {}", a.cert.display()))?;
+    let key = pki_types::PrivateKeyDer::from_pem_file(&a.cert_key)
+        .with_context(|| format!("reading {}", a.cert_key.display()))?;
+    let tls = tls_server_config(chain, key)?;
+    let tokens = match &a.token_key {
+        Some(p) => Some(Arc::new(read_token_key(p, a.token_lifetime)?)),
+        None => None,
+    };
+    let trusted = a
+        .trusted
+        .iter()
+        .map(|s| s.parse::<IpNet>())
+        .collect::<Result<Vec<_>, _>>()?;
+    let rng = ring::rand::SystemRandom::new();
+    let mut secret = [0u8; 32];
+    ring::rand::SecureRandom::fill(&rng, &mut secret)
+        .map_err(|_| anyhow::anyhow!("OS random number generator failed"))?;
+    let replay = BloomReplayFilter::new(ReplayConfig::default(), secret, util::now());
+    let cfg = GatewayConfig {
+        keys: Arc::new(RwLock::new(keys)),
+        tls,
+        backend: a.backend,
+        replay: Arc::new(Mutex::new(replay)),
+        tokens,
+        trusted_networks: trusted,
+        listen: ListenOptions {
+            backlog: 1024,
+            fast_open_queue: a.fast_open_queue,
+        },
+        limits: Limits {
+            max_connections: a.max_connections,
+            hard_max_connections: a.hard_max_connections,
+            decrypts_per_sec: a.decrypts_per_sec,
+            hard_decrypts_per_sec: a.hard_decrypts_per_sec,
+        },
+        timeouts: Timeouts {
+            gate: a.gate_timeout,
+            backend_response: a.backend_timeout,
+            ..Timeouts::default()
+        },
+        rng: Arc::new(rng),
+        clock: zrtt_net::client::system_clock,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let gw = Gateway::bind(a.listen, cfg)?;
+        let metrics = gw.metrics();
+        if !gw.fast_open() {
+            eprintln!("zrtt gateway: warning: listener without TCP Fast Open");
+        }
+        if let Some(v) = zrtt_net::tfo::fast_open_sysctl().filter(|v| v & 2 == 0) {
+            eprintln!(
+                "zrtt gateway: warning: net.ipv4.tcp_fastopen={v} lacks 0x2; SYN data is ignored (set 3)"
+            );
+        }
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let admin = match a.admin {
+            Some(addr) => {
+                let l = tokio::net::TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("binding admin address {addr}"))?;
+                println!("admin {}", l.local_addr()?);
+                let mut rx = stop_rx.clone();
+                Some(tokio::spawn(zrtt_net::gateway::serve_metrics(
+                    l,
+                    metrics.clone(),
+                    async move {
+                        let _ = rx.changed().await;
+                    },
+                )))
+            }
+            None => None,
+        };
+        println!("listening {}", gw.local_addr()?);
+        let mut rx = stop_rx;
+        let server = tokio::spawn(gw.run(async move {
+            let _ = rx.changed().await;
+        }));
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+        server.await??;
+        if let Some(a) = admin {
+            let _ = a.await;
+        }
+        eprint!("{}", metrics.render());
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

@@ -1,0 +1,407 @@
+//! `zrtt get URL`: a curl-like client: zrtt in the SYN when the host has a
+//! verified key record, TLS 1.3 otherwise.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use clap::Args;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use pki_types::pem::PemObject;
+use zrtt_net::client::{
+    tls_client_config, CertKeySource, ClientConfig, ConnInfo, EarlyDataPolicy, Target, ZrttStream,
+};
+
+use crate::{keys, util};
+
+/// Exit codes (curl's numbers where curl has one).
+pub const EXIT_HELP: &str = "\
+Exit codes (curl's numbers):
+  0   success (any HTTP status, unless --fail)
+  1   internal error
+  3   malformed URL
+  6   could not resolve the host
+  7   could not connect (refused, no answer, zrtt impossible and --zrtt-only)
+  22  HTTP status >= 400 with --fail
+  23  could not write the output
+  28  timed out (--max-time)
+  35  TLS or zrtt handshake failed
+  56  failure while receiving the response
+  77  could not read --cacert, --cert or --record files";
+
+#[derive(Args, Debug)]
+#[command(after_help = EXIT_HELP)]
+pub struct GetArgs {
+    /// https://host[:port]/path (zrtt and TLS share the port; default 443).
+    url: String,
+    /// Write the body to FILE instead of stdout.
+    #[arg(short = 'o', long)]
+    output: Option<PathBuf>,
+    /// Extra request header, `Name: value`; repeatable.
+    #[arg(short = 'H', long = "header")]
+    headers: Vec<String>,
+    /// Request method (default GET, or POST with -d).
+    #[arg(short = 'X', long = "request")]
+    method: Option<String>,
+    /// Request body (`@FILE` reads a file).
+    #[arg(short = 'd', long = "data")]
+    data: Option<String>,
+    /// Describe the connection and print the headers on stderr.
+    #[arg(short = 'v', long)]
+    verbose: bool,
+    /// Use ADDR for HOST:PORT (`HOST:PORT:ADDR`); repeatable.
+    #[arg(long)]
+    resolve: Vec<String>,
+    /// CA certificates (PEM) for TLS; default /etc/ssl/certs/ca-certificates.crt.
+    #[arg(long)]
+    cacert: Option<PathBuf>,
+    /// After the transfer print FORMAT: %{time_namelookup} %{time_connect}
+    /// %{time_appconnect} %{time_starttransfer} %{time_total} %{http_code}
+    /// %{size_download} %{zrtt_mode} %{round_trips} %{rtt} %{syn_data}; `\n` is a newline.
+    #[arg(short = 'w', long = "write-out")]
+    write_out: Option<String>,
+    /// Key record file(s) for the host (until the DNS resolver lands).
+    #[arg(long = "record")]
+    records: Vec<PathBuf>,
+    /// The certificate (PEM) that signs the records.
+    #[arg(long)]
+    cert: Option<PathBuf>,
+    /// Do not put the first flight in the SYN.
+    #[arg(long)]
+    no_fast_open: bool,
+    /// Never send the request as early data.
+    #[arg(long)]
+    no_early_data: bool,
+    /// Fail instead of falling back to TLS.
+    #[arg(long)]
+    zrtt_only: bool,
+    /// Exit 22 on HTTP status >= 400.
+    #[arg(short = 'f', long)]
+    fail: bool,
+    /// Give up after this long.
+    #[arg(short = 'm', long, default_value = "30s", value_parser = util::parse_duration)]
+    max_time: Duration,
+}
+
+struct Failure(u8, String);
+
+fn fail<T>(code: u8, msg: impl Into<String>) -> Result<T, Failure> {
+    Err(Failure(code, msg.into()))
+}
+
+pub fn run(a: GetArgs) -> anyhow::Result<ExitCode> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let max = a.max_time;
+    let result = rt.block_on(async {
+        match tokio::time::timeout(max, get(&a)).await {
+            Ok(r) => r,
+            Err(_) => fail(28, format!("timed out after {max:?}")),
+        }
+    });
+    match result {
+        Ok(code) => Ok(ExitCode::from(code)),
+        Err(Failure(code, msg)) => {
+            eprintln!("zrtt get: {msg}");
+            Ok(ExitCode::from(code))
+        }
+    }
+}
+
+fn load_roots(a: &GetArgs) -> Result<rustls::RootCertStore, Failure> {
+    let path = a
+        .cacert
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("/etc/ssl/certs/ca-certificates.crt"));
+    let mut roots = rustls::RootCertStore::empty();
+    match pki_types::CertificateDer::pem_file_iter(&path) {
+        Ok(iter) => {
+            for c in iter.flatten() {
+                let _ = roots.add(c);
+            }
+        }
+        Err(e) if a.cacert.is_some() => return fail(77, format!("{}: {e}", path.display())),
+        Err(_) => {}
+    }
+    Ok(roots)
+}
+
+fn classify(e: &(dyn std::error::Error + 'static)) -> (u8, String) {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    let mut msg = e.to_string();
+    while let Some(err) = cur {
+        if let Some(z) = err.downcast_ref::<zrtt_net::Error>() {
+            let code = match z {
+                zrtt_net::Error::Timeout(_) => 28,
+                zrtt_net::Error::Io { source, .. }
+                    if source.kind() == std::io::ErrorKind::ConnectionRefused =>
+                {
+                    7
+                }
+                zrtt_net::Error::Io { .. } | zrtt_net::Error::NoAnswer => 7,
+                zrtt_net::Error::Config(_) => 7,
+                _ => 35,
+            };
+            return (code, z.to_string());
+        }
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            msg = io.to_string();
+            if let Some(inner) = io.get_ref() {
+                cur = Some(inner);
+                continue;
+            }
+            let code = match io.kind() {
+                std::io::ErrorKind::TimedOut => 28,
+                std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotConnected => 7,
+                _ => 56,
+            };
+            return (code, msg);
+        }
+        cur = err.source();
+    }
+    (56, msg)
+}
+
+async fn get(a: &GetArgs) -> Result<u8, Failure> {
+    let t0 = Instant::now();
+    let uri: hyper::Uri = match a.url.parse() {
+        Ok(u) => u,
+        Err(e) => return fail(3, format!("malformed URL {:?}: {e}", a.url)),
+    };
+    if uri.scheme_str().is_some_and(|s| s != "https") {
+        return fail(3, "only https:// URLs (zrtt or TLS 1.3)");
+    }
+    let Some(host) = uri.host().map(|h| h.trim_matches(['[', ']']).to_owned()) else {
+        return fail(3, format!("no host in {:?}", a.url));
+    };
+    let port = uri.port_u16().unwrap_or(443);
+    let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
+
+    // Name lookup.
+    let mut addr: Option<SocketAddr> = None;
+    for r in &a.resolve {
+        let mut it = r.splitn(3, ':');
+        let (Some(h), Some(p), Some(ad)) = (it.next(), it.next(), it.next()) else {
+            return fail(3, format!("--resolve {r:?}: use HOST:PORT:ADDR"));
+        };
+        if h.eq_ignore_ascii_case(&host) && p.parse() == Ok(port) {
+            let ip: std::net::IpAddr = match ad.trim_matches(['[', ']']).parse() {
+                Ok(ip) => ip,
+                Err(_) => return fail(3, format!("--resolve {r:?}: bad address")),
+            };
+            addr = Some(SocketAddr::new(ip, port));
+        }
+    }
+    let addr = match addr {
+        Some(a) => a,
+        None => match tokio::net::lookup_host((host.as_str(), port)).await {
+            Ok(mut it) => match it.next() {
+                Some(a) => a,
+                None => return fail(6, format!("could not resolve {host}")),
+            },
+            Err(e) => return fail(6, format!("could not resolve {host}: {e}")),
+        },
+    };
+    let t_lookup = t0.elapsed();
+
+    // Keys and TLS trust.
+    let mut records = Vec::new();
+    for p in &a.records {
+        match keys::load_records(p) {
+            Ok(r) => records.extend(r),
+            Err(e) => return fail(77, format!("{e:#}")),
+        }
+    }
+    let cert_der = match (&a.cert, records.is_empty()) {
+        (Some(p), _) => match util::load_cert(p) {
+            Ok(c) => c.to_vec(),
+            Err(e) => return fail(77, format!("{e:#}")),
+        },
+        (None, false) => return fail(77, "--record needs --cert (the certificate that signs it)"),
+        (None, true) => Vec::new(),
+    };
+    let roots = load_roots(a)?;
+    let tls = match tls_client_config(roots) {
+        Ok(t) => t,
+        Err(e) => return fail(1, e.to_string()),
+    };
+    let mut cfg = ClientConfig::new(Arc::new(CertKeySource::new(cert_der, records)), tls);
+    cfg.fast_open = !a.no_fast_open;
+    cfg.tls_fallback = !a.zrtt_only;
+    if a.no_early_data {
+        cfg.early_data = EarlyDataPolicy::Never;
+    }
+
+    // The request.
+    let body = match &a.data {
+        Some(d) if d.starts_with('@') => match std::fs::read(&d[1..]) {
+            Ok(b) => Bytes::from(b),
+            Err(e) => return fail(1, format!("reading {}: {e}", &d[1..])),
+        },
+        Some(d) => Bytes::from(d.clone()),
+        None => Bytes::new(),
+    };
+    let method = a
+        .method
+        .clone()
+        .unwrap_or_else(|| if a.data.is_some() { "POST" } else { "GET" }.to_owned());
+    let authority = if port == 443 {
+        host.clone()
+    } else {
+        format!("{host}:{port}")
+    };
+    let mut req = hyper::Request::builder()
+        .method(method.as_str())
+        .uri(path.as_str())
+        .header("host", authority)
+        .header("user-agent", concat!("zrtt/", env!("CARGO_PKG_VERSION")))
+        .header("accept", "*/*");
+    for h in &a.headers {
+        let Some((n, v)) = h.split_once(':') else {
+            return fail(1, format!("-H {h:?}: use 'Name: value'"));
+        };
+        req = req.header(n.trim(), v.trim());
+    }
+    if a.data.is_some() {
+        req = req.header("content-type", "application/x-www-form-urlencoded");
+    }
+    let req = match req.body(Full::new(body)) {
+        Ok(r) => r,
+        Err(e) => return fail(1, format!("invalid request: {e}")),
+    };
+    if a.verbose {
+        eprintln!("* connecting to {host} ({addr})");
+        eprintln!("> {} {} HTTP/1.1", req.method(), req.uri());
+        for (n, v) in req.headers() {
+            eprintln!("> {n}: {}", v.to_str().unwrap_or("<binary>"));
+        }
+    }
+
+    // Connect and send.
+    let stream = ZrttStream::new(
+        Arc::new(cfg),
+        Target {
+            host: host.clone(),
+            addr,
+        },
+    );
+    let info_handle = stream.info();
+    let t_start = t0.elapsed();
+    let (mut sender, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
+    {
+        Ok(v) => v,
+        Err(e) => return Err(Failure(classify(&e).0, classify(&e).1)),
+    };
+    let conn = tokio::spawn(conn);
+    let resp = match sender.send_request(req).await {
+        Ok(r) => r,
+        Err(e) => {
+            let (code, msg) = classify(&e);
+            return fail(code, msg);
+        }
+    };
+    let t_first = t0.elapsed();
+    let info: Option<ConnInfo> = info_handle
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let status = resp.status();
+    if a.verbose {
+        if let Some(i) = &info {
+            eprintln!(
+                "* mode {} ({:?}, SYN data acked: {}, early data: {}, rtt {:?}, {} round trips)",
+                i.mode.as_str(),
+                i.connect_mode,
+                i.syn_data_acked,
+                i.early_data,
+                i.rtt,
+                i.round_trips
+            );
+            for n in &i.notes {
+                eprintln!("* {n}");
+            }
+        }
+        eprintln!("< HTTP/1.1 {status}");
+        for (n, v) in resp.headers() {
+            eprintln!("< {n}: {}", v.to_str().unwrap_or("<binary>"));
+        }
+    }
+    let mut out: Box<dyn Write> = match &a.output {
+        Some(p) => match std::fs::File::create(p) {
+            Ok(f) => Box::new(std::io::BufWriter::new(f)),
+            Err(e) => return fail(23, format!("{}: {e}", p.display())),
+        },
+        None => Box::new(std::io::stdout().lock()),
+    };
+    let mut size = 0usize;
+    let mut body = resp.into_body();
+    while let Some(frame) = body.frame().await {
+        let frame = match frame {
+            Ok(f) => f,
+            Err(e) => {
+                let (_, msg) = classify(&e);
+                return fail(56, format!("receiving the body: {msg}"));
+            }
+        };
+        if let Some(chunk) = frame.data_ref() {
+            size += chunk.len();
+            if let Err(e) = out.write_all(chunk) {
+                return fail(23, format!("writing output: {e}"));
+            }
+        }
+    }
+    if let Err(e) = out.flush() {
+        return fail(23, format!("writing output: {e}"));
+    }
+    drop(out);
+    let t_total = t0.elapsed();
+    drop(sender);
+    let _ = tokio::time::timeout(Duration::from_secs(1), conn).await;
+
+    if let Some(fmt) = &a.write_out {
+        let secs = |d: Duration| format!("{:.6}", d.as_secs_f64());
+        let (connect, appconnect, mode, rts, rtt, syn) = match &info {
+            Some(i) => (
+                secs(t_start + i.time_connect),
+                secs(t_start + i.time_appconnect),
+                i.mode.as_str(),
+                i.round_trips.to_string(),
+                secs(i.rtt),
+                i.syn_data_acked.to_string(),
+            ),
+            None => (
+                secs(t_start),
+                secs(t_start),
+                "none",
+                "0".into(),
+                secs(Duration::ZERO),
+                "false".into(),
+            ),
+        };
+        let text = fmt
+            .replace("\\n", "\n")
+            .replace("%{time_namelookup}", &secs(t_lookup))
+            .replace("%{time_connect}", &connect)
+            .replace("%{time_appconnect}", &appconnect)
+            .replace("%{time_starttransfer}", &secs(t_first))
+            .replace("%{time_total}", &secs(t_total))
+            .replace("%{http_code}", status.as_str())
+            .replace("%{size_download}", &size.to_string())
+            .replace("%{zrtt_mode}", mode)
+            .replace("%{round_trips}", &rts)
+            .replace("%{rtt}", &rtt)
+            .replace("%{syn_data}", &syn);
+        print!("{text}");
+        let _ = std::io::stdout().flush();
+    }
+    if a.fail && status.as_u16() >= 400 {
+        return fail(22, format!("HTTP status {status}"));
+    }
+    Ok(0)
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# System packages the test suite needs, installed only when missing
+# (idempotent; runs apt at most once per call):
+#   knot            knotd, the authoritative server `zrtt keys publish` is
+#                   tested against (RFC 2136 + TSIG) and benchmarked with
+#   bind9-dnsutils  dig, to check that a stock client reads `zrtt dns` answers
+#   dnsperf         the load tool for the answers-per-second comparison
+#                   (docs/DNS.md); optional, the measurement has a Rust fallback
+#   nftables        nft, to drop the client's final ACK in the zrtt-net lab
+#                   test (gating); that test skips the check without it
+set -euo pipefail
+
+need=()
+command -v knotd >/dev/null 2>&1 || need+=(knot)
+command -v dig >/dev/null 2>&1 || need+=(bind9-dnsutils)
+command -v dnsperf >/dev/null 2>&1 || need+=(dnsperf)
+command -v nft >/dev/null 2>&1 || need+=(nftables)
+
+if [ ${#need[@]} -eq 0 ]; then
+  exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: missing ${need[*]}; run as root to install them" >&2
+  exit 0
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# dnsperf is a nice-to-have: install the required packages first, so that a
+# mirror without it does not stop the rest.
+required=()
+for p in "${need[@]}"; do
+  [ "$p" = dnsperf ] || required+=("$p")
+done
+if [ ${#required[@]} -gt 0 ]; then
+  apt-get install -y -qq --no-install-recommends "${required[@]}" >/dev/null
+fi
+if [[ " ${need[*]} " == *" dnsperf "* ]]; then
+  apt-get install -y -qq --no-install-recommends dnsperf >/dev/null ||
+    echo "install-deps: dnsperf not available; the benchmark falls back to its own load generator" >&2
+fi
+# The Debian package starts a knotd service where an init system runs; the
+# tests start their own knotd on a free loopback port and do not need it.
