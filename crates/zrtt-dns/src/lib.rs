@@ -1,1 +1,73 @@
-//! zrtt keys in DNS (being written).
+//! zrtt keys in DNS.
+//!
+//! - [`keystore`]: the key store and its rotation schedule, shared by
+//!   `zrtt dns`, the gateway and `zrtt keys rotate`;
+//! - [`records`]: the DNS records (HTTPS `key65380`, TXT, AAAA tunnel, TLSA)
+//!   built from a store's published records;
+//! - [`zone`]: RFC 1035 zone files, with errors that name the file and line;
+//! - [`server`]: the authoritative server (`zrtt dns`) on hickory-server;
+//! - [`publish`]: RFC 2136 dynamic update with TSIG into an existing DNS;
+//! - [`client`]: a minimal stub client (one query to one server) used by
+//!   publishing, tests and measurements.
+//!
+//! Only the binary reads the clock: every function here takes the time.
+//! docs/DNS.md describes the design and the rotation timeline.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod client;
+pub mod fsutil;
+pub mod keyfile;
+pub mod keystore;
+pub mod publish;
+pub mod records;
+pub mod server;
+pub mod zone;
+
+/// The DNS wire types used in this crate's API (hickory-proto).
+pub use hickory_proto as proto;
+pub use keystore::{KeyStore, KeyStoreError, KeyStoreRandom, Policy, RotationReport, Status};
+
+/// Every error of this crate, by category.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The key store.
+    #[error(transparent)]
+    KeyStore(#[from] KeyStoreError),
+    /// A zone file.
+    #[error(transparent)]
+    Zone(#[from] zone::ZoneError),
+    /// Dynamic update.
+    #[error(transparent)]
+    Publish(#[from] publish::PublishError),
+    /// A DNS exchange.
+    #[error(transparent)]
+    Client(#[from] client::ClientError),
+    /// The server.
+    #[error(transparent)]
+    Server(#[from] server::ServerError),
+}
+
+/// Seconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ`.
+pub fn fmt_time(secs: u64) -> String {
+    // Howard Hinnant's civil-from-days.
+    let days = (secs / 86400) as i64;
+    let rem = secs % 86400;
+    let z = days + 719468;
+    let era = z.div_euclid(146097);
+    let doe = z - era * 146097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}

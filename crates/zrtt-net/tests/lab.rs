@@ -277,7 +277,9 @@ fn lab_syn_data_gating_and_round_trips() {
                     let mut total = 0usize;
                     let mut buf = vec![0u8; 65536];
                     let deadline = tokio::time::Instant::now() + Duration::from_millis(1500);
-                    while let Ok(Ok(n)) = tokio::time::timeout_at(deadline, tcp.read(&mut buf)).await {
+                    while let Ok(Ok(n)) =
+                        tokio::time::timeout_at(deadline, tcp.read(&mut buf)).await
+                    {
                         if n == 0 {
                             break;
                         }

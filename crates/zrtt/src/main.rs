@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod dns;
 mod gateway;
 mod get;
 mod keys;
@@ -31,6 +32,8 @@ enum Command {
     Gateway(gateway::GatewayArgs),
     /// Fetch a URL like curl: zrtt in the SYN when the host has a key, else TLS 1.3.
     Get(get::GetArgs),
+    /// Authoritative DNS for a zone file plus rotating key records (HTTPS, TXT, AAAA, TLSA).
+    Dns(dns::DnsArgs),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +43,7 @@ fn main() -> ExitCode {
         Command::Lab(cmd) => lab::run(cmd),
         Command::Gateway(args) => gateway::run(args),
         Command::Get(args) => get::run(args),
+        Command::Dns(args) => dns::run(args),
     };
     match result {
         Ok(code) => code,

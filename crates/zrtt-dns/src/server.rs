@@ -1,0 +1,523 @@
+//! `zrtt dns`: an authoritative server for one zone file plus the key
+//! records of one or more key stores, on UDP and TCP (hickory-server).
+//!
+//! The zone is served by hickory's in-memory zone handler behind its
+//! `Catalog`. [`ZoneState::refresh`] keeps the key records current: it
+//! re-reads key stores another process rotated, rotates them itself when
+//! asked to, and replaces the key-carrying RRsets when the published set or
+//! its TTL changes. [`Handler`] wraps the catalog so that UDP answers never
+//! exceed [`EDNS_PAYLOAD`] bytes and the OPT record advertises it.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use hickory_proto::op::Edns;
+use hickory_proto::rr::{LowerName, Name, Record, RecordSet, RecordType, RrKey};
+use hickory_server::net::runtime::Time;
+use hickory_server::net::NetError;
+use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
+use hickory_server::store::in_memory::InMemoryZoneHandler;
+use hickory_server::zone_handler::{AxfrPolicy, Catalog, MessageResponse, ZoneHandler, ZoneType};
+use serde::Deserialize;
+use zrtt_proto::record::encodings;
+use zrtt_proto::UnixTime;
+
+pub use crate::client::EDNS_PAYLOAD;
+use crate::keystore::{KeyStore, KeyStoreError, KeyStoreRandom};
+use crate::records::{self, HttpsOptions, RecordsError};
+use crate::zone::{self, Zone, ZoneError};
+
+/// Errors starting or running the server.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// The zone file.
+    #[error(transparent)]
+    Zone(#[from] ZoneError),
+    /// A key store.
+    #[error(transparent)]
+    KeyStore(#[from] KeyStoreError),
+    /// Building records.
+    #[error(transparent)]
+    Records(#[from] RecordsError),
+    /// A configuration mistake.
+    #[error("{0}")]
+    Config(String),
+    /// Binding a socket.
+    #[error("{addr}: {error}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        error: std::io::Error,
+    },
+}
+
+/// One host whose keys the server publishes.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct HostConfig {
+    /// Its key store directory (the host name is the store's `name`).
+    pub keystore: PathBuf,
+    /// ALPN ids for its HTTPS record.
+    #[serde(default = "default_alpn")]
+    pub alpn: Vec<String>,
+    /// `port` for its HTTPS record, when the gateway is not on 443.
+    #[serde(default)]
+    pub port: Option<u16>,
+}
+
+fn default_alpn() -> Vec<String> {
+    vec!["http/1.1".to_owned()]
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// The `--config` file of `zrtt dns`; command-line flags override it.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct DnsConfig {
+    /// Zone file.
+    pub zone: Option<PathBuf>,
+    /// Origin, when the zone file has no `$ORIGIN`.
+    pub origin: Option<String>,
+    /// Addresses to serve on (UDP and TCP each).
+    #[serde(default)]
+    pub listen: Vec<SocketAddr>,
+    /// Rotate the key stores (default true).
+    #[serde(default = "default_true_opt")]
+    pub rotate: Option<bool>,
+    /// Hosts.
+    #[serde(default, rename = "host")]
+    pub hosts: Vec<HostConfig>,
+}
+
+fn default_true_opt() -> Option<bool> {
+    Some(default_true())
+}
+
+impl DnsConfig {
+    /// Read a TOML config file; relative paths in it are taken relative to
+    /// the file's directory.
+    pub fn from_file(path: &Path) -> Result<Self, ServerError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ServerError::Config(format!("{}: {e}", path.display())))?;
+        let mut c: Self = toml::from_str(&text)
+            .map_err(|e| ServerError::Config(format!("{}: {e}", path.display())))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        if let Some(z) = &mut c.zone {
+            *z = base.join(&*z);
+        }
+        for h in &mut c.hosts {
+            h.keystore = base.join(&h.keystore);
+        }
+        Ok(c)
+    }
+}
+
+struct HostState {
+    store: KeyStore,
+    opts: HttpsOptions,
+    /// What the served records were built from: (record bytes, ttl).
+    served: Option<(Vec<Vec<u8>>, Vec<u8>, u32)>,
+}
+
+/// The zone and the key stores behind it.
+pub struct ZoneState {
+    zone: Zone,
+    handler: Arc<InMemoryZoneHandler>,
+    hosts: Vec<HostState>,
+    rotate: bool,
+}
+
+/// What [`ZoneState::refresh`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RefreshReport {
+    /// Hosts whose key records changed.
+    pub updated_hosts: Vec<String>,
+    /// Rotation reports that changed something, per host.
+    pub rotations: Vec<(String, String)>,
+    /// Errors (the server keeps serving the previous records).
+    pub errors: Vec<String>,
+}
+
+impl ZoneState {
+    /// Load the zone file and open the key stores. Every host must be in
+    /// the zone and appear once.
+    pub fn new(
+        zone_file: &Path,
+        origin: Option<&str>,
+        hosts: &[HostConfig],
+        rotate: bool,
+    ) -> Result<Self, ServerError> {
+        let zone = zone::load(zone_file, origin)?;
+        let mut states: Vec<HostState> = Vec::new();
+        for h in hosts {
+            let store = KeyStore::open(&h.keystore)?;
+            let host = records::fqdn(store.name())?;
+            if !zone.origin.zone_of(&host) {
+                return Err(ServerError::Config(format!(
+                    "{}: host {} is not in the zone {}",
+                    h.keystore.display(),
+                    store.name(),
+                    zone.origin
+                )));
+            }
+            if states.iter().any(|s| s.store.name() == store.name()) {
+                return Err(ServerError::Config(format!(
+                    "{}: a second key store for {}",
+                    h.keystore.display(),
+                    store.name()
+                )));
+            }
+            let (v4, v6) = zone.addresses(&host);
+            states.push(HostState {
+                store,
+                opts: HttpsOptions {
+                    alpn: h.alpn.clone(),
+                    port: h.port,
+                    ipv4_hints: v4,
+                    ipv6_hints: v6,
+                },
+                served: None,
+            });
+        }
+        let handler = InMemoryZoneHandler::new(
+            zone.origin.clone(),
+            zone.records.clone(),
+            ZoneType::Primary,
+            AxfrPolicy::Deny,
+        )
+        .map_err(|e| ServerError::Config(format!("zone {}: {e}", zone.origin)))?;
+        Ok(Self {
+            zone,
+            handler: Arc::new(handler),
+            hosts: states,
+            rotate,
+        })
+    }
+
+    /// The zone's origin.
+    pub fn origin(&self) -> &Name {
+        &self.zone.origin
+    }
+
+    /// The key stores, in configuration order.
+    pub fn stores(&self) -> impl Iterator<Item = &KeyStore> {
+        self.hosts.iter().map(|h| &h.store)
+    }
+
+    /// A request handler serving this zone; it sees every later refresh.
+    pub fn handler(&self) -> Handler {
+        let mut catalog = Catalog::new();
+        let h: Arc<dyn ZoneHandler> = self.handler.clone();
+        catalog.upsert(LowerName::new(&self.zone.origin), vec![h]);
+        Handler { catalog }
+    }
+
+    /// Bring the key records up to date at `now`: reload stores changed on
+    /// disk, rotate (when enabled), and replace the RRsets of every host
+    /// whose published records or TTL changed. Errors are reported, not
+    /// returned: the previous records stay in service.
+    pub async fn refresh(&mut self, now: UnixTime, rng: &dyn KeyStoreRandom) -> RefreshReport {
+        let mut report = RefreshReport::default();
+        let mut updates: Vec<(String, BTreeMap<RrKey, Option<RecordSet>>)> = Vec::new();
+        for h in &mut self.hosts {
+            let name = h.store.name().to_owned();
+            if let Err(e) = h.store.reload_if_changed() {
+                report.errors.push(format!("{name}: reload: {e}"));
+            }
+            if self.rotate {
+                match h.store.rotate(now, rng) {
+                    Ok(r) if r.changed() => report.rotations.push((name.clone(), r.to_string())),
+                    Ok(_) => {}
+                    Err(e) => report.errors.push(format!("{name}: rotate: {e}")),
+                }
+            }
+            let published = h.store.published_records(now);
+            let ttl = h.store.record_ttl(now);
+            let key = (
+                published.iter().map(|r| r.encode()).collect::<Vec<_>>(),
+                h.store.cert_der().to_vec(),
+                ttl,
+            );
+            if h.served.as_ref() == Some(&key) {
+                continue;
+            }
+            match build_rrsets(&self.zone, &h.store, &published, ttl, &h.opts) {
+                Ok(sets) => {
+                    updates.push((name.clone(), sets));
+                    h.served = Some(key);
+                }
+                Err(e) => report.errors.push(format!("{name}: records: {e}")),
+            }
+        }
+        if !updates.is_empty() {
+            let mut map = self.handler.records_mut().await;
+            for (name, sets) in updates {
+                for (k, set) in sets {
+                    match set {
+                        Some(s) => {
+                            map.insert(k, Arc::new(s));
+                        }
+                        None => {
+                            map.remove(&k);
+                        }
+                    }
+                }
+                report.updated_hosts.push(name);
+            }
+        }
+        report
+    }
+}
+
+/// The RRsets to install for one host: `None` removes one.
+fn build_rrsets(
+    zone: &Zone,
+    store: &KeyStore,
+    published: &[zrtt_proto::record::KeyRecord],
+    ttl: u32,
+    opts: &HttpsOptions,
+) -> Result<BTreeMap<RrKey, Option<RecordSet>>, ServerError> {
+    let hr = records::host_records(store.name(), published, store.cert_der(), ttl, opts)?;
+    let serial = zone.serial;
+    let mut out = BTreeMap::new();
+    let host = LowerName::new(&hr.host);
+    let tunnel = LowerName::new(&hr.tunnel_owner);
+    let set = |name: &Name, rtype: RecordType, recs: Vec<Record>| {
+        if recs.is_empty() {
+            return None;
+        }
+        let mut s = RecordSet::with_ttl(name.clone(), rtype, ttl);
+        for r in recs {
+            s.insert(r, serial);
+        }
+        Some(s)
+    };
+    out.insert(
+        RrKey::new(host.clone(), RecordType::HTTPS),
+        set(&hr.host, RecordType::HTTPS, hr.https),
+    );
+    out.insert(
+        RrKey::new(host.clone(), RecordType::TLSA),
+        set(&hr.host, RecordType::TLSA, hr.tlsa),
+    );
+    out.insert(
+        RrKey::new(tunnel, RecordType::AAAA),
+        set(&hr.tunnel_owner, RecordType::AAAA, hr.aaaa),
+    );
+    // TXT: keep the zone's own TXT records (SPF and the like) at the host,
+    // with the key records' TTL since the RRset now carries keys.
+    let txt_key = RrKey::new(host, RecordType::TXT);
+    let mut txt: Vec<Record> = zone
+        .records
+        .get(&txt_key)
+        .map(|s| {
+            s.records_without_rrsigs()
+                .filter(|r| !is_zrtt_txt(r))
+                .cloned()
+                .map(|mut r| {
+                    r.ttl = ttl;
+                    r
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    txt.extend(hr.txt);
+    out.insert(txt_key, set(&hr.host, RecordType::TXT, txt));
+    Ok(out)
+}
+
+/// Whether a TXT record claims to be a zrtt key record.
+pub fn is_zrtt_txt(r: &Record) -> bool {
+    match &r.data {
+        hickory_proto::rr::RData::TXT(t) => {
+            t.txt_data.first().is_some_and(|s| s.starts_with(b"v=zrtt"))
+        }
+        _ => false,
+    }
+}
+
+/// The request handler: hickory's catalog, with UDP answers held to
+/// [`EDNS_PAYLOAD`].
+pub struct Handler {
+    catalog: Catalog,
+}
+
+static EDNS_ADVERTISED: LazyLock<Edns> = LazyLock::new(|| {
+    let mut e = Edns::new();
+    e.set_max_payload(EDNS_PAYLOAD);
+    e
+});
+
+#[async_trait::async_trait]
+impl RequestHandler for Handler {
+    async fn handle_request<R: ResponseHandler, T: Time>(
+        &self,
+        request: &Request,
+        response_handle: R,
+    ) -> ResponseInfo {
+        self.catalog
+            .handle_request::<_, T>(request, ClampPayload(response_handle))
+            .await
+    }
+}
+
+/// Replaces a response's OPT record advertising more than
+/// [`EDNS_PAYLOAD`] with one advertising exactly that, which also makes the
+/// encoder truncate (TC) UDP answers at that size.
+#[derive(Clone)]
+struct ClampPayload<R>(R);
+
+#[async_trait::async_trait]
+impl<R: ResponseHandler> ResponseHandler for ClampPayload<R> {
+    async fn send_response<'a>(
+        &mut self,
+        mut response: MessageResponse<
+            '_,
+            'a,
+            impl Iterator<Item = &'a Record> + Send + 'a,
+            impl Iterator<Item = &'a Record> + Send + 'a,
+            impl Iterator<Item = &'a Record> + Send + 'a,
+            impl Iterator<Item = &'a Record> + Send + 'a,
+        >,
+    ) -> Result<ResponseInfo, NetError> {
+        if let Some(e) = response.edns() {
+            if e.max_payload() > EDNS_PAYLOAD
+                && e.rcode_high() == 0
+                && e.options().as_ref().is_empty()
+            {
+                response.set_edns(&EDNS_ADVERTISED);
+            }
+        }
+        self.0.send_response(response).await
+    }
+}
+
+/// Bound sockets for one listen address.
+#[derive(Debug)]
+pub struct Listener {
+    /// UDP socket.
+    pub udp: tokio::net::UdpSocket,
+    /// TCP listener on the same port.
+    pub tcp: tokio::net::TcpListener,
+}
+
+impl Listener {
+    /// Bind UDP and TCP on `addr`. With port 0, both get the same free port.
+    pub async fn bind(addr: SocketAddr) -> Result<Self, ServerError> {
+        let bind_err = |error| ServerError::Bind { addr, error };
+        for _ in 0..16 {
+            let udp = tokio::net::UdpSocket::bind(addr).await.map_err(bind_err)?;
+            let port = udp.local_addr().map_err(bind_err)?.port();
+            match tokio::net::TcpListener::bind(SocketAddr::new(addr.ip(), port)).await {
+                Ok(tcp) => return Ok(Self { udp, tcp }),
+                Err(e) if addr.port() == 0 && e.kind() == std::io::ErrorKind::AddrInUse => continue,
+                Err(e) => return Err(bind_err(e)),
+            }
+        }
+        Err(bind_err(std::io::Error::new(
+            std::io::ErrorKind::AddrInUse,
+            "no port free for both UDP and TCP",
+        )))
+    }
+
+    /// The machine-readable line `zrtt dns` prints: `listening udp=ADDR tcp=ADDR`.
+    pub fn describe(&self) -> String {
+        let a =
+            |r: std::io::Result<SocketAddr>| r.map_or_else(|e| e.to_string(), |a| a.to_string());
+        format!(
+            "listening udp={} tcp={}",
+            a(self.udp.local_addr()),
+            a(self.tcp.local_addr())
+        )
+    }
+}
+
+/// Serve `state` on `listeners` until `shutdown` fires, refreshing the key
+/// records every `refresh_every` with the time from `clock`.
+pub async fn serve(
+    mut state: ZoneState,
+    listeners: Vec<Listener>,
+    clock: impl Fn() -> UnixTime + Send,
+    rng: &dyn KeyStoreRandom,
+    refresh_every: Duration,
+    shutdown: shutdown::Shutdown,
+) -> Result<(), ServerError> {
+    let first = state.refresh(clock(), rng).await;
+    log_refresh(&first);
+    let mut server = hickory_server::Server::new(state.handler());
+    for l in listeners {
+        server.register_socket(l.udp);
+        server.register_listener(l.tcp, Duration::from_secs(10), 64);
+    }
+    let mut tick = tokio::time::interval(refresh_every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                let r = state.refresh(clock(), rng).await;
+                log_refresh(&r);
+            }
+            _ = shutdown.wait() => break,
+        }
+    }
+    let _ = server.shutdown_gracefully().await;
+    Ok(())
+}
+
+fn log_refresh(r: &RefreshReport) {
+    for (host, what) in &r.rotations {
+        tracing::info!("{host}: rotation: {what}");
+    }
+    for host in &r.updated_hosts {
+        tracing::info!("{host}: key records updated");
+    }
+    for e in &r.errors {
+        tracing::error!("{e}");
+    }
+}
+
+/// A shutdown signal (a watch channel), so callers need no extra crate.
+pub mod shutdown {
+    /// Fires once; every clone sees it.
+    #[derive(Clone, Debug)]
+    pub struct Shutdown(tokio::sync::watch::Receiver<bool>);
+
+    /// Triggers a [`Shutdown`].
+    #[derive(Debug)]
+    pub struct Trigger(tokio::sync::watch::Sender<bool>);
+
+    /// A connected pair.
+    pub fn channel() -> (Trigger, Shutdown) {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        (Trigger(tx), Shutdown(rx))
+    }
+
+    impl Trigger {
+        /// Fire.
+        pub fn fire(&self) {
+            let _ = self.0.send(true);
+        }
+    }
+
+    impl Shutdown {
+        /// Resolves when fired (or when the trigger is dropped).
+        pub async fn wait(&self) {
+            let mut rx = self.0.clone();
+            let _ = rx.wait_for(|v| *v).await;
+        }
+    }
+}
+
+/// The AAAA tunnel owner for a host, as served.
+pub fn tunnel_owner(host: &str) -> String {
+    encodings::aaaa_tunnel_owner(host)
+}

@@ -1,0 +1,185 @@
+//! `zrtt dns`: the authoritative DNS server for a zone file plus key records.
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use zrtt_dns::server::{self, DnsConfig, HostConfig, Listener, ZoneState};
+
+/// Serve a zone from an RFC 1035 zone file on UDP and TCP (EDNS0, answers
+/// within 1232 bytes), plus key records generated from one or more key
+/// stores: at each host name an HTTPS record (priority 1, target ".", alpn,
+/// ipv4hint/ipv6hint from the zone's A/AAAA records, key65380 = all
+/// published records), one TXT `v=zrtt1 ...` per published record, TLSA
+/// 3 0 0 with the certificate, and the AAAA tunnel at `_zrtt.<host>`.
+/// Their TTL stays below the records' remaining validity. The key stores
+/// are re-read when another process rotates them, and rotated by the server
+/// itself unless --no-rotate. Prints `listening udp=ADDR tcp=ADDR` on
+/// stdout once per listen address, then serves until SIGINT or SIGTERM.
+#[derive(Args, Debug)]
+pub struct DnsArgs {
+    /// Zone file (RFC 1035 syntax). Required here or in --config.
+    #[arg(long)]
+    zone: Option<PathBuf>,
+    /// Zone origin, for a zone file without `$ORIGIN`.
+    #[arg(long)]
+    origin: Option<String>,
+    /// Key store directory (from `zrtt keys init`); repeat for several hosts.
+    /// The host name is the store's `name`, and must be in the zone.
+    #[arg(long = "keystore", value_name = "DIR")]
+    keystores: Vec<PathBuf>,
+    /// Address to serve on, UDP and TCP on the same port; repeatable. Port 0
+    /// picks a free port (read it from the `listening` line).
+    #[arg(long = "listen", value_name = "ADDR:PORT")]
+    listen: Vec<SocketAddr>,
+    /// Do not rotate the key stores; only pick up rotations done elsewhere
+    /// (`zrtt keys rotate` from a timer, or the gateway).
+    #[arg(long)]
+    no_rotate: bool,
+    /// ALPN ids for the HTTPS records of --keystore hosts.
+    #[arg(long, value_delimiter = ',', default_value = "http/1.1")]
+    alpn: Vec<String>,
+    /// `port` parameter for the HTTPS records of --keystore hosts (when the
+    /// gateway is not on 443).
+    #[arg(long)]
+    https_port: Option<u16>,
+    /// How often to check the key stores (reload, rotate, refresh records).
+    #[arg(long, default_value = "1s", value_parser = crate::util::parse_duration)]
+    refresh: std::time::Duration,
+    /// TOML config: `zone`, `origin`, `listen = [..]`, `rotate`, and
+    /// `[[host]]` tables with `keystore`, `alpn`, `port`. Flags given on the
+    /// command line override or add to it; relative paths are relative to
+    /// the config file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Log level on stderr: error, warn, info, debug.
+    #[arg(long, default_value = "info")]
+    log_level: tracing::Level,
+}
+
+pub fn run(a: DnsArgs) -> Result<ExitCode> {
+    init_logging(a.log_level);
+    let mut cfg = match &a.config {
+        Some(p) => DnsConfig::from_file(p)?,
+        None => DnsConfig::default(),
+    };
+    if a.zone.is_some() {
+        cfg.zone = a.zone.clone();
+    }
+    if a.origin.is_some() {
+        cfg.origin = a.origin.clone();
+    }
+    if !a.listen.is_empty() {
+        cfg.listen = a.listen.clone();
+    }
+    if a.no_rotate {
+        cfg.rotate = Some(false);
+    }
+    for k in &a.keystores {
+        cfg.hosts.push(HostConfig {
+            keystore: k.clone(),
+            alpn: a.alpn.clone(),
+            port: a.https_port,
+        });
+    }
+    let Some(zone) = cfg.zone.clone() else {
+        bail!("no zone file: give --zone FILE (or `zone` in --config)");
+    };
+    if cfg.listen.is_empty() {
+        cfg.listen.push("127.0.0.1:53".parse()?);
+    }
+    let state = ZoneState::new(
+        &zone,
+        cfg.origin.as_deref(),
+        &cfg.hosts,
+        cfg.rotate.unwrap_or(true),
+    )?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    runtime.block_on(async move {
+        let mut listeners = Vec::new();
+        for addr in &cfg.listen {
+            listeners.push(Listener::bind(*addr).await?);
+        }
+        {
+            let mut out = std::io::stdout().lock();
+            for l in &listeners {
+                writeln!(out, "{}", l.describe())?;
+            }
+            out.flush()?;
+        }
+        eprintln!(
+            "zrtt dns: zone {} from {}, {} host(s){}",
+            state.origin(),
+            zone.display(),
+            cfg.hosts.len(),
+            if cfg.rotate.unwrap_or(true) {
+                ", rotating"
+            } else {
+                ""
+            }
+        );
+        let (trigger, shutdown) = server::shutdown::channel();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            trigger.fire();
+        });
+        let rng = ring::rand::SystemRandom::new();
+        server::serve(
+            state,
+            listeners,
+            crate::util::now,
+            &rng,
+            a.refresh,
+            shutdown,
+        )
+        .await?;
+        Ok::<_, anyhow::Error>(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// Logs to stderr at `level`; hickory's per-query lines only at debug.
+pub fn init_logging(level: tracing::Level) {
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let lib_level = if level >= tracing::Level::DEBUG {
+        LevelFilter::from_level(level)
+    } else {
+        LevelFilter::WARN
+    };
+    let filter = Targets::new()
+        .with_target("hickory_server", lib_level)
+        .with_target("hickory_proto", lib_level)
+        .with_target("hickory_net", lib_level)
+        .with_default(LevelFilter::from_level(level));
+    let _ = tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
+        )
+        .with(filter)
+        .try_init();
+}
