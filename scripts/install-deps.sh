@@ -8,6 +8,7 @@
 #                   (docs/DNS.md); optional, the measurement has a Rust fallback
 #   nftables        nft, to drop the client's final ACK in the zrtt-net lab
 #                   test (gating); that test skips the check without it
+#   nginx, curl     the demo's backend and TLS 1.3 baseline (zrtt demo)
 set -euo pipefail
 
 need=()
@@ -15,6 +16,8 @@ command -v knotd >/dev/null 2>&1 || need+=(knot)
 command -v dig >/dev/null 2>&1 || need+=(bind9-dnsutils)
 command -v dnsperf >/dev/null 2>&1 || need+=(dnsperf)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
+command -v nginx >/dev/null 2>&1 || need+=(nginx)
+command -v curl >/dev/null 2>&1 || need+=(curl)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
@@ -26,6 +29,16 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 export DEBIAN_FRONTEND=noninteractive
+# Packages such as nginx and knot start a system service on install where an
+# init system runs; the project starts its own instances inside its
+# namespaces, so forbid service starts while installing (Debian's
+# policy-rc.d convention), unless the machine already has a policy.
+policy=/usr/sbin/policy-rc.d
+if [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\nexit 101\n' > "$policy"
+  chmod +x "$policy"
+  trap 'rm -f "$policy"' EXIT
+fi
 apt-get update -qq
 # dnsperf is a nice-to-have: install the required packages first, so that a
 # mirror without it does not stop the rest.

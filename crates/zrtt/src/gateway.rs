@@ -17,6 +17,7 @@ use zrtt_proto::handshake::{ServerConfig, ServerKey};
 use zrtt_proto::replay::{BloomReplayFilter, ReplayConfig};
 
 use crate::{keys, util};
+use zrtt_dns::KeyStore;
 
 #[derive(Args, Debug)]
 pub struct GatewayArgs {
@@ -26,18 +27,29 @@ pub struct GatewayArgs {
     /// The HTTP/1.1 backend, e.g. 127.0.0.1:8080.
     #[arg(long)]
     backend: SocketAddr,
+    /// Key store (from `zrtt keys init`): semi-static keys, their records and
+    /// the certificate. Re-read every --refresh, so rotations by `zrtt dns`
+    /// or `zrtt keys rotate` take effect without a restart.
+    #[arg(long, conflicts_with_all = ["keys", "records", "cert", "cert_key"])]
+    keystore: Option<PathBuf>,
+    /// With --keystore: create and retire keys on schedule in this process too.
+    #[arg(long, requires = "keystore")]
+    rotate: bool,
+    /// With --keystore: how often to re-read (and with --rotate, rotate) it.
+    #[arg(long, default_value = "10s", value_parser = util::parse_duration)]
+    refresh: Duration,
     /// Semi-static key file (from `zrtt keys generate`); repeat for rotation.
-    #[arg(long = "key", required = true)]
+    #[arg(long = "key", required_unless_present = "keystore")]
     keys: Vec<PathBuf>,
     /// Signed record file(s) for the keys (matched by public key); repeatable.
-    #[arg(long = "record", required = true)]
+    #[arg(long = "record", required_unless_present = "keystore")]
     records: Vec<PathBuf>,
     /// TLS certificate chain (PEM), the certificate that signs the records first.
-    #[arg(long)]
-    cert: PathBuf,
+    #[arg(long, required_unless_present = "keystore")]
+    cert: Option<PathBuf>,
     /// Its private key (PKCS#8 PEM).
-    #[arg(long)]
-    cert_key: PathBuf,
+    #[arg(long, required_unless_present = "keystore")]
+    cert_key: Option<PathBuf>,
     /// Token sealing key shared by a fleet: 32 bytes, raw or 64 hex digits
     /// (e.g. `head -c32 /dev/urandom > token.key`). Without it, no tokens.
     #[arg(long)]
@@ -105,14 +117,45 @@ fn server_keys(a: &GatewayArgs) -> Result<ServerConfig> {
     Ok(ServerConfig::new(out)?)
 }
 
+/// Keys from a key store at `now`, rotating first when asked.
+fn keystore_keys(ks: &mut KeyStore, rotate: bool) -> Result<ServerConfig> {
+    ks.reload_if_changed()?;
+    if rotate {
+        let report = ks.rotate(util::now(), &ring::rand::SystemRandom::new())?;
+        if report.changed() {
+            eprintln!("zrtt gateway: {report}");
+        }
+    }
+    let keys = ks.server_keys(util::now());
+    if keys.is_empty() {
+        eprintln!(
+            "zrtt gateway: warning: {} holds no live key (zrtt keys rotate); only TLS is served",
+            ks.dir().display()
+        );
+    }
+    Ok(ServerConfig::new(keys)?)
+}
+
 pub fn run(a: GatewayArgs) -> Result<ExitCode> {
-    let keys = server_keys(&a)?;
-    let chain = pki_types::CertificateDer::pem_file_iter(&a.cert)
-        .with_context(|| format!("reading {}", a.cert.display()))?
+    let mut store = a.keystore.as_deref().map(KeyStore::open).transpose()?;
+    let (keys, cert_path, cert_key_path) = match store.as_mut() {
+        Some(ks) => (
+            keystore_keys(ks, a.rotate)?,
+            ks.cert_pem_path(),
+            ks.cert_key_path(),
+        ),
+        None => (
+            server_keys(&a)?,
+            a.cert.clone().unwrap_or_default(),
+            a.cert_key.clone().unwrap_or_default(),
+        ),
+    };
+    let chain = pki_types::CertificateDer::pem_file_iter(&cert_path)
+        .with_context(|| format!("reading {}", cert_path.display()))?
         .collect::<Result<Vec<_>, _>>()
-        .with_context(|| format!("parsing {}", a.cert.display()))?;
-    let key = pki_types::PrivateKeyDer::from_pem_file(&a.cert_key)
-        .with_context(|| format!("reading {}", a.cert_key.display()))?;
+        .with_context(|| format!("parsing {}", cert_path.display()))?;
+    let key = pki_types::PrivateKeyDer::from_pem_file(&cert_key_path)
+        .with_context(|| format!("reading {}", cert_key_path.display()))?;
     let tls = tls_server_config(chain, key)?;
     let tokens = match &a.token_key {
         Some(p) => Some(Arc::new(read_token_key(p, a.token_lifetime)?)),
@@ -128,8 +171,9 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
     ring::rand::SecureRandom::fill(&rng, &mut secret)
         .map_err(|_| anyhow::anyhow!("OS random number generator failed"))?;
     let replay = BloomReplayFilter::new(ReplayConfig::default(), secret, util::now());
+    let shared_keys = Arc::new(RwLock::new(keys));
     let cfg = GatewayConfig {
-        keys: Arc::new(RwLock::new(keys)),
+        keys: shared_keys.clone(),
         tls,
         backend: a.backend,
         replay: Arc::new(Mutex::new(replay)),
@@ -187,6 +231,30 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
             None => None,
         };
         println!("listening {}", gw.local_addr()?);
+        let refresher = store.map(|ks| {
+            let mut rx = stop_rx.clone();
+            let (rotate, every) = (a.rotate, a.refresh);
+            tokio::spawn(async move {
+                let ks = Arc::new(Mutex::new(ks));
+                loop {
+                    tokio::select! {
+                        _ = rx.changed() => return,
+                        _ = tokio::time::sleep(every) => {}
+                    }
+                    let ks = ks.clone();
+                    let fresh = tokio::task::spawn_blocking(move || {
+                        let mut ks = ks.lock().unwrap_or_else(|p| p.into_inner());
+                        keystore_keys(&mut ks, rotate)
+                    })
+                    .await;
+                    match fresh {
+                        Ok(Ok(cfg)) => *shared_keys.write().unwrap_or_else(|p| p.into_inner()) = cfg,
+                        Ok(Err(e)) => eprintln!("zrtt gateway: key store: {e:#}"),
+                        Err(e) => eprintln!("zrtt gateway: key store task: {e}"),
+                    }
+                }
+            })
+        });
         let mut rx = stop_rx;
         let server = tokio::spawn(gw.run(async move {
             let _ = rx.changed().await;
@@ -194,6 +262,9 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         shutdown_signal().await;
         let _ = stop_tx.send(true);
         server.await??;
+        if let Some(r) = refresher {
+            let _ = r.await;
+        }
         if let Some(a) = admin {
             let _ = a.await;
         }

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod demo;
 mod dns;
 mod gateway;
 mod get;
@@ -34,6 +35,8 @@ enum Command {
     Get(get::GetArgs),
     /// Authoritative DNS for a zone file plus rotating key records (HTTPS, TXT, AAAA, TLSA).
     Dns(dns::DnsArgs),
+    /// The main job: an emulated WAN, nginx, zrtt gateways, and the same page fetched over TLS 1.3 and zrtt (root).
+    Demo(demo::DemoArgs),
 }
 
 fn main() -> ExitCode {
@@ -44,6 +47,7 @@ fn main() -> ExitCode {
         Command::Gateway(args) => gateway::run(args),
         Command::Get(args) => get::run(args),
         Command::Dns(args) => dns::run(args),
+        Command::Demo(args) => demo::run(args),
     };
     match result {
         Ok(code) => code,
