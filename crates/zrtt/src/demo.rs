@@ -360,6 +360,7 @@ pub fn run(a: DemoArgs) -> Result<ExitCode> {
             format!("request in the SYN; answer sent with the SYN-ACK's round trip ({c:.0}), first byte at {ttfb:.0}")
         };
         let mut modes = r.modes.clone();
+        modes.sort();
         modes.dedup();
         println!(
             "| {} | {ttfb:.1} | {:.2} | {where_} | {} |",
