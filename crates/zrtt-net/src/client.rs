@@ -181,6 +181,10 @@ pub struct ClientConfig {
     /// Address tokens; `Some` makes the client use Noise IK with a per-server
     /// static key so that the gateway can issue tokens.
     pub tokens: Option<Arc<TokenStore>>,
+    /// Provenance certificates per local address; when the local address has
+    /// valid ones, the client uses Noise IK with that address's static key and
+    /// carries them (docs/PROTOCOL.md §11).
+    pub provenance: Option<Arc<crate::pv::ProvenanceStore>>,
     /// Which requests go as early data.
     pub early_data: EarlyDataPolicy,
     /// Fall back to TLS when zrtt is not possible.
@@ -226,6 +230,7 @@ impl ClientConfig {
             fast_open: true,
             fast_open_cache: Arc::new(FastOpenCache::default()),
             tokens: None,
+            provenance: None,
             early_data: EarlyDataPolicy::IdempotentOnly,
             tls_fallback: true,
             connect_timeout: Duration::from_secs(10),
@@ -397,7 +402,13 @@ async fn attempt_zrtt(
         && request.len() <= rec.body().max_early_data_bytes as usize;
     let mut params = ClientParams::default();
     params.extensions.set(ext::ALPN, b"http/1.1".to_vec());
-    if let Some(store) = &cfg.tokens {
+    let proof = cfg.provenance.as_ref().and_then(|p| {
+        local_ip_towards(target.addr).and_then(|ip| p.for_local(ip, (cfg.clock)()))
+    });
+    if let Some((key, certs)) = proof {
+        params.static_key = Some(key);
+        params.extensions.set(ext::PROVENANCE, certs);
+    } else if let Some(store) = &cfg.tokens {
         params.static_key = Some(store.static_key(&target.host, cfg.rng.as_ref())?);
         if let Some(tok) =
             local_ip_towards(target.addr).and_then(|ip| store.token(&target.host, ip))

@@ -180,6 +180,8 @@ pub struct GatewayConfig {
     pub tokens: Option<Arc<TokenKey>>,
     /// Networks whose addresses count as proven (answered before the handshake).
     pub trusted_networks: Vec<IpNet>,
+    /// Provenance verifiers whose certificates prove an address; `None` disables them.
+    pub provenance: Option<ProvenanceConfig>,
     /// Listener options (Fast Open queue).
     pub listen: ListenOptions,
     /// Load limits.
@@ -202,6 +204,20 @@ impl std::fmt::Debug for GatewayConfig {
             .field("timeouts", &self.timeouts)
             .finish_non_exhaustive()
     }
+}
+
+/// Which provenance verifiers a gateway trusts, and how hard it may work on
+/// their certificates (docs/PROTOCOL.md §11).
+#[derive(Clone, Debug)]
+pub struct ProvenanceConfig {
+    /// Trusted verifier keys and the quorum.
+    pub policy: zrtt_proto::provenance::TrustPolicy,
+    /// Certificate signature checks per second at most (0 = unlimited);
+    /// beyond it flights are treated as unproven (answered after the
+    /// handshake), never refused (ASAP §2.5).
+    pub checks_per_sec: f64,
+    /// Verified certificates remembered.
+    pub cache_capacity: usize,
 }
 
 /// A rustls server config (ring, TLS 1.3 only, ALPN http/1.1).
@@ -257,6 +273,8 @@ struct Shared {
     backend: Client<HttpConnector, Body>,
     soft_bucket: Mutex<TokenBucket>,
     hard_bucket: Mutex<TokenBucket>,
+    pv_bucket: Mutex<TokenBucket>,
+    pv_cache: Mutex<zrtt_proto::provenance::VerifiedCache>,
     active: AtomicUsize,
 }
 
@@ -296,6 +314,12 @@ impl Gateway {
         let shared = Arc::new(Shared {
             soft_bucket: Mutex::new(TokenBucket::new(cfg.limits.decrypts_per_sec)),
             hard_bucket: Mutex::new(TokenBucket::new(cfg.limits.hard_decrypts_per_sec)),
+            pv_bucket: Mutex::new(TokenBucket::new(
+                cfg.provenance.as_ref().map_or(0.0, |p| p.checks_per_sec),
+            )),
+            pv_cache: Mutex::new(zrtt_proto::provenance::VerifiedCache::new(
+                cfg.provenance.as_ref().map_or(0, |p| p.cache_capacity),
+            )),
             cfg,
             metrics: Arc::new(Metrics::default()),
             backend,
@@ -559,6 +583,41 @@ async fn serve_zrtt(
                 Metrics::inc(&m.tokens_refused);
                 tracing::debug!("token from {peer} refused: {e}");
             }
+        }
+    }
+    if let (false, Some(pv), Some(bytes)) = (
+        proven,
+        &shared.cfg.provenance,
+        accepted.extensions.get(ext::PROVENANCE),
+    ) {
+        if lock(&shared.pv_bucket).try_take(Instant::now()) {
+            let checked = zrtt_proto::provenance::decode_certificates(bytes).and_then(|certs| {
+                pv.policy.verify(
+                    &certs,
+                    peer.ip(),
+                    accepted.client_static.as_ref(),
+                    now,
+                    &mut lock(&shared.pv_cache),
+                )
+            });
+            match checked {
+                Ok(q) => {
+                    Metrics::inc(&m.provenance_accepted);
+                    if q.signatures_checked == 0 {
+                        Metrics::inc(&m.provenance_cache_hits);
+                    }
+                    proven = true;
+                }
+                Err(e) => {
+                    Metrics::inc(&m.provenance_refused);
+                    tracing::debug!("provenance from {peer} refused: {e}");
+                }
+            }
+        } else {
+            // Overload defence: no certificate checks beyond the rate; the
+            // flight is served on the gated path instead.
+            Metrics::inc(&m.provenance_overload);
+            tracing::debug!("provenance check rate exceeded: {peer} answered after the handshake");
         }
     }
     if proven && !soft_ok {

@@ -21,6 +21,7 @@ pub mod error;
 pub mod gate;
 pub mod gateway;
 pub mod metrics;
+pub mod pv;
 pub mod stream;
 pub mod sys;
 pub mod tfo;

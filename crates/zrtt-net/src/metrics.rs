@@ -65,6 +65,14 @@ counters! {
     tokens_accepted,
     /// Tokens presented but refused (expired, other address or key, forged).
     tokens_refused,
+    /// First flights whose provenance certificates met the quorum.
+    provenance_accepted,
+    /// Of those, answered from the verified-certificate cache (no signature check).
+    provenance_cache_hits,
+    /// Provenance certificates refused (untrusted, mismatch, expired, forged, quorum).
+    provenance_refused,
+    /// Certificates not checked because the check rate was exceeded (gated instead).
+    provenance_overload,
 }
 
 impl Metrics {

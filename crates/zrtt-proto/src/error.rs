@@ -23,6 +23,9 @@ pub enum Error {
     /// A first flight refused by the replay filter.
     #[error("first flight refused: {0}")]
     Replay(ReplayError),
+    /// Provenance certificates that do not prove the client's address.
+    #[error("provenance refused: {0}")]
+    Provenance(crate::provenance::ProvenanceError),
     /// The caller used the API wrongly (a bug in the caller, not the peer).
     #[error("API misuse: {0}")]
     ApiMisuse(&'static str),
@@ -34,6 +37,12 @@ pub enum Error {
 // Hand-written `From` impls rather than `#[from]`: the inner error is already
 // part of the message, so it must not also be reported as `source()`
 // (error chains would print it twice).
+
+impl From<crate::provenance::ProvenanceError> for Error {
+    fn from(e: crate::provenance::ProvenanceError) -> Self {
+        Self::Provenance(e)
+    }
+}
 
 impl From<InvalidMessage> for Error {
     fn from(e: InvalidMessage) -> Self {

@@ -17,6 +17,7 @@ pub mod codec;
 pub mod crypto;
 pub mod error;
 pub mod handshake;
+pub mod provenance;
 pub mod record;
 pub mod replay;
 pub mod time;

@@ -62,6 +62,17 @@ pub struct GatewayArgs {
     /// spoof sources.
     #[arg(long = "trust")]
     trusted: Vec<String>,
+    /// A provenance verifier's public key (64 hex digits, from `zrtt pv
+    /// keygen`) whose certificates prove an address; repeatable.
+    #[arg(long = "verifier")]
+    verifiers: Vec<String>,
+    /// Valid certificates from distinct trusted verifiers needed (default: 1).
+    #[arg(long, default_value_t = 1)]
+    quorum: usize,
+    /// Certificate signature checks per second at most; beyond it flights
+    /// are answered after the handshake instead (0 = unlimited).
+    #[arg(long, default_value_t = 20_000.0)]
+    pv_checks_per_sec: f64,
     /// Serve counters as text on this address (any path), e.g. 127.0.0.1:9090.
     #[arg(long)]
     admin: Option<SocketAddr>,
@@ -179,6 +190,30 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         replay: Arc::new(Mutex::new(replay)),
         tokens,
         trusted_networks: trusted,
+        provenance: if a.verifiers.is_empty() {
+            None
+        } else {
+            let keys = a
+                .verifiers
+                .iter()
+                .map(|h| {
+                    zrtt_net::pv::parse_verifier_key(h)
+                        .ok_or_else(|| anyhow::anyhow!("--verifier {h:?}: need 64 hex digits"))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            if a.quorum == 0 || a.quorum > keys.len() {
+                bail!("--quorum {} with {} verifier(s)", a.quorum, keys.len());
+            }
+            Some(zrtt_net::gateway::ProvenanceConfig {
+                policy: zrtt_proto::provenance::TrustPolicy {
+                    verifiers: keys,
+                    quorum: a.quorum,
+                    skew_secs: 5,
+                },
+                checks_per_sec: a.pv_checks_per_sec,
+                cache_capacity: 100_000,
+            })
+        },
         listen: ListenOptions {
             backlog: 1024,
             fast_open_queue: a.fast_open_queue,

@@ -11,6 +11,7 @@ mod gateway;
 mod get;
 mod keys;
 mod lab;
+mod pv;
 mod util;
 
 /// zrtt: the first secure request to a server in one network round trip.
@@ -37,6 +38,9 @@ enum Command {
     Dns(dns::DnsArgs),
     /// The main job: an emulated WAN, nginx, zrtt gateways, and the same page fetched over TLS 1.3 and zrtt (root).
     Demo(demo::DemoArgs),
+    /// Provenance verifiers: keys, the certificate service, and fetching certificates.
+    #[command(subcommand)]
+    Pv(pv::PvCommand),
 }
 
 fn main() -> ExitCode {
@@ -48,6 +52,7 @@ fn main() -> ExitCode {
         Command::Get(args) => get::run(args),
         Command::Dns(args) => dns::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Pv(cmd) => pv::run(cmd),
     };
     match result {
         Ok(code) => code,

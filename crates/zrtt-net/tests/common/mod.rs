@@ -114,6 +114,7 @@ pub struct GatewayOpts {
     pub keys: Vec<(KeyRecord, X25519KeyPair)>,
     pub backend: Option<SocketAddr>,
     pub trusted: Vec<IpNet>,
+    pub provenance: Option<zrtt_net::gateway::ProvenanceConfig>,
     pub tokens: bool,
     pub limits: Limits,
     pub timeouts: Timeouts,
@@ -126,6 +127,7 @@ impl Default for GatewayOpts {
             keys: vec![record("zrtt test key 1", 16384)],
             backend: None,
             trusted: Vec::new(),
+            provenance: None,
             tokens: false,
             limits: Limits::default(),
             timeouts: Timeouts {
@@ -196,6 +198,7 @@ pub async fn start_gateway(opts: GatewayOpts) -> Env {
         ))),
         tokens: opts.tokens.then(token_key),
         trusted_networks: opts.trusted,
+        provenance: opts.provenance,
         listen: ListenOptions::default(),
         limits: opts.limits,
         timeouts: opts.timeouts,

@@ -1,0 +1,483 @@
+//! Provenance certificates (ASAP, CoNEXT 2011 §2.2-2.4), sans-IO.
+//!
+//! A provenance verifier (PV) that has seen a client complete a handshake
+//! from an address signs `(client static key, address, start, duration)`.
+//! A gateway that trusts a quorum of verifiers answers a first flight
+//! carrying their certificates before the TCP handshake completes. ASAP's
+//! "request certificate" is not needed: the flight uses Noise IK with the
+//! certified static key, whose first-message key includes `ss`, so only the
+//! holder of the static private key can use the certificates
+//! (docs/PROTOCOL.md §11).
+//!
+//! Wire form of one certificate (the client key is not carried: the
+//! gateway takes it from the IK handshake, the address from the socket):
+//!
+//! ```text
+//! u8 version=1 | u32 verifier_id | u8 family (4|6) | 4|16 address | u64 start | u32 duration | 64 Ed25519 signature
+//! ```
+//!
+//! Signature input: `"zrtt provenance v1\0" || version || verifier_id ||
+//! family || address || client_static (32) || start || duration`.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+use ring::signature::{self, KeyPair};
+
+use crate::codec::{Put, Reader};
+use crate::error::InvalidMessage;
+use crate::time::UnixTime;
+
+/// Certificate format version.
+pub const PROVENANCE_VERSION: u8 = 1;
+/// Domain separation for verifier signatures.
+pub const SIGNATURE_CONTEXT: &[u8] = b"zrtt provenance v1\0";
+/// Most certificates one first flight may carry.
+pub const MAX_CERTIFICATES: usize = 8;
+
+/// Why provenance was not accepted.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ProvenanceError {
+    /// The certificates do not parse.
+    #[error("malformed certificate: {0}")]
+    Malformed(InvalidMessage),
+    /// A certificate for another address than the connection's source.
+    #[error(
+        "certificate from verifier {verifier:08x} is for {certified}, connection is from {peer}"
+    )]
+    AddressMismatch {
+        /// Verifier id.
+        verifier: u32,
+        /// Address in the certificate.
+        certified: IpAddr,
+        /// The connection's source address.
+        peer: IpAddr,
+    },
+    /// The certificate's validity has ended.
+    #[error("certificate from verifier {0:08x} expired")]
+    Expired(u32),
+    /// The certificate's validity has not started.
+    #[error("certificate from verifier {0:08x} not yet valid")]
+    NotYetValid(u32),
+    /// A verifier the policy does not trust.
+    #[error("verifier {0:08x} is not trusted")]
+    UntrustedVerifier(u32),
+    /// A signature that does not verify (forged, or for another client key).
+    #[error("bad signature from verifier {0:08x}")]
+    BadSignature(u32),
+    /// Two certificates from one verifier.
+    #[error("two certificates from verifier {0:08x}")]
+    DuplicateVerifier(u32),
+    /// Certificates need an IK flight (a client static key).
+    #[error("provenance needs a client static key (Noise IK)")]
+    NoStaticKey,
+    /// Fewer valid certificates from distinct trusted verifiers than the quorum.
+    #[error("quorum not met: {valid} valid of {needed} needed")]
+    QuorumNotMet {
+        /// Valid certificates from distinct trusted verifiers.
+        valid: usize,
+        /// The policy's quorum.
+        needed: usize,
+    },
+}
+
+impl From<InvalidMessage> for ProvenanceError {
+    fn from(e: InvalidMessage) -> Self {
+        Self::Malformed(e)
+    }
+}
+
+/// A verifier's public key and id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct VerifierKey {
+    /// `verifier_id_for(public)`.
+    pub id: u32,
+    /// Ed25519 public key.
+    pub public: [u8; 32],
+}
+
+impl VerifierKey {
+    /// The key and its derived id.
+    pub fn new(public: [u8; 32]) -> Self {
+        Self {
+            id: verifier_id_for(&public),
+            public,
+        }
+    }
+}
+
+/// A verifier's id: the first four bytes of SHA-256 of its public key.
+pub fn verifier_id_for(public: &[u8; 32]) -> u32 {
+    let h = crate::record::sha256(public);
+    u32::from_be_bytes([h[0], h[1], h[2], h[3]])
+}
+
+/// One provenance certificate (compact form).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Certificate {
+    /// Issuing verifier.
+    pub verifier_id: u32,
+    /// Address the verifier saw the client at.
+    pub address: IpAddr,
+    /// Start of validity, seconds since the epoch.
+    pub start: u64,
+    /// Length of validity, seconds.
+    pub duration: u32,
+    /// Ed25519 signature.
+    pub signature: [u8; 64],
+}
+
+fn put_addr(out: &mut Vec<u8>, a: &IpAddr) {
+    match a {
+        IpAddr::V4(v4) => {
+            out.put_u8(4);
+            out.extend_from_slice(&v4.octets());
+        }
+        IpAddr::V6(v6) => {
+            out.put_u8(6);
+            out.extend_from_slice(&v6.octets());
+        }
+    }
+}
+
+impl Certificate {
+    /// End of validity (exclusive), seconds.
+    pub fn end(&self) -> u64 {
+        self.start.saturating_add(u64::from(self.duration))
+    }
+
+    fn signed_bytes(
+        verifier_id: u32,
+        address: &IpAddr,
+        client_static: &[u8; 32],
+        start: u64,
+        duration: u32,
+    ) -> Vec<u8> {
+        let mut m = Vec::with_capacity(SIGNATURE_CONTEXT.len() + 66);
+        m.extend_from_slice(SIGNATURE_CONTEXT);
+        m.put_u8(PROVENANCE_VERSION);
+        m.put_u32(verifier_id);
+        put_addr(&mut m, address);
+        m.extend_from_slice(client_static);
+        m.put_u64(start);
+        m.put_u32(duration);
+        m
+    }
+
+    /// Wire form.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.put_u8(PROVENANCE_VERSION);
+        out.put_u32(self.verifier_id);
+        put_addr(out, &self.address);
+        out.put_u64(self.start);
+        out.put_u32(self.duration);
+        out.extend_from_slice(&self.signature);
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<Self, InvalidMessage> {
+        let v = r.u8()?;
+        if v != PROVENANCE_VERSION {
+            return Err(InvalidMessage::UnsupportedVersion(v));
+        }
+        let verifier_id = r.u32()?;
+        let address = match r.u8()? {
+            4 => IpAddr::from(r.array::<4>()?),
+            6 => IpAddr::from(r.array::<16>()?),
+            _ => return Err(InvalidMessage::InvalidField("address family")),
+        };
+        let start = r.u64()?;
+        let duration = r.u32()?;
+        let signature = r.array::<64>()?;
+        Ok(Self {
+            verifier_id,
+            address,
+            start,
+            duration,
+            signature,
+        })
+    }
+
+    fn verify_signature(&self, key: &VerifierKey, client_static: &[u8; 32]) -> bool {
+        let msg = Self::signed_bytes(
+            self.verifier_id,
+            &self.address,
+            client_static,
+            self.start,
+            self.duration,
+        );
+        signature::UnparsedPublicKey::new(&signature::ED25519, key.public)
+            .verify(&msg, &self.signature)
+            .is_ok()
+    }
+}
+
+/// The PROVENANCE extension value: `u8 count || certificates`.
+pub fn encode_certificates(certs: &[Certificate]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1 + certs.len() * 98);
+    let n = certs.len().min(MAX_CERTIFICATES);
+    out.put_u8(n as u8);
+    for c in &certs[..n] {
+        c.encode(&mut out);
+    }
+    out
+}
+
+/// Strictly decode a PROVENANCE extension value.
+pub fn decode_certificates(bytes: &[u8]) -> Result<Vec<Certificate>, ProvenanceError> {
+    let mut r = Reader::new(bytes);
+    let n = usize::from(r.u8()?);
+    if n == 0 || n > MAX_CERTIFICATES {
+        return Err(InvalidMessage::InvalidField("certificate count").into());
+    }
+    let certs = (0..n)
+        .map(|_| Certificate::decode(&mut r))
+        .collect::<Result<Vec<_>, _>>()?;
+    r.finish()?;
+    Ok(certs)
+}
+
+/// How long certificates last (ASAP §2.4 adaptive expiry).
+#[derive(Clone, Copy, Debug)]
+pub struct IssuePolicy {
+    /// Duration of a first certificate for an address (default 30 minutes).
+    pub initial_secs: u32,
+    /// Cap on doubling (default one day).
+    pub max_secs: u32,
+}
+
+impl Default for IssuePolicy {
+    fn default() -> Self {
+        Self {
+            initial_secs: 1800,
+            max_secs: 86400,
+        }
+    }
+}
+
+/// A verifier's signing key. Stateless: everything it needs to issue or
+/// refresh is in the request and the previous certificate.
+pub struct VerifierSigner {
+    pair: signature::Ed25519KeyPair,
+    key: VerifierKey,
+}
+
+impl core::fmt::Debug for VerifierSigner {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "VerifierSigner({:08x}, <redacted>)", self.key.id)
+    }
+}
+
+impl VerifierSigner {
+    /// From a PKCS#8 Ed25519 key.
+    pub fn from_pkcs8(der: &[u8]) -> Result<Self, crate::RecordError> {
+        let pair = signature::Ed25519KeyPair::from_pkcs8_maybe_unchecked(der)
+            .map_err(|_| crate::RecordError::UnsupportedKey("need a PKCS#8 Ed25519 key"))?;
+        let mut public = [0u8; 32];
+        public.copy_from_slice(pair.public_key().as_ref());
+        Ok(Self {
+            pair,
+            key: VerifierKey::new(public),
+        })
+    }
+
+    /// A new verifier key; returns the signer and its PKCS#8 form to store.
+    pub fn generate(rng: &dyn ring::rand::SecureRandom) -> Result<(Self, Vec<u8>), crate::Error> {
+        let pkcs8 =
+            signature::Ed25519KeyPair::generate_pkcs8(rng).map_err(|_| crate::Error::Rng)?;
+        let signer = Self::from_pkcs8(pkcs8.as_ref())?;
+        Ok((signer, pkcs8.as_ref().to_vec()))
+    }
+
+    /// The public key and id.
+    pub fn key(&self) -> VerifierKey {
+        self.key
+    }
+
+    /// Issue a certificate for `client_static` seen at `address` (the caller
+    /// has proven the address: a completed TCP handshake or a challenge
+    /// round trip). `previous`, if this verifier issued it for the same key
+    /// and address and it is still valid, doubles the duration (up to the
+    /// cap); otherwise the duration is the initial one. `requested_secs`
+    /// caps the result.
+    pub fn issue(
+        &self,
+        policy: &IssuePolicy,
+        client_static: &[u8; 32],
+        address: IpAddr,
+        requested_secs: u32,
+        previous: Option<&Certificate>,
+        now: UnixTime,
+    ) -> Certificate {
+        let now_s = now.as_secs();
+        let refreshed = previous.filter(|p| {
+            p.verifier_id == self.key.id
+                && p.address == address
+                && p.start <= now_s
+                && now_s < p.end()
+                && p.verify_signature(&self.key, client_static)
+        });
+        let base = match refreshed {
+            Some(p) => p.duration.saturating_mul(2).min(policy.max_secs),
+            None => policy.initial_secs.min(policy.max_secs),
+        };
+        let duration = base.min(requested_secs.max(1));
+        let msg = Certificate::signed_bytes(self.key.id, &address, client_static, now_s, duration);
+        let mut signature = [0u8; 64];
+        signature.copy_from_slice(self.pair.sign(&msg).as_ref());
+        Certificate {
+            verifier_id: self.key.id,
+            address,
+            start: now_s,
+            duration,
+            signature,
+        }
+    }
+}
+
+/// Certificates already verified, so the same one is not checked twice.
+/// Bounded: expired entries are dropped first; when still full, new
+/// entries are not cached (verification still happens).
+#[derive(Debug)]
+pub struct VerifiedCache {
+    entries: HashMap<[u8; 32], u64>,
+    capacity: usize,
+}
+
+impl VerifiedCache {
+    /// A cache holding at most `capacity` certificates.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            entries: HashMap::new(),
+            capacity,
+        }
+    }
+
+    fn key(cert: &Certificate, client_static: &[u8; 32]) -> [u8; 32] {
+        let mut b = Vec::with_capacity(140);
+        cert.encode(&mut b);
+        b.extend_from_slice(client_static);
+        crate::record::sha256(&b)
+    }
+
+    fn hit(&self, k: &[u8; 32], now: u64) -> bool {
+        self.entries.get(k).is_some_and(|&end| now < end)
+    }
+
+    fn insert(&mut self, k: [u8; 32], end: u64, now: u64) {
+        if self.entries.len() >= self.capacity {
+            self.entries.retain(|_, e| now < *e);
+        }
+        if self.entries.len() < self.capacity {
+            self.entries.insert(k, end);
+        }
+    }
+
+    /// Number of cached certificates.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the cache is empty.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// A gateway's provenance policy: which verifiers it trusts and how many
+/// valid certificates from distinct ones it needs.
+#[derive(Clone, Debug)]
+pub struct TrustPolicy {
+    /// Trusted verifier keys.
+    pub verifiers: Vec<VerifierKey>,
+    /// Certificates needed (at least 1).
+    pub quorum: usize,
+    /// Clock skew tolerated at the edges of a certificate's validity, seconds.
+    pub skew_secs: u64,
+}
+
+/// What an accepted quorum consisted of.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuorumOk {
+    /// Verifiers whose certificates counted.
+    pub verifiers: Vec<u32>,
+    /// Signatures verified by this call (the rest came from the cache).
+    pub signatures_checked: usize,
+}
+
+impl TrustPolicy {
+    /// Check `certs` for a connection from `peer` whose IK static key is
+    /// `client_static`, at `now`. Stops as soon as the quorum is met, so at
+    /// most `quorum` signatures are checked per call.
+    pub fn verify(
+        &self,
+        certs: &[Certificate],
+        peer: IpAddr,
+        client_static: Option<&[u8; 32]>,
+        now: UnixTime,
+        cache: &mut VerifiedCache,
+    ) -> Result<QuorumOk, ProvenanceError> {
+        let client_static = client_static.ok_or(ProvenanceError::NoStaticKey)?;
+        let now_s = now.as_secs();
+        let quorum = self.quorum.max(1);
+        let mut ok = QuorumOk {
+            verifiers: Vec::new(),
+            signatures_checked: 0,
+        };
+        let mut first_error = None;
+        for (i, c) in certs.iter().enumerate() {
+            if certs[..i].iter().any(|o| o.verifier_id == c.verifier_id) {
+                return Err(ProvenanceError::DuplicateVerifier(c.verifier_id));
+            }
+            let check = (|| {
+                let key = self
+                    .verifiers
+                    .iter()
+                    .find(|k| k.id == c.verifier_id)
+                    .ok_or(ProvenanceError::UntrustedVerifier(c.verifier_id))?;
+                if c.address != peer {
+                    return Err(ProvenanceError::AddressMismatch {
+                        verifier: c.verifier_id,
+                        certified: c.address,
+                        peer,
+                    });
+                }
+                if now_s.saturating_add(self.skew_secs) < c.start {
+                    return Err(ProvenanceError::NotYetValid(c.verifier_id));
+                }
+                if now_s >= c.end().saturating_add(self.skew_secs) {
+                    return Err(ProvenanceError::Expired(c.verifier_id));
+                }
+                let k = VerifiedCache::key(c, client_static);
+                if !cache.hit(&k, now_s) {
+                    ok.signatures_checked += 1;
+                    if !c.verify_signature(key, client_static) {
+                        return Err(ProvenanceError::BadSignature(c.verifier_id));
+                    }
+                    cache.insert(k, c.end(), now_s);
+                }
+                Ok(())
+            })();
+            match check {
+                Ok(()) => {
+                    ok.verifiers.push(c.verifier_id);
+                    if ok.verifiers.len() >= quorum {
+                        return Ok(ok);
+                    }
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        // The first concrete reason a certificate failed, or else how many
+        // were missing.
+        Err(first_error.unwrap_or(ProvenanceError::QuorumNotMet {
+            valid: ok.verifiers.len(),
+            needed: quorum,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests;
