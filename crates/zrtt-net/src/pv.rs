@@ -20,8 +20,7 @@ use tokio::net::{TcpListener, TcpStream};
 use zrtt_proto::codec::{Put, Reader};
 use zrtt_proto::crypto::{SecureRandom, X25519KeyPair};
 use zrtt_proto::provenance::{
-    decode_certificates, encode_certificates, Certificate, IssuePolicy, VerifierKey,
-    VerifierSigner,
+    decode_certificates, encode_certificates, Certificate, IssuePolicy, VerifierKey, VerifierSigner,
 };
 use zrtt_proto::UnixTime;
 
@@ -85,11 +84,14 @@ async fn handle(
     clock: fn() -> UnixTime,
     stats: &PvStats,
 ) -> Result<()> {
-    let mut buf = vec![0u8; MAX_REQUEST];
+    let mut buf = [0u8; MAX_REQUEST];
     let mut n = 0;
     let req = tokio::time::timeout(Duration::from_secs(5), async {
         loop {
-            let got = tcp.read(&mut buf[n..]).await.map_err(Error::io("verifier read"))?;
+            let got = tcp
+                .read(&mut buf[n..])
+                .await
+                .map_err(Error::io("verifier read"))?;
             if got == 0 {
                 return Err(Error::Protocol("verifier request truncated"));
             }
@@ -111,14 +113,30 @@ async fn handle(
             return Err(e);
         }
     };
-    let cert = signer.issue(policy, &client_static, peer.ip().to_canonical(), requested, previous.as_ref(), clock());
-    if previous.as_ref().is_some_and(|p| cert.duration > p.duration) {
-        stats.refreshed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let cert = signer.issue(
+        policy,
+        &client_static,
+        peer.ip().to_canonical(),
+        requested,
+        previous.as_ref(),
+        clock(),
+    );
+    if previous
+        .as_ref()
+        .is_some_and(|p| cert.duration > p.duration)
+    {
+        stats
+            .refreshed
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
-    stats.issued.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    stats
+        .issued
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut out = vec![0u8];
     cert.encode(&mut out);
-    tcp.write_all(&out).await.map_err(Error::io("verifier write"))?;
+    tcp.write_all(&out)
+        .await
+        .map_err(Error::io("verifier write"))?;
     let _ = tcp.shutdown().await;
     Ok(())
 }
@@ -145,7 +163,10 @@ fn parse_request(b: &[u8]) -> Result<Option<Request>> {
                     Err(zrtt_proto::provenance::ProvenanceError::Malformed(
                         zrtt_proto::InvalidMessage::Truncated { .. },
                     )) => {
-                        return Err(zrtt_proto::InvalidMessage::Truncated { needed: 1, available: 0 })
+                        return Err(zrtt_proto::InvalidMessage::Truncated {
+                            needed: 1,
+                            available: 0,
+                        })
                     }
                     Err(_) => return Ok(Err(Error::Protocol("bad previous certificate"))),
                 }
@@ -171,7 +192,9 @@ pub async fn fetch_certificate(
     timeout: Duration,
 ) -> Result<Certificate> {
     let work = async {
-        let mut tcp = TcpStream::connect(verifier).await.map_err(Error::io("connecting to the verifier"))?;
+        let mut tcp = TcpStream::connect(verifier)
+            .await
+            .map_err(Error::io("connecting to the verifier"))?;
         let mut req = MAGIC.to_vec();
         req.extend_from_slice(key.public());
         req.put_u32(requested_secs);
@@ -182,15 +205,22 @@ pub async fn fetch_certificate(
             }
             None => req.put_u8(0),
         }
-        tcp.write_all(&req).await.map_err(Error::io("verifier write"))?;
+        tcp.write_all(&req)
+            .await
+            .map_err(Error::io("verifier write"))?;
         let mut resp = Vec::with_capacity(128);
-        tcp.read_to_end(&mut resp).await.map_err(Error::io("verifier read"))?;
+        tcp.read_to_end(&mut resp)
+            .await
+            .map_err(Error::io("verifier read"))?;
         match resp.split_first() {
             Some((0, cert)) => {
                 let mut wrapped = vec![1u8];
                 wrapped.extend_from_slice(cert);
-                let mut certs = decode_certificates(&wrapped).map_err(|_| Error::Protocol("verifier sent a malformed certificate"))?;
-                certs.pop().ok_or(Error::Protocol("verifier sent no certificate"))
+                let mut certs = decode_certificates(&wrapped)
+                    .map_err(|_| Error::Protocol("verifier sent a malformed certificate"))?;
+                certs
+                    .pop()
+                    .ok_or(Error::Protocol("verifier sent no certificate"))
             }
             _ => Err(Error::Protocol("verifier refused the request")),
         }
@@ -268,6 +298,14 @@ impl ProvenanceStore {
         Ok(report)
     }
 
+    /// Put certificates for `local` directly (e.g. obtained out of band);
+    /// replaces what the store held for any address.
+    pub fn insert(&self, local: IpAddr, key: X25519KeyPair, certs: Vec<Certificate>) {
+        let mut m = self.by_local.lock().unwrap_or_else(|p| p.into_inner());
+        m.clear();
+        m.insert(local, (key, certs));
+    }
+
     /// The static key and the PROVENANCE extension value for `local`, with
     /// the certificates still valid at `now`.
     pub fn for_local(&self, local: IpAddr, now: UnixTime) -> Option<(X25519KeyPair, Vec<u8>)> {
@@ -285,7 +323,8 @@ impl ProvenanceStore {
     pub fn save(&self, path: &std::path::Path) -> Result<()> {
         use std::fmt::Write as _;
         let m = self.by_local.lock().unwrap_or_else(|p| p.into_inner());
-        let mut s = String::from("# zrtt provenance state: local address, static key, certificates\n");
+        let mut s =
+            String::from("# zrtt provenance state: local address, static key, certificates\n");
         for (ip, (key, certs)) in m.iter() {
             let _ = write!(s, "{ip} {}", zrtt_proto::record::hex(key.private()));
             for c in certs {
@@ -306,7 +345,8 @@ impl ProvenanceStore {
                 .mode(0o600)
                 .open(&tmp)
                 .map_err(Error::io("writing the provenance state"))?;
-            f.write_all(s.as_bytes()).map_err(Error::io("writing the provenance state"))?;
+            f.write_all(s.as_bytes())
+                .map_err(Error::io("writing the provenance state"))?;
         }
         std::fs::rename(&tmp, path).map_err(Error::io("writing the provenance state"))
     }
@@ -321,7 +361,10 @@ impl ProvenanceStore {
         };
         let bad = || Error::Protocol("malformed provenance state file");
         let mut m = store.by_local.lock().unwrap_or_else(|p| p.into_inner());
-        for line in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+        for line in text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        {
             let mut parts = line.split_whitespace();
             let ip: IpAddr = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
             let key: [u8; 32] = parts
