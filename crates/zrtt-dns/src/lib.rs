@@ -8,7 +8,9 @@
 //! - [`server`]: the authoritative server (`zrtt dns`) on hickory-server;
 //! - [`publish`]: RFC 2136 dynamic update with TSIG into an existing DNS;
 //! - [`client`]: a minimal stub client (one query to one server) used by
-//!   publishing, tests and measurements.
+//!   publishing, tests and measurements;
+//! - [`resolver`]: verified key resolution for clients (parallel HTTPS, A,
+//!   AAAA and TLSA queries, TXT/AAAA-tunnel fallback, caching).
 //!
 //! Only the binary reads the clock: every function here takes the time.
 //! docs/DNS.md describes the design and the rotation timeline.
@@ -22,6 +24,7 @@ pub mod keyfile;
 pub mod keystore;
 pub mod publish;
 pub mod records;
+pub mod resolver;
 pub mod server;
 pub mod zone;
 
@@ -48,6 +51,9 @@ pub enum Error {
     /// The server.
     #[error(transparent)]
     Server(#[from] server::ServerError),
+    /// Client resolution.
+    #[error(transparent)]
+    Resolve(#[from] resolver::ResolveError),
 }
 
 /// Seconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ`.

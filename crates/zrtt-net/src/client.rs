@@ -402,9 +402,10 @@ async fn attempt_zrtt(
         && request.len() <= rec.body().max_early_data_bytes as usize;
     let mut params = ClientParams::default();
     params.extensions.set(ext::ALPN, b"http/1.1".to_vec());
-    let proof = cfg.provenance.as_ref().and_then(|p| {
-        local_ip_towards(target.addr).and_then(|ip| p.for_local(ip, (cfg.clock)()))
-    });
+    let proof = cfg
+        .provenance
+        .as_ref()
+        .and_then(|p| local_ip_towards(target.addr).and_then(|ip| p.for_local(ip, (cfg.clock)())));
     if let Some((key, certs)) = proof {
         params.static_key = Some(key);
         params.extensions.set(ext::PROVENANCE, certs);

@@ -16,7 +16,12 @@ use zrtt_proto::provenance::{IssuePolicy, TrustPolicy, VerifierKey, VerifierSign
 
 const LOCAL: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
-async fn start_pv() -> (SocketAddr, VerifierKey, Arc<PvStats>, tokio::sync::oneshot::Sender<()>) {
+async fn start_pv() -> (
+    SocketAddr,
+    VerifierKey,
+    Arc<PvStats>,
+    tokio::sync::oneshot::Sender<()>,
+) {
     let (signer, _) = VerifierSigner::generate(&ring::rand::SystemRandom::new()).unwrap();
     let key = signer.key();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -52,7 +57,13 @@ fn pv_config(keys: &[VerifierKey], quorum: usize, checks_per_sec: f64) -> Proven
 async fn store_from(verifiers: &[SocketAddr]) -> Arc<ProvenanceStore> {
     let store = Arc::new(ProvenanceStore::new());
     let report = store
-        .refresh(LOCAL, verifiers, 86400, Duration::from_secs(5), &ring::rand::SystemRandom::new())
+        .refresh(
+            LOCAL,
+            verifiers,
+            86400,
+            Duration::from_secs(5),
+            &ring::rand::SystemRandom::new(),
+        )
         .await
         .unwrap();
     assert!(report.iter().all(|(_, r)| r.is_ok()), "{report:?}");
@@ -104,19 +115,32 @@ async fn refresh_through_the_service_doubles_and_a_new_address_gets_a_new_key() 
     let (a, _ka, sa, _ta) = start_pv().await;
     let store = ProvenanceStore::new();
     let rng = ring::rand::SystemRandom::new();
-    let first = store.refresh(LOCAL, &[a], 86400, Duration::from_secs(5), &rng).await.unwrap();
+    let first = store
+        .refresh(LOCAL, &[a], 86400, Duration::from_secs(5), &rng)
+        .await
+        .unwrap();
     assert_eq!(first[0].1.as_ref().unwrap(), &1800);
-    let second = store.refresh(LOCAL, &[a], 86400, Duration::from_secs(5), &rng).await.unwrap();
+    let second = store
+        .refresh(LOCAL, &[a], 86400, Duration::from_secs(5), &rng)
+        .await
+        .unwrap();
     assert_eq!(second[0].1.as_ref().unwrap(), &3600);
     assert_eq!(sa.refreshed.load(std::sync::atomic::Ordering::Relaxed), 1);
     let now = zrtt_net::client::system_clock();
     let (key1, _) = store.for_local(LOCAL, now).unwrap();
     // The client moved: the old address's certificates and key are dropped.
     let moved: IpAddr = Ipv4Addr::new(127, 0, 0, 2).into();
-    store.refresh(moved, &[a], 86400, Duration::from_secs(5), &rng).await.unwrap();
+    store
+        .refresh(moved, &[a], 86400, Duration::from_secs(5), &rng)
+        .await
+        .unwrap();
     assert!(store.for_local(LOCAL, now).is_none());
     let (key2, certs) = store.for_local(moved, now).unwrap();
-    assert_ne!(key1.public(), key2.public(), "a fresh static key per address");
+    assert_ne!(
+        key1.public(),
+        key2.public(),
+        "a fresh static key per address"
+    );
     assert_eq!(certs[0], 1, "one certificate");
     // Save and load keep it.
     let dir = tempfile::tempdir().unwrap();
@@ -130,14 +154,25 @@ async fn refresh_through_the_service_doubles_and_a_new_address_gets_a_new_key() 
 async fn an_unreachable_verifier_delays_nothing_and_overload_gates() {
     let (a, ka, _sa, _ta) = start_pv().await;
     // A port with nothing listening: the refresh reports it, keeps the rest.
-    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
     let store = Arc::new(ProvenanceStore::new());
     let report = store
-        .refresh(LOCAL, &[a, dead], 86400, Duration::from_secs(2), &ring::rand::SystemRandom::new())
+        .refresh(
+            LOCAL,
+            &[a, dead],
+            86400,
+            Duration::from_secs(2),
+            &ring::rand::SystemRandom::new(),
+        )
         .await
         .unwrap();
     assert!(report.iter().any(|(v, r)| *v == dead && r.is_err()));
-    assert!(store.for_local(LOCAL, zrtt_net::client::system_clock()).is_some());
+    assert!(store
+        .for_local(LOCAL, zrtt_net::client::system_clock())
+        .is_some());
 
     // Checks limited to one per second: the first flight is checked, the
     // next one (new certificates, so no cache) is gated, and still served.
@@ -150,7 +185,9 @@ async fn an_unreachable_verifier_delays_nothing_and_overload_gates() {
         let store = store_from(&[a]).await;
         let mut cfg = client_config(env.records.clone());
         cfg.provenance = Some(store);
-        let (resp, _) = fetch(Arc::new(cfg), env.addr, vec![get("/x")]).await.unwrap();
+        let (resp, _) = fetch(Arc::new(cfg), env.addr, vec![get("/x")])
+            .await
+            .unwrap();
         assert_eq!(resp[0].0, 200);
     }
     assert_eq!(env.metric("provenance_accepted"), 1);

@@ -2,7 +2,7 @@
 //! verified key record, TLS 1.3 otherwise.
 
 use std::io::Write;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -13,9 +13,13 @@ use clap::Args;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use pki_types::pem::PemObject;
+use zrtt_dns::resolver::{Resolved, Resolver, ResolverConfig, Trust};
 use zrtt_net::client::{
-    tls_client_config, CertKeySource, ClientConfig, ConnInfo, EarlyDataPolicy, Target, ZrttStream,
+    tls_client_config, CertKeySource, ClientConfig, ConnInfo, EarlyDataPolicy, KeySource, Target,
+    ZrttStream,
 };
+use zrtt_proto::record::{KeyRecord, VerifiedKeyRecord};
+use zrtt_proto::UnixTime;
 
 use crate::{keys, util};
 
@@ -57,18 +61,27 @@ pub struct GetArgs {
     /// Use ADDR for HOST:PORT (`HOST:PORT:ADDR`); repeatable.
     #[arg(long)]
     resolve: Vec<String>,
-    /// CA certificates (PEM) for TLS; default /etc/ssl/certs/ca-certificates.crt.
+    /// CA certificates (PEM) for TLS and for the certificate that signs
+    /// key records from DNS; default /etc/ssl/certs/ca-certificates.crt.
     #[arg(long)]
     cacert: Option<PathBuf>,
+    /// DNS server for the key and address lookup (`ADDR[:PORT]`); default
+    /// the first nameserver of /etc/resolv.conf. Used when no --record is given.
+    #[arg(long, value_parser = parse_dns_server)]
+    dns_server: Option<SocketAddr>,
+    /// Do not look up key records in DNS (TLS unless --record is given).
+    #[arg(long)]
+    no_dns: bool,
     /// After the transfer print FORMAT: %{time_namelookup} %{time_connect}
     /// %{time_appconnect} %{time_starttransfer} %{time_total} %{http_code}
     /// %{size_download} %{zrtt_mode} %{round_trips} %{rtt} %{syn_data}; `\n` is a newline.
     #[arg(short = 'w', long = "write-out")]
     write_out: Option<String>,
-    /// Key record file(s) for the host (until the DNS resolver lands).
+    /// Key record file(s) for the host, instead of looking them up in DNS.
     #[arg(long = "record")]
     records: Vec<PathBuf>,
-    /// The certificate (PEM) that signs the records.
+    /// The certificate (PEM) that signs the records; with DNS, pinned for
+    /// the host (TLSA is then not needed).
     #[arg(long)]
     cert: Option<PathBuf>,
     /// Do not put the first flight in the SYN.
@@ -89,6 +102,118 @@ pub struct GetArgs {
 }
 
 struct Failure(u8, String);
+
+fn parse_dns_server(s: &str) -> Result<SocketAddr, String> {
+    s.parse::<SocketAddr>()
+        .or_else(|_| {
+            s.trim_matches(['[', ']'])
+                .parse::<IpAddr>()
+                .map(|ip| SocketAddr::new(ip, 53))
+        })
+        .map_err(|_| format!("{s:?}: use ADDR or ADDR:PORT"))
+}
+
+/// [`KeySource`] over the resolver's cache: `zrtt-net` does not depend on
+/// `zrtt-dns`, so the adapter lives here. `lookup` never sends a query; the
+/// caller resolves the host first (it needs the addresses anyway), and the
+/// keys are re-checked at the transport's `now`.
+struct DnsKeySource {
+    resolver: Arc<Resolver>,
+}
+
+impl KeySource for DnsKeySource {
+    fn lookup(&self, host: &str, now: UnixTime) -> Option<VerifiedKeyRecord> {
+        self.resolver
+            .resolve_cached(host, now)?
+            .keys
+            .into_iter()
+            .next()
+    }
+
+    fn verify_retry(
+        &self,
+        host: &str,
+        records: &[KeyRecord],
+        now: UnixTime,
+    ) -> Option<VerifiedKeyRecord> {
+        // The certificate the resolver trusted (pinned, or TLSA chained to the roots).
+        let cert = self.resolver.resolve_cached(host, now)?.cert_der?;
+        records
+            .iter()
+            .filter_map(|r| r.verify(&cert, host, now).ok())
+            .max_by_key(|v| v.body().not_after)
+    }
+}
+
+/// Look `host` up in DNS: addresses and verified keys. `Err` only for
+/// configuration errors (exit code, message); lookup failures are notes.
+async fn dns_lookup(
+    a: &GetArgs,
+    host: &str,
+    notes: &mut Vec<String>,
+) -> Result<Option<(Arc<Resolver>, Resolved)>, Failure> {
+    let cfg = match a.dns_server {
+        Some(s) => ResolverConfig::new(s),
+        None => match ResolverConfig::system() {
+            Ok(c) => c,
+            Err(e) => {
+                notes.push(format!("no DNS key lookup: {e}"));
+                return Ok(None);
+            }
+        },
+    };
+    let trust = match &a.cacert {
+        Some(p) => match Trust::from_pem_file(p) {
+            Ok(t) => t,
+            Err(e) => return fail(77, e.to_string()),
+        },
+        None => Trust::system(),
+    };
+    let server = cfg.server;
+    let resolver = Arc::new(Resolver::new(cfg, trust));
+    if let Some(p) = &a.cert {
+        match util::load_cert(p) {
+            Ok(c) => resolver.pin_cert(host, c.to_vec()),
+            Err(e) => return fail(77, format!("{e:#}")),
+        }
+    }
+    match resolver
+        .resolve(host, zrtt_net::client::system_clock())
+        .await
+    {
+        Ok(r) => {
+            notes.push(format!(
+                "DNS {server}: {} quer{} in {:.1} ms, {} address(es), {} verified key(s){}",
+                r.lookups,
+                if r.lookups == 1 { "y" } else { "ies" },
+                r.elapsed.as_secs_f64() * 1000.0,
+                r.addrs.len(),
+                r.keys.len(),
+                r.key_encoding
+                    .map(|e| format!(" from {e}"))
+                    .unwrap_or_default()
+            ));
+            for k in &r.keys {
+                notes.push(format!(
+                    "key {:#010x} valid until {}",
+                    k.body().key_id,
+                    zrtt_dns::fmt_time(k.body().not_after)
+                ));
+            }
+            for f in &r.refused {
+                notes.push(format!("refused {f}"));
+            }
+            for (t, e) in &r.failed {
+                notes.push(format!("DNS {t} lookup failed: {e}"));
+            }
+            Ok(Some((resolver, r)))
+        }
+        Err(e) => {
+            notes.push(format!("DNS lookup failed: {e}"));
+            Ok(None)
+        }
+    }
+}
 
 fn fail<T>(code: u8, msg: impl Into<String>) -> Result<T, Failure> {
     Err(Failure(code, msg.into()))
@@ -183,7 +308,8 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
     let port = uri.port_u16().unwrap_or(443);
     let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
 
-    // Name lookup.
+    // Name lookup: --resolve, then DNS (addresses and keys in one batch)
+    // unless records come from files, then the system's resolver.
     let mut addr: Option<SocketAddr> = None;
     for r in &a.resolve {
         let mut it = r.splitn(3, ':');
@@ -191,12 +317,25 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
             return fail(3, format!("--resolve {r:?}: use HOST:PORT:ADDR"));
         };
         if h.eq_ignore_ascii_case(&host) && p.parse() == Ok(port) {
-            let ip: std::net::IpAddr = match ad.trim_matches(['[', ']']).parse() {
+            let ip: IpAddr = match ad.trim_matches(['[', ']']).parse() {
                 Ok(ip) => ip,
                 Err(_) => return fail(3, format!("--resolve {r:?}: bad address")),
             };
             addr = Some(SocketAddr::new(ip, port));
         }
+    }
+    let mut dns_notes = Vec::new();
+    let use_dns = a.records.is_empty() && !a.no_dns && host.parse::<IpAddr>().is_err();
+    let dns = if use_dns {
+        dns_lookup(a, &host, &mut dns_notes).await?
+    } else {
+        None
+    };
+    if addr.is_none() {
+        addr = dns
+            .as_ref()
+            .and_then(|(_, r)| r.addrs.first())
+            .map(|ip| SocketAddr::new(*ip, port));
     }
     let addr = match addr {
         Some(a) => a,
@@ -218,20 +357,28 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
             Err(e) => return fail(77, format!("{e:#}")),
         }
     }
-    let cert_der = match (&a.cert, records.is_empty()) {
-        (Some(p), _) => match util::load_cert(p) {
-            Ok(c) => c.to_vec(),
-            Err(e) => return fail(77, format!("{e:#}")),
-        },
-        (None, false) => return fail(77, "--record needs --cert (the certificate that signs it)"),
-        (None, true) => Vec::new(),
-    };
     let roots = load_roots(a)?;
     let tls = match tls_client_config(roots) {
         Ok(t) => t,
         Err(e) => return fail(1, e.to_string()),
     };
-    let mut cfg = ClientConfig::new(Arc::new(CertKeySource::new(cert_der, records)), tls);
+    let key_source: Arc<dyn KeySource> = match dns {
+        Some((resolver, _)) => Arc::new(DnsKeySource { resolver }),
+        None => {
+            let cert_der = match (&a.cert, records.is_empty()) {
+                (Some(p), _) => match util::load_cert(p) {
+                    Ok(c) => c.to_vec(),
+                    Err(e) => return fail(77, format!("{e:#}")),
+                },
+                (None, false) => {
+                    return fail(77, "--record needs --cert (the certificate that signs it)")
+                }
+                (None, true) => Vec::new(),
+            };
+            Arc::new(CertKeySource::new(cert_der, records))
+        }
+    };
+    let mut cfg = ClientConfig::new(key_source, tls);
     cfg.fast_open = !a.no_fast_open;
     cfg.tls_fallback = !a.zrtt_only;
     if a.no_early_data {
@@ -276,6 +423,9 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
         Err(e) => return fail(1, format!("invalid request: {e}")),
     };
     if a.verbose {
+        for n in &dns_notes {
+            eprintln!("* {n}");
+        }
         eprintln!("* connecting to {host} ({addr})");
         eprintln!("> {} {} HTTP/1.1", req.method(), req.uri());
         for (n, v) in req.headers() {

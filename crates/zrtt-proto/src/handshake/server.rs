@@ -225,7 +225,10 @@ impl ServerConfig {
         if let Err(e) = replay.check_and_insert(header.key_id, &ephemeral, timestamp, now) {
             let reason = match e {
                 ReplayError::Replayed => RejectReason::Replay,
-                ReplayError::Full => RejectReason::Busy,
+                // A full filter, or a server that restarted moments ago and
+                // refuses what its predecessor might have accepted: the
+                // client should fall back now and retry later, not fix its clock.
+                ReplayError::Full | ReplayError::BeforeFilterStart => RejectReason::Busy,
                 _ => RejectReason::TimestampSkew,
             };
             return Err(self.reject(reason, e.into(), now));

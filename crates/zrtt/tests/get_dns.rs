@@ -1,0 +1,257 @@
+//! `zrtt get` resolving address and key through DNS (`zrtt dns` on
+//! loopback), with the real binary end to end: `zrtt dns`, `zrtt gateway`
+//! with the same key store, a tiny HTTP backend, and `zrtt get`.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const HOST: &str = "www.example.com";
+const ZONE: &str = "$ORIGIN example.com.\n$TTL 3600\n@ IN SOA ns1 hostmaster ( 1 7200 900 1209600 300 )\n  IN NS ns1\nns1 IN A 127.0.0.1\nwww IN A 127.0.0.1\n";
+
+fn zrtt(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_zrtt"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run zrtt")
+}
+
+fn ok(dir: &Path, args: &[&str]) -> String {
+    let out = zrtt(dir, args);
+    assert!(
+        out.status.success(),
+        "zrtt {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A child process killed (by its own PID) and reaped when dropped.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// An HTTP/1.1 backend answering `ok` to every request.
+fn backend() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut s = s;
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while let Ok(n) = s.read(&mut chunk) {
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        buf.drain(..end + 4);
+                        let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+fn get(dir: &Path, url: &str, extra: &[&str]) -> (String, String) {
+    let mut args = vec![
+        "get",
+        "-v",
+        "-m",
+        "20s",
+        "-o",
+        "body.txt",
+        "-w",
+        "%{zrtt_mode} %{time_namelookup}",
+    ];
+    args.extend_from_slice(extra);
+    args.push(url);
+    let out = zrtt(dir, &args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "zrtt get failed: {stderr}");
+    assert_eq!(std::fs::read_to_string(dir.join("body.txt")).unwrap(), "ok");
+    (String::from_utf8(out.stdout).unwrap(), stderr)
+}
+
+#[test]
+fn get_resolves_key_and_address_through_dns_and_falls_back_with_reasons() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    ok(dir, &["keys", "cert", "--name", HOST, "--out-dir", "pki"]);
+    ok(dir, &["keys", "cert", "--name", HOST, "--out-dir", "pki2"]);
+    ok(
+        dir,
+        &[
+            "keys",
+            "init",
+            "--keystore",
+            "ks",
+            "--name",
+            HOST,
+            "--cert",
+            "pki/cert.pem",
+            "--cert-key",
+            "pki/cert.key",
+        ],
+    );
+    std::fs::write(dir.join("example.com.zone"), ZONE).unwrap();
+    let mut dns = Guard(
+        Command::new(env!("CARGO_BIN_EXE_zrtt"))
+            .args([
+                "dns",
+                "--zone",
+                "example.com.zone",
+                "--keystore",
+                "ks",
+                "--no-rotate",
+                "--listen",
+                "127.0.0.1:0",
+                "--log-level",
+                "warn",
+            ])
+            .current_dir(dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    BufReader::new(dns.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let dns_addr = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("udp="))
+        .unwrap_or_else(|| panic!("no listening line: {line:?}"))
+        .to_owned();
+
+    let gw_port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let gw_listen = format!("127.0.0.1:{gw_port}");
+    let _gw = Guard(
+        Command::new(env!("CARGO_BIN_EXE_zrtt"))
+            .args([
+                "gateway",
+                "--listen",
+                &gw_listen,
+                "--backend",
+                &backend().to_string(),
+                "--keystore",
+                "ks",
+            ])
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(&gw_listen).is_err() {
+        assert!(Instant::now() < deadline, "gateway did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The gateway's replay filter refuses flights stamped within its
+    // first seconds (a restart must not reopen old flights).
+    std::thread::sleep(Duration::from_secs(3));
+    let url = format!("https://{HOST}:{gw_port}/");
+
+    // Address and key from DNS; the TLSA certificate chains to --cacert.
+    let (out, err) = get(
+        dir,
+        &url,
+        &["--dns-server", &dns_addr, "--cacert", "pki/ca.pem"],
+    );
+    assert!(out.starts_with("0rtt-"), "{out}\n{err}");
+    assert!(
+        err.contains("4 queries") && err.contains("1 verified key(s) from HTTPS key65380"),
+        "{err}"
+    );
+    let lookup: f64 = out.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(lookup > 0.0, "{out}");
+
+    // A pinned certificate that did not sign the records: the key is
+    // refused, -v says why, and TLS still works.
+    let (out, err) = get(
+        dir,
+        &url,
+        &[
+            "--dns-server",
+            &dns_addr,
+            "--cacert",
+            "pki/ca.pem",
+            "--cert",
+            "pki2/cert.pem",
+        ],
+    );
+    assert!(out.starts_with("tls-fallback"), "{out}\n{err}");
+    assert!(
+        err.contains("refused key 0x") && err.contains("neither pinned nor in TLSA"),
+        "{err}"
+    );
+
+    // The TLSA certificate does not chain to the CA given (TLS then fails
+    // too, exit 35): the refusal names the certificate and the reason.
+    let out = zrtt(
+        dir,
+        &[
+            "get",
+            "-v",
+            "-m",
+            "20s",
+            "--dns-server",
+            &dns_addr,
+            "--cacert",
+            "pki2/ca.pem",
+            &url,
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("refused TLSA certificate") && err.contains("chain check failed"),
+        "{err}"
+    );
+    assert_eq!(out.status.code(), Some(35), "{err}");
+}
+
+#[test]
+fn get_falls_back_when_dns_does_not_answer() {
+    let d = tempfile::tempdir().unwrap();
+    let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let out = zrtt(
+        d.path(),
+        &[
+            "get",
+            "-v",
+            "-m",
+            "10s",
+            "--dns-server",
+            &silent.local_addr().unwrap().to_string(),
+            "--resolve",
+            "www.example.com:1:127.0.0.1",
+            "https://www.example.com:1/",
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    // Nothing listens on port 1: the point is that the DNS failure is a
+    // note and the client goes on to connect.
+    assert!(err.contains("DNS lookup failed"), "{err}");
+    assert!(
+        err.contains("connecting to www.example.com (127.0.0.1:1)"),
+        "{err}"
+    );
+    assert_eq!(out.status.code(), Some(7), "{err}");
+}
