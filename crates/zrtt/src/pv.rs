@@ -85,16 +85,34 @@ pub fn run(cmd: PvCommand) -> Result<ExitCode> {
             println!("public key:  {}", zrtt_proto::record::hex(&k.public));
             Ok(ExitCode::SUCCESS)
         }
-        PvCommand::Serve { listen, key, initial, max, max_concurrent } => {
+        PvCommand::Serve {
+            listen,
+            key,
+            initial,
+            max,
+            max_concurrent,
+        } => {
             let der = pki_types::PrivatePkcs8KeyDer::from_pem_file(&key)
                 .with_context(|| format!("reading {}", key.display()))?;
             let signer = VerifierSigner::from_pkcs8(der.secret_pkcs8_der())?;
-            let policy = IssuePolicy { initial_secs: secs(initial), max_secs: secs(max) };
-            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+            let policy = IssuePolicy {
+                initial_secs: secs(initial),
+                max_secs: secs(max),
+            };
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()?;
             rt.block_on(async move {
-                let l = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("binding {listen}"))?;
+                let l = tokio::net::TcpListener::bind(listen)
+                    .await
+                    .with_context(|| format!("binding {listen}"))?;
                 println!("listening {}", l.local_addr()?);
-                println!("verifier {:08x} {}", signer.key().id, zrtt_proto::record::hex(&signer.key().public));
+                println!(
+                    "verifier {:08x} {}",
+                    signer.key().id,
+                    zrtt_proto::record::hex(&signer.key().public)
+                );
                 let stats = Arc::new(PvStats::default());
                 zrtt_net::pv::serve(
                     l,
@@ -112,13 +130,21 @@ pub fn run(cmd: PvCommand) -> Result<ExitCode> {
                     "zrtt pv: issued {} (refreshed {}), bad requests {}",
                     stats.issued.load(std::sync::atomic::Ordering::Relaxed),
                     stats.refreshed.load(std::sync::atomic::Ordering::Relaxed),
-                    stats.bad_requests.load(std::sync::atomic::Ordering::Relaxed)
+                    stats
+                        .bad_requests
+                        .load(std::sync::atomic::Ordering::Relaxed)
                 );
                 anyhow::Ok(())
             })?;
             Ok(ExitCode::SUCCESS)
         }
-        PvCommand::Fetch { verifiers, state, local, duration, timeout } => {
+        PvCommand::Fetch {
+            verifiers,
+            state,
+            local,
+            duration,
+            timeout,
+        } => {
             let local = match local {
                 Some(ip) => ip,
                 None => {
@@ -128,8 +154,16 @@ pub fn run(cmd: PvCommand) -> Result<ExitCode> {
                 }
             };
             let store = ProvenanceStore::load(&state)?;
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            let report = rt.block_on(store.refresh(local, &verifiers, secs(duration), timeout, &ring::rand::SystemRandom::new()))?;
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let report = rt.block_on(store.refresh(
+                local,
+                &verifiers,
+                secs(duration),
+                timeout,
+                &ring::rand::SystemRandom::new(),
+            ))?;
             let mut ok = 0;
             for (v, r) in &report {
                 match r {
@@ -152,5 +186,9 @@ pub fn run(cmd: PvCommand) -> Result<ExitCode> {
 fn base64_lines(der: &[u8]) -> String {
     use base64::Engine as _;
     let b = base64::engine::general_purpose::STANDARD.encode(der);
-    b.as_bytes().chunks(64).map(|c| String::from_utf8_lossy(c).into_owned()).collect::<Vec<_>>().join("\n")
+    b.as_bytes()
+        .chunks(64)
+        .map(|c| String::from_utf8_lossy(c).into_owned())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
