@@ -214,19 +214,24 @@ pub fn run(a: DemoArgs) -> Result<ExitCode> {
         ),
     );
     let rtt = Duration::from_millis(a.rtt_ms);
+    // Two provenance verifiers run on a host 10 ms from the client.
     let lab = Lab::up(
         Topology::new()
             .host("client")
             .host("server")
-            .rtt("client", "server", rtt),
+            .host("verifier")
+            .rtt("client", "server", rtt)
+            .rtt("client", "verifier", Duration::from_millis(10))
+            .rtt("server", "verifier", rtt),
     )?;
     let server_ip = lab.addr("server")?;
     let client_ip = lab.addr("client")?;
+    let verifier_ip = lab.addr("verifier")?;
 
     step(
         3,
         total,
-        "server: nginx (backend on loopback, TLS 1.3 on :443) and two zrtt gateways",
+        "server: nginx (backend on loopback, TLS 1.3 on :443), three zrtt gateways; two provenance verifiers",
     );
     std::fs::write(dir.join("nginx.conf"), nginx_conf(&dir, server_ip))?;
     let mut children = Children(Vec::new());
@@ -240,7 +245,23 @@ pub fn run(a: DemoArgs) -> Result<ExitCode> {
         .arg(dir.join("nginx/error.log"));
     nginx.stdout(Stdio::null()).stderr(Stdio::null());
     children.0.push(lab.spawn("server", nginx)?);
-    let gateway = |port: u16, trust: Option<Ipv4Addr>| -> Result<LabChild> {
+    let mut pv_keys = Vec::new();
+    for (i, port) in [(1, 4480u16), (2, 4481)] {
+        let key_file = dir.join(format!("pv{i}.key"));
+        pv_keys.push(crate::pv::write_new_key(&key_file)?);
+        let mut p = lab.command("verifier", &exe)?;
+        p.args([
+            "pv",
+            "serve",
+            "--listen",
+            &format!("{verifier_ip}:{port}"),
+            "--key",
+        ])
+        .arg(&key_file);
+        p.stdout(Stdio::null()).stderr(Stdio::null());
+        children.0.push(lab.spawn("verifier", p)?);
+    }
+    let gateway = |port: u16, trust: Option<Ipv4Addr>, verifiers: &[String]| -> Result<LabChild> {
         let mut g = lab.command("server", &exe)?;
         g.args([
             "gateway",
@@ -254,15 +275,38 @@ pub fn run(a: DemoArgs) -> Result<ExitCode> {
         if let Some(ip) = trust {
             g.args(["--trust", &format!("{ip}/32")]);
         }
+        for v in verifiers {
+            g.args(["--verifier", v]);
+        }
+        if !verifiers.is_empty() {
+            g.args(["--quorum", &verifiers.len().to_string()]);
+        }
         g.stdout(Stdio::null()).stderr(Stdio::null());
         lab.spawn("server", g)
     };
-    children.0.push(gateway(4433, None)?);
-    children.0.push(gateway(4434, Some(client_ip))?);
+    let pv_hex: Vec<String> = pv_keys
+        .iter()
+        .map(|k| zrtt_proto::record::hex(&k.public))
+        .collect();
+    children.0.push(gateway(4433, None, &[])?);
+    children.0.push(gateway(4434, Some(client_ip), &[])?);
+    children.0.push(gateway(4435, None, &pv_hex)?);
     let started = Instant::now();
-    for port in [443, 4433, 4434] {
+    for port in [443, 4433, 4434, 4435] {
         wait_listening(&lab, "client", SocketAddr::from((server_ip, port)))?;
     }
+    for port in [4480, 4481] {
+        wait_listening(&lab, "client", SocketAddr::from((verifier_ip, port)))?;
+    }
+    // The client obtains provenance certificates once (as when it gets its
+    // address); they serve first contact with any gateway trusting the verifiers.
+    let pv_state = dir.join("pv.state");
+    let mut fetch = lab.command("client", &exe)?;
+    fetch
+        .args(["pv", "fetch", "--verifier", &format!("{verifier_ip}:4480")])
+        .args(["--verifier", &format!("{verifier_ip}:4481"), "--state"])
+        .arg(&pv_state);
+    run_capture(fetch).context("obtaining provenance certificates")?;
     // A fresh gateway's replay filter refuses flights stamped before its
     // start plus 2 s (docs/PROTOCOL.md §7): let that pass.
     std::thread::sleep(Duration::from_millis(2500).saturating_sub(started.elapsed()));
@@ -272,6 +316,7 @@ pub fn run(a: DemoArgs) -> Result<ExitCode> {
         Row::new("curl, TLS 1.3 (nginx)"),
         Row::new("zrtt get, first contact, address not proven"),
         Row::new("zrtt get, first contact, address proven (trusted network)"),
+        Row::new("zrtt get, first contact, address proven (2 provenance verifiers)"),
     ];
     let records_file = dir.join("records.hex");
     let ca_file = dir.join("pki/ca.pem");
@@ -305,9 +350,13 @@ pub fn run(a: DemoArgs) -> Result<ExitCode> {
         rows[0].tls_ms.push(tls - c);
         rows[0].ttfb_ms.push(ttfb);
         rows[0].modes.push("tls1.3".into());
-        for (i, port) in [(1usize, 4433u16), (2, 4434)] {
+        for (i, port) in [(1usize, 4433u16), (2, 4434), (3, 4435)] {
             let mut get = lab.command("client", &exe)?;
-            get.args(["get", "-o", "/dev/null", "-m", "10s", "--cacert"])
+            get.arg("get");
+            if i == 3 {
+                get.arg("--pv-state").arg(&pv_state);
+            }
+            get.args(["-o", "/dev/null", "-m", "10s", "--cacert"])
                 .arg(&ca_file)
                 .arg("--cert")
                 .arg(&cert_file)
@@ -357,7 +406,7 @@ pub fn run(a: DemoArgs) -> Result<ExitCode> {
         } else if i == 1 {
             format!("request in the SYN; SYN-ACK after {c:.0}; answer held until the client's ACK proved its address, {:.0} more", ttfb - c)
         } else {
-            format!("request in the SYN; answer sent with the SYN-ACK's round trip ({c:.0}), first byte at {ttfb:.0}")
+            format!("request in the SYN with proof of address; answer in the SYN-ACK's round trip ({c:.0}), first byte at {ttfb:.0}")
         };
         let mut modes = r.modes.clone();
         modes.sort();
@@ -394,7 +443,9 @@ pub fn run(a: DemoArgs) -> Result<ExitCode> {
     println!(
         "unproven address (it never answers before the TCP handshake proves the address) and one"
     );
-    println!("from a proven one. Proof today: a trusted network or a token from an earlier visit;");
-    println!("provenance verifiers (first contact with any server) are the next step.");
+    println!(
+        "from a proven one: a trusted network, a token from an earlier visit, or certificates from"
+    );
+    println!("provenance verifiers the gateway trusts (first contact with any such gateway).");
     Ok(ExitCode::SUCCESS)
 }

@@ -72,6 +72,11 @@ pub struct GetArgs {
     /// Do not look up key records in DNS (TLS unless --record is given).
     #[arg(long)]
     no_dns: bool,
+    /// Provenance state from `zrtt pv fetch`: certificates for this host's
+    /// address (and their static key) let a gateway that trusts the
+    /// verifiers answer before the TCP handshake completes.
+    #[arg(long)]
+    pv_state: Option<PathBuf>,
     /// After the transfer print FORMAT: %{time_namelookup} %{time_connect}
     /// %{time_appconnect} %{time_starttransfer} %{time_total} %{http_code}
     /// %{size_download} %{zrtt_mode} %{round_trips} %{rtt} %{syn_data}; `\n` is a newline.
@@ -380,6 +385,11 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
     };
     let mut cfg = ClientConfig::new(key_source, tls);
     cfg.fast_open = !a.no_fast_open;
+    if let Some(p) = &a.pv_state {
+        let store = zrtt_net::pv::ProvenanceStore::load(p)
+            .map_err(|e| Failure(77, format!("{}: {e}", p.display())))?;
+        cfg.provenance = Some(Arc::new(store));
+    }
     cfg.tls_fallback = !a.zrtt_only;
     if a.no_early_data {
         cfg.early_data = EarlyDataPolicy::Never;

@@ -65,6 +65,17 @@ pub enum PvCommand {
     },
 }
 
+/// Generate a verifier key, write it as PKCS#8 PEM (mode 0600), return its public key.
+pub fn write_new_key(out: &std::path::Path) -> Result<zrtt_proto::provenance::VerifierKey> {
+    let (signer, pkcs8) = VerifierSigner::generate(&ring::rand::SystemRandom::new())?;
+    let text = format!(
+        "-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----\n",
+        base64_lines(&pkcs8)
+    );
+    util::write_atomic(out, text.as_bytes(), true)?;
+    Ok(signer.key())
+}
+
 fn secs(d: Duration) -> u32 {
     u32::try_from(d.as_secs()).unwrap_or(u32::MAX)
 }
@@ -72,14 +83,7 @@ fn secs(d: Duration) -> u32 {
 pub fn run(cmd: PvCommand) -> Result<ExitCode> {
     match cmd {
         PvCommand::Keygen { out } => {
-            let (signer, pkcs8) = VerifierSigner::generate(&ring::rand::SystemRandom::new())?;
-            let pem = pki_types::PrivatePkcs8KeyDer::from(pkcs8);
-            let text = format!(
-                "-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----\n",
-                base64_lines(pem.secret_pkcs8_der())
-            );
-            util::write_atomic(&out, text.as_bytes(), true)?;
-            let k = signer.key();
+            let k = write_new_key(&out)?;
             println!("wrote {} (mode 0600)", out.display());
             println!("verifier id: {:08x}", k.id);
             println!("public key:  {}", zrtt_proto::record::hex(&k.public));

@@ -36,9 +36,12 @@ fn demo_round_trips() {
         .skip(1)
         .map(|s| s.split(',').next().unwrap().parse().unwrap())
         .collect();
-    assert_eq!(rts.len(), 3, "{text}");
-    let (tls, unproven, proven) = (rts[0], rts[1], rts[2]);
-    eprintln!("RTT 20 ms: TLS 1.3 {tls:.2}, zrtt unproven {unproven:.2}, zrtt proven {proven:.2} round trips");
+    assert_eq!(rts.len(), 4, "{text}");
+    let (tls, unproven, proven, pv) = (rts[0], rts[1], rts[2], rts[3]);
+    eprintln!(
+        "RTT 20 ms: TLS 1.3 {tls:.2}, zrtt unproven {unproven:.2}, trusted network {proven:.2}, provenance {pv:.2} round trips"
+    );
+    assert!(pv < 1.5, "zrtt proven by provenance took {pv} round trips");
     assert!((2.5..4.0).contains(&tls), "TLS 1.3 took {tls} round trips");
     assert!(
         (1.5..2.6).contains(&unproven),
