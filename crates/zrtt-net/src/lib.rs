@@ -7,6 +7,8 @@
 //!   port, with address gating, limits and metrics;
 //! - [`gate`]: holding every byte to an unproven address until its TCP
 //!   handshake completes;
+//! - [`proxy`]: a local HTTP forward proxy sending `http://` requests to
+//!   zrtt hosts over zrtt, everything else unchanged;
 //! - [`token`]: self-issued address tokens;
 //! - [`stream`]: the zrtt channel as `AsyncRead + AsyncWrite`;
 //! - [`tfo`] and [`sys`]: Fast Open sockets and `TCP_INFO`.
@@ -21,6 +23,7 @@ pub mod error;
 pub mod gate;
 pub mod gateway;
 pub mod metrics;
+pub mod proxy;
 pub mod pv;
 pub mod stream;
 pub mod sys;

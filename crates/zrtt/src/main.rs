@@ -11,6 +11,7 @@ mod gateway;
 mod get;
 mod keys;
 mod lab;
+mod proxy;
 mod pv;
 mod util;
 
@@ -34,6 +35,8 @@ enum Command {
     Gateway(gateway::GatewayArgs),
     /// Fetch a URL like curl: zrtt in the SYN when the host has a key, else TLS 1.3.
     Get(get::GetArgs),
+    /// Local HTTP forward proxy: http:// requests to zrtt hosts go over zrtt, the rest unchanged.
+    Proxy(proxy::ProxyArgs),
     /// Authoritative DNS for a zone file plus rotating key records (HTTPS, TXT, AAAA, TLSA).
     Dns(dns::DnsArgs),
     /// The main job: an emulated WAN, nginx, zrtt gateways, and the same page fetched over TLS 1.3 and zrtt (root).
@@ -50,6 +53,7 @@ fn main() -> ExitCode {
         Command::Lab(cmd) => lab::run(cmd),
         Command::Gateway(args) => gateway::run(args),
         Command::Get(args) => get::run(args),
+        Command::Proxy(args) => proxy::run(args),
         Command::Dns(args) => dns::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Pv(cmd) => pv::run(cmd),

@@ -1,0 +1,750 @@
+//! A local HTTP/1.1 forward proxy that gives unmodified programs zrtt.
+//!
+//! Point a program at it (`curl -x http://127.0.0.1:8080 http://www.example.com/`,
+//! `http_proxy=...`) and:
+//!
+//! - an absolute-form `http://` request to a host for which the
+//!   [`KeySource`](crate::client::KeySource) of the [`ClientConfig`] yields a
+//!   verified key record goes over zrtt (the client of [`crate::client`],
+//!   with its TLS 1.3 fallback) to the host's gateway: the port is the
+//!   [`ZrttPorts`] mapping for the host, else the URL's explicit port, else
+//!   443;
+//! - a request to any other host is forwarded unchanged as plain HTTP to the
+//!   URL's host and port (80 by default);
+//! - `CONNECT host:port` is tunnelled unchanged (a plain TCP splice), so
+//!   `https://` URLs keep working through the proxy.
+//!
+//! Connections to origins (zrtt channels and plain TCP) are kept alive and
+//! reused per scheme and authority (hyper-util's pool). Failures become a
+//! `502 Bad Gateway` (`504` when the origin's response head does not arrive
+//! in time) with a one-line `text/plain` body saying what went wrong.
+//!
+//! Names resolve through a [`Resolve`] implementation ([`SystemResolver`]:
+//! `--resolve` style overrides, then the system resolver). Which hosts get
+//! zrtt is decided by [`KeySource::lookup`](crate::client::KeySource::lookup),
+//! called on a blocking thread, so a DNS-backed key source can plug in
+//! through [`ClientConfig::keys`] without changing the proxy.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode, Uri};
+use hyper_util::client::legacy::connect::{Connected, Connection};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use crate::client::{ClientConfig, Target, ZrttStream};
+use crate::error::{Error, Result};
+
+/// A boxed future returned by [`Resolve::resolve`].
+pub type ResolveFuture = Pin<Box<dyn Future<Output = io::Result<SocketAddr>> + Send>>;
+
+/// Name resolution for the proxy's outgoing connections.
+pub trait Resolve: Send + Sync + 'static {
+    /// The address to connect to for `host` (a name or an IP literal
+    /// without brackets) on `port`.
+    fn resolve(&self, host: &str, port: u16) -> ResolveFuture;
+}
+
+/// `--resolve HOST:PORT:ADDR` overrides, then the system resolver.
+#[derive(Clone, Debug, Default)]
+pub struct SystemResolver {
+    overrides: HashMap<(String, u16), IpAddr>,
+}
+
+impl SystemResolver {
+    /// A resolver with no overrides.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Use `ip` for `host` on `port` (the host is matched case-insensitively).
+    pub fn add_override(&mut self, host: &str, port: u16, ip: IpAddr) {
+        self.overrides.insert((host.to_ascii_lowercase(), port), ip);
+    }
+
+    /// Parse curl's `HOST:PORT:ADDR` (the address may be in brackets) and add it.
+    pub fn add_curl_override(&mut self, spec: &str) -> Result<()> {
+        let bad = || Error::Config(format!("--resolve {spec:?}: use HOST:PORT:ADDR"));
+        let mut it = spec.splitn(3, ':');
+        let (Some(host), Some(port), Some(addr)) = (it.next(), it.next(), it.next()) else {
+            return Err(bad());
+        };
+        let port: u16 = port.parse().map_err(|_| bad())?;
+        let ip: IpAddr = addr.trim_matches(['[', ']']).parse().map_err(|_| bad())?;
+        if host.is_empty() {
+            return Err(bad());
+        }
+        self.add_override(host, port, ip);
+        Ok(())
+    }
+}
+
+impl Resolve for SystemResolver {
+    fn resolve(&self, host: &str, port: u16) -> ResolveFuture {
+        if let Some(ip) = self.overrides.get(&(host.to_ascii_lowercase(), port)) {
+            let addr = SocketAddr::new(*ip, port);
+            return Box::pin(async move { Ok(addr) });
+        }
+        if let Ok(ip) = host.parse::<IpAddr>() {
+            return Box::pin(async move { Ok(SocketAddr::new(ip, port)) });
+        }
+        let host = host.to_owned();
+        Box::pin(async move {
+            tokio::net::lookup_host((host.as_str(), port))
+                .await?
+                .next()
+                .ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::NotFound, format!("{host}: no address"))
+                })
+        })
+    }
+}
+
+/// Which port a zrtt host's gateway listens on.
+#[derive(Clone, Debug, Default)]
+pub struct ZrttPorts {
+    /// Per host (lower case).
+    pub hosts: HashMap<String, u16>,
+    /// For hosts not in `hosts`; `None`: the URL's explicit port, else 443.
+    pub default: Option<u16>,
+}
+
+impl ZrttPorts {
+    /// Parse `HOST=PORT` (one host) or `PORT` (every zrtt host) and add it.
+    pub fn add_spec(&mut self, spec: &str) -> Result<()> {
+        let bad = || Error::Config(format!("--zrtt-port {spec:?}: use HOST=PORT or PORT"));
+        match spec.split_once('=') {
+            Some((host, port)) if !host.is_empty() => {
+                let port = port.parse().map_err(|_| bad())?;
+                self.hosts.insert(host.to_ascii_lowercase(), port);
+            }
+            Some(_) => return Err(bad()),
+            None => self.default = Some(spec.parse().map_err(|_| bad())?),
+        }
+        Ok(())
+    }
+
+    /// The gateway port for `host`, given the request URL's explicit port.
+    pub fn port_for(&self, host: &str, url_port: Option<u16>) -> u16 {
+        self.hosts
+            .get(&host.to_ascii_lowercase())
+            .copied()
+            .or(self.default)
+            .or(url_port)
+            .unwrap_or(443)
+    }
+}
+
+/// Time bounds of the proxy.
+#[derive(Clone, Copy, Debug)]
+pub struct ProxyTimeouts {
+    /// Receiving a request head from a client (also bounds idle keep-alive).
+    pub header_read: Duration,
+    /// Resolving and connecting to a plain origin or a `CONNECT` target.
+    pub connect: Duration,
+    /// From sending a request until the origin's response head (then 504).
+    pub response: Duration,
+    /// Whole lifetime of a `CONNECT` tunnel.
+    pub tunnel: Duration,
+    /// Idle pooled origin connections are closed after this long.
+    pub pool_idle: Duration,
+}
+
+impl Default for ProxyTimeouts {
+    fn default() -> Self {
+        Self {
+            header_read: Duration::from_secs(30),
+            connect: Duration::from_secs(10),
+            response: Duration::from_secs(60),
+            tunnel: Duration::from_secs(3600),
+            pool_idle: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Proxy settings.
+pub struct ProxyConfig {
+    /// The zrtt client: key source, TLS fallback, Fast Open, early data.
+    pub client: Arc<ClientConfig>,
+    /// Name resolution for every outgoing connection.
+    pub resolver: Arc<dyn Resolve>,
+    /// Gateway ports of zrtt hosts.
+    pub zrtt_ports: ZrttPorts,
+    /// Time bounds.
+    pub timeouts: ProxyTimeouts,
+    /// Concurrent client connections; further accepts wait.
+    pub max_connections: usize,
+    /// Idle origin connections kept per scheme and authority.
+    pub pool_max_idle_per_origin: usize,
+}
+
+impl std::fmt::Debug for ProxyConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxyConfig")
+            .field("client", &self.client)
+            .field("zrtt_ports", &self.zrtt_ports)
+            .field("timeouts", &self.timeouts)
+            .field("max_connections", &self.max_connections)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProxyConfig {
+    /// Defaults: system resolver, gateway on 443, 1024 connections, 8 idle
+    /// connections per origin.
+    pub fn new(client: Arc<ClientConfig>) -> Self {
+        Self {
+            client,
+            resolver: Arc::new(SystemResolver::new()),
+            zrtt_ports: ZrttPorts::default(),
+            timeouts: ProxyTimeouts::default(),
+            max_connections: 1024,
+            pool_max_idle_per_origin: 8,
+        }
+    }
+}
+
+/// The proxy's counters.
+#[derive(Debug, Default)]
+pub struct ProxyMetrics {
+    /// Client connections accepted.
+    pub connections: AtomicU64,
+    /// Requests sent over zrtt (or its TLS fallback).
+    pub zrtt_requests: AtomicU64,
+    /// Requests forwarded as plain HTTP.
+    pub passthrough_requests: AtomicU64,
+    /// `CONNECT` tunnels opened.
+    pub tunnels: AtomicU64,
+    /// Requests refused as malformed (400).
+    pub bad_requests: AtomicU64,
+    /// 502 answers.
+    pub bad_gateway: AtomicU64,
+    /// 504 answers.
+    pub gateway_timeout: AtomicU64,
+}
+
+impl ProxyMetrics {
+    /// `(name, value)` for every counter.
+    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        vec![
+            ("connections", get(&self.connections)),
+            ("zrtt_requests", get(&self.zrtt_requests)),
+            ("passthrough_requests", get(&self.passthrough_requests)),
+            ("tunnels", get(&self.tunnels)),
+            ("bad_requests", get(&self.bad_requests)),
+            ("bad_gateway", get(&self.bad_gateway)),
+            ("gateway_timeout", get(&self.gateway_timeout)),
+        ]
+    }
+}
+
+fn inc(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Opens plain TCP connections to origins (`http://` pool).
+#[derive(Clone)]
+struct PlainConnector {
+    resolver: Arc<dyn Resolve>,
+    timeout: Duration,
+    /// The proxy's own address: requests to it would loop.
+    own: SocketAddr,
+}
+
+type ConnectFuture<T> = Pin<Box<dyn Future<Output = Result<T>> + Send>>;
+
+fn host_port(uri: &Uri, default_port: u16) -> Result<(String, u16)> {
+    let host = uri
+        .host()
+        .ok_or(Error::Protocol("URL without a host"))?
+        .trim_matches(['[', ']'])
+        .to_owned();
+    Ok((host, uri.port_u16().unwrap_or(default_port)))
+}
+
+async fn connect_tcp(
+    resolver: &dyn Resolve,
+    host: &str,
+    port: u16,
+    timeout: Duration,
+) -> Result<TcpStream> {
+    let fut = resolver.resolve(host, port);
+    let tcp = tokio::time::timeout(timeout, async move {
+        let addr = fut.await.map_err(Error::io("resolving the origin"))?;
+        TcpStream::connect(addr)
+            .await
+            .map_err(Error::io("connecting to the origin"))
+    })
+    .await
+    .map_err(|_| Error::Timeout("connecting to the origin"))??;
+    tcp.set_nodelay(true).map_err(Error::io("TCP_NODELAY"))?;
+    Ok(tcp)
+}
+
+impl tower_service::Service<Uri> for PlainConnector {
+    type Response = TokioIo<TcpStream>;
+    type Error = Error;
+    type Future = ConnectFuture<Self::Response>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move {
+            let (host, port) = host_port(&uri, 80)?;
+            let tcp = connect_tcp(this.resolver.as_ref(), &host, port, this.timeout).await?;
+            if tcp.peer_addr().ok() == Some(this.own) {
+                return Err(Error::Config("the request loops back to the proxy".into()));
+            }
+            Ok(TokioIo::new(tcp))
+        })
+    }
+}
+
+/// Opens lazy zrtt connections (`https://` pool; the handshake runs with
+/// the first request, which becomes the early data).
+#[derive(Clone)]
+struct ZrttConnector {
+    client: Arc<ClientConfig>,
+    resolver: Arc<dyn Resolve>,
+    timeout: Duration,
+}
+
+impl Connection for ZrttStream {
+    fn connected(&self) -> Connected {
+        Connected::new()
+    }
+}
+
+impl tower_service::Service<Uri> for ZrttConnector {
+    type Response = TokioIo<ZrttStream>;
+    type Error = Error;
+    type Future = ConnectFuture<Self::Response>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move {
+            let (host, port) = host_port(&uri, 443)?;
+            let addr = tokio::time::timeout(this.timeout, this.resolver.resolve(&host, port))
+                .await
+                .map_err(|_| Error::Timeout("resolving the gateway"))?
+                .map_err(Error::io("resolving the gateway"))?;
+            Ok(TokioIo::new(ZrttStream::new(
+                this.client.clone(),
+                Target { host, addr },
+            )))
+        })
+    }
+}
+
+/// The body type the proxy answers with.
+pub type ProxyBody = BoxBody<Bytes, hyper::Error>;
+
+struct Shared {
+    cfg: ProxyConfig,
+    own: SocketAddr,
+    metrics: Arc<ProxyMetrics>,
+    plain: Client<PlainConnector, Incoming>,
+    zrtt: Client<ZrttConnector, Incoming>,
+}
+
+/// A bound forward proxy; [`Proxy::run`] serves it.
+pub struct Proxy {
+    listener: TcpListener,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy")
+            .field("listener", &self.listener)
+            .field("cfg", &self.shared.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Proxy {
+    /// Bind `addr` (port 0 for any). Must be called inside a tokio runtime.
+    pub async fn bind(addr: SocketAddr, cfg: ProxyConfig) -> Result<Self> {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(Error::io("binding the proxy"))?;
+        let own = listener.local_addr().map_err(Error::io("local address"))?;
+        let t = cfg.timeouts;
+        let plain = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(t.pool_idle)
+            .pool_max_idle_per_host(cfg.pool_max_idle_per_origin)
+            .pool_timer(TokioTimer::new())
+            .build(PlainConnector {
+                resolver: cfg.resolver.clone(),
+                timeout: t.connect,
+                own,
+            });
+        let zrtt = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(t.pool_idle)
+            .pool_max_idle_per_host(cfg.pool_max_idle_per_origin)
+            .pool_timer(TokioTimer::new())
+            .build(ZrttConnector {
+                client: cfg.client.clone(),
+                resolver: cfg.resolver.clone(),
+                timeout: t.connect,
+            });
+        Ok(Self {
+            listener,
+            shared: Arc::new(Shared {
+                cfg,
+                own,
+                metrics: Arc::new(ProxyMetrics::default()),
+                plain,
+                zrtt,
+            }),
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> Result<SocketAddr> {
+        self.listener
+            .local_addr()
+            .map_err(Error::io("local address"))
+    }
+
+    /// The proxy's counters.
+    pub fn metrics(&self) -> Arc<ProxyMetrics> {
+        self.shared.metrics.clone()
+    }
+
+    /// Serve until `shutdown` resolves, then give open connections 5 s and
+    /// abort the rest.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<()> {
+        let limit = Arc::new(Semaphore::new(self.shared.cfg.max_connections.max(1)));
+        let mut tasks = JoinSet::new();
+        tokio::pin!(shutdown);
+        loop {
+            let permit = tokio::select! {
+                () = &mut shutdown => break,
+                p = limit.clone().acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => break,
+                },
+            };
+            tokio::select! {
+                () = &mut shutdown => break,
+                r = self.listener.accept() => match r {
+                    Ok((tcp, _peer)) => {
+                        inc(&self.shared.metrics.connections);
+                        let shared = self.shared.clone();
+                        tasks.spawn(async move {
+                            serve_connection(shared, tcp).await;
+                            drop(permit);
+                        });
+                    }
+                    Err(e) => {
+                        tracing::warn!("proxy accept: {e}");
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                },
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            }
+        }
+        drop(self.listener);
+        let _ = tokio::time::timeout(Duration::from_secs(5), async {
+            while tasks.join_next().await.is_some() {}
+        })
+        .await;
+        tasks.shutdown().await;
+        Ok(())
+    }
+}
+
+async fn serve_connection(shared: Arc<Shared>, tcp: TcpStream) {
+    let _ = tcp.set_nodelay(true);
+    let header_read = shared.cfg.timeouts.header_read;
+    let svc = hyper::service::service_fn(move |req| {
+        let shared = shared.clone();
+        async move { Ok::<_, Infallible>(handle(shared, req).await) }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_read)
+        .serve_connection(TokioIo::new(tcp), svc)
+        .with_upgrades();
+    if let Err(e) = conn.await {
+        tracing::debug!("proxy connection: {e}");
+    }
+}
+
+/// A `text/plain` answer generated by the proxy.
+fn text(status: StatusCode, msg: impl Into<String>) -> Response<ProxyBody> {
+    let mut body = msg.into();
+    body.push('\n');
+    let mut r = Response::new(
+        Full::new(Bytes::from(body))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+/// `err` and its sources, joined by `: ` (hyper's errors hide the cause).
+fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut msg = err.to_string();
+    let mut cur = err.source();
+    while let Some(e) = cur {
+        let s = e.to_string();
+        if !msg.contains(&s) {
+            msg.push_str(": ");
+            msg.push_str(&s);
+        }
+        cur = e.source();
+    }
+    msg
+}
+
+/// Drop hop-by-hop headers (RFC 9110 §7.6.1), including those `Connection` names.
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for n in named {
+        headers.remove(n);
+    }
+    for n in [
+        "connection",
+        "proxy-connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    ] {
+        headers.remove(n);
+    }
+}
+
+async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBody> {
+    if req.method() == Method::CONNECT {
+        return tunnel(shared, req).await;
+    }
+    let m = &shared.metrics;
+    let uri = req.uri().clone();
+    match uri.scheme_str() {
+        Some(s) if s.eq_ignore_ascii_case("http") => {}
+        Some(s) => {
+            inc(&m.bad_requests);
+            return text(
+                StatusCode::BAD_REQUEST,
+                format!("zrtt proxy: scheme {s:?} not supported; use http:// or CONNECT"),
+            );
+        }
+        None => {
+            inc(&m.bad_requests);
+            return text(
+                StatusCode::BAD_REQUEST,
+                "zrtt proxy: not a proxy request (expected an absolute http:// URL)",
+            );
+        }
+    }
+    let (Some(raw_host), Some(authority)) = (uri.host(), uri.authority()) else {
+        inc(&m.bad_requests);
+        return text(StatusCode::BAD_REQUEST, "zrtt proxy: URL without a host");
+    };
+    let host = raw_host.trim_matches(['[', ']']).to_owned();
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+
+    // zrtt if the key source has a verified record for the host.
+    let keys = shared.cfg.client.keys.clone();
+    let clock = shared.cfg.client.clock;
+    let lookup_host = host.clone();
+    let zrtt = tokio::task::spawn_blocking(move || keys.lookup(&lookup_host, clock()).is_some())
+        .await
+        .unwrap_or(false);
+
+    let target = if zrtt {
+        let port = shared.cfg.zrtt_ports.port_for(&host, uri.port_u16());
+        format!("https://{raw_host}:{port}{path}")
+    } else {
+        format!("http://{raw_host}:{}{path}", uri.port_u16().unwrap_or(80))
+    };
+    let Ok(target) = target.parse::<Uri>() else {
+        inc(&m.bad_requests);
+        return text(StatusCode::BAD_REQUEST, "zrtt proxy: malformed URL");
+    };
+    let host_header = HeaderValue::from_str(authority.as_str()).ok();
+    let (mut parts, body) = req.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    if !parts.headers.contains_key(header::HOST) {
+        if let Some(h) = host_header {
+            parts.headers.insert(header::HOST, h);
+        }
+    }
+    parts.uri = target.clone();
+    let out = Request::from_parts(parts, body);
+
+    let response = shared.cfg.timeouts.response;
+    let result = if zrtt {
+        inc(&m.zrtt_requests);
+        tokio::time::timeout(response, shared.zrtt.request(out)).await
+    } else {
+        inc(&m.passthrough_requests);
+        tokio::time::timeout(response, shared.plain.request(out)).await
+    };
+    let via = if zrtt { "zrtt" } else { "plain HTTP" };
+    match result {
+        Ok(Ok(resp)) => {
+            let (mut parts, body) = resp.into_parts();
+            strip_hop_by_hop(&mut parts.headers);
+            Response::from_parts(parts, body.boxed())
+        }
+        Ok(Err(e)) => {
+            inc(&m.bad_gateway);
+            let msg = format!(
+                "zrtt proxy: {host} via {via} ({target}): {}",
+                error_chain(&e)
+            );
+            tracing::debug!("{msg}");
+            text(StatusCode::BAD_GATEWAY, msg)
+        }
+        Err(_) => {
+            inc(&m.gateway_timeout);
+            text(
+                StatusCode::GATEWAY_TIMEOUT,
+                format!("zrtt proxy: {host} via {via}: no response within {response:?}"),
+            )
+        }
+    }
+}
+
+async fn tunnel(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBody> {
+    let m = &shared.metrics;
+    let Some((host, port)) = req
+        .uri()
+        .authority()
+        .and_then(|a| Some((a.host().trim_matches(['[', ']']).to_owned(), a.port_u16()?)))
+    else {
+        inc(&m.bad_requests);
+        return text(
+            StatusCode::BAD_REQUEST,
+            "zrtt proxy: CONNECT needs host:port",
+        );
+    };
+    let t = shared.cfg.timeouts;
+    let connected = connect_tcp(shared.cfg.resolver.as_ref(), &host, port, t.connect)
+        .await
+        .and_then(|tcp| match tcp.peer_addr() {
+            Ok(a) if a == shared.own => {
+                Err(Error::Config("the request loops back to the proxy".into()))
+            }
+            _ => Ok(tcp),
+        });
+    let mut tcp = match connected {
+        Ok(tcp) => tcp,
+        Err(e) => {
+            inc(&m.bad_gateway);
+            return text(
+                StatusCode::BAD_GATEWAY,
+                format!("zrtt proxy: CONNECT {host}:{port}: {}", error_chain(&e)),
+            );
+        }
+    };
+    inc(&m.tunnels);
+    tokio::spawn(async move {
+        match hyper::upgrade::on(req).await {
+            Ok(upgraded) => {
+                let mut client = TokioIo::new(upgraded);
+                let _ = tokio::time::timeout(
+                    t.tunnel,
+                    tokio::io::copy_bidirectional(&mut client, &mut tcp),
+                )
+                .await;
+            }
+            Err(e) => tracing::debug!("CONNECT upgrade: {e}"),
+        }
+    });
+    Response::new(
+        http_body_util::Empty::new()
+            .map_err(|never| match never {})
+            .boxed(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zrtt_ports() {
+        let mut p = ZrttPorts::default();
+        assert_eq!(p.port_for("a.example", None), 443);
+        assert_eq!(p.port_for("a.example", Some(8443)), 8443);
+        assert!(p.add_spec("A.example=4433").is_ok());
+        assert_eq!(p.port_for("a.EXAMPLE", Some(8443)), 4433);
+        assert!(p.add_spec("5555").is_ok());
+        assert_eq!(p.port_for("b.example", Some(8443)), 5555);
+        assert!(p.add_spec("=1").is_err());
+        assert!(p.add_spec("x=y").is_err());
+    }
+
+    #[test]
+    fn resolve_overrides() {
+        let mut r = SystemResolver::new();
+        assert!(r.add_curl_override("www.example.com:443:127.0.0.2").is_ok());
+        assert!(r.add_curl_override("v6.example:80:[::1]").is_ok());
+        assert!(r.add_curl_override("bad").is_err());
+        assert!(r.add_curl_override("h:port:127.0.0.1").is_err());
+        assert_eq!(
+            r.overrides.get(&("v6.example".to_owned(), 80)),
+            Some(
+                &"::1"
+                    .parse::<IpAddr>()
+                    .unwrap_or(IpAddr::from([0, 0, 0, 0]))
+            )
+        );
+    }
+
+    #[test]
+    fn hop_by_hop_headers_are_dropped() {
+        let mut h = HeaderMap::new();
+        h.insert("connection", HeaderValue::from_static("close, x-secret"));
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert("proxy-connection", HeaderValue::from_static("keep-alive"));
+        h.insert("accept", HeaderValue::from_static("*/*"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key("accept"));
+    }
+}

@@ -1,0 +1,141 @@
+//! `zrtt proxy`: a local HTTP/1.1 forward proxy. Unmodified programs
+//! (`curl -x http://127.0.0.1:8080 http://www.example.com/`) get zrtt for
+//! hosts with a verified key record; other hosts and `CONNECT` tunnels pass
+//! through unchanged. The work is in `zrtt_net::proxy`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use pki_types::pem::PemObject;
+use zrtt_net::client::{tls_client_config, CertKeySource, ClientConfig, EarlyDataPolicy};
+use zrtt_net::proxy::{Proxy, ProxyConfig, SystemResolver, ZrttPorts};
+
+use crate::{keys, util};
+
+#[derive(Args, Debug)]
+pub struct ProxyArgs {
+    /// Address to listen on (keep it on loopback: the proxy has no authentication).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Key record file(s); hosts with a valid record go over zrtt (until the DNS resolver lands).
+    #[arg(long = "record")]
+    records: Vec<PathBuf>,
+    /// The certificate (PEM) that signs the records.
+    #[arg(long)]
+    cert: Option<PathBuf>,
+    /// CA certificates (PEM) for the TLS fallback; default /etc/ssl/certs/ca-certificates.crt.
+    #[arg(long)]
+    cacert: Option<PathBuf>,
+    /// Use ADDR for HOST:PORT (`HOST:PORT:ADDR`, PORT as connected to); repeatable.
+    #[arg(long)]
+    resolve: Vec<String>,
+    /// Gateway port of zrtt hosts: `HOST=PORT`, or `PORT` for all; else the
+    /// URL's explicit port, else 443. Repeatable.
+    #[arg(long = "zrtt-port")]
+    zrtt_ports: Vec<String>,
+    /// Do not put first flights in the SYN.
+    #[arg(long)]
+    no_fast_open: bool,
+    /// Never send requests as early data.
+    #[arg(long)]
+    no_early_data: bool,
+    /// Answer 502 instead of falling back to TLS for zrtt hosts.
+    #[arg(long)]
+    zrtt_only: bool,
+    /// Concurrent client connections.
+    #[arg(long, default_value_t = 1024)]
+    max_connections: usize,
+    /// Bound on an origin's response head (then 504).
+    #[arg(long, default_value = "60s", value_parser = util::parse_duration)]
+    response_timeout: Duration,
+}
+
+pub fn run(a: ProxyArgs) -> Result<ExitCode> {
+    let mut records = Vec::new();
+    for p in &a.records {
+        records.extend(keys::load_records(p)?);
+    }
+    let cert_der = match (&a.cert, records.is_empty()) {
+        (Some(p), _) => util::load_cert(p)?.to_vec(),
+        (None, false) => anyhow::bail!("--record needs --cert (the certificate that signs it)"),
+        (None, true) => Vec::new(),
+    };
+    let ca_path = a
+        .cacert
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("/etc/ssl/certs/ca-certificates.crt"));
+    let mut roots = rustls::RootCertStore::empty();
+    match pki_types::CertificateDer::pem_file_iter(&ca_path) {
+        Ok(iter) => {
+            for c in iter.flatten() {
+                let _ = roots.add(c);
+            }
+        }
+        Err(e) if a.cacert.is_some() => {
+            return Err(e).with_context(|| format!("reading {}", ca_path.display()))
+        }
+        Err(_) => {}
+    }
+    let mut client = ClientConfig::new(
+        Arc::new(CertKeySource::new(cert_der, records)),
+        tls_client_config(roots)?,
+    );
+    client.fast_open = !a.no_fast_open;
+    client.tls_fallback = !a.zrtt_only;
+    if a.no_early_data {
+        client.early_data = EarlyDataPolicy::Never;
+    }
+    let mut resolver = SystemResolver::new();
+    for r in &a.resolve {
+        resolver.add_curl_override(r)?;
+    }
+    let mut ports = ZrttPorts::default();
+    for p in &a.zrtt_ports {
+        ports.add_spec(p)?;
+    }
+    let mut cfg = ProxyConfig::new(Arc::new(client));
+    cfg.resolver = Arc::new(resolver);
+    cfg.zrtt_ports = ports;
+    cfg.max_connections = a.max_connections;
+    cfg.timeouts.response = a.response_timeout;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let proxy = Proxy::bind(a.listen, cfg)
+            .await
+            .with_context(|| format!("binding {}", a.listen))?;
+        let metrics = proxy.metrics();
+        println!("listening {}", proxy.local_addr()?);
+        proxy.run(shutdown_signal()).await?;
+        let report: Vec<String> = metrics
+            .snapshot()
+            .into_iter()
+            .map(|(n, v)| format!("{n}={v}"))
+            .collect();
+        eprintln!("zrtt proxy: {}", report.join(" "));
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! `zrtt proxy` end to end with the real binary: keys, `zrtt gateway` in
+//! front of a tiny backend, `zrtt proxy`, and absolute-form requests as curl
+//! sends them with `-x`.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const HOST: &str = "www.example.com";
+
+fn ok(dir: &Path, args: &[&str]) {
+    let out = Command::new(env!("CARGO_BIN_EXE_zrtt"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run zrtt");
+    assert!(
+        out.status.success(),
+        "zrtt {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A child process killed (by its own PID) and reaped when dropped.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// An HTTP/1.1 backend answering `ok` to every request.
+fn backend() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut s = s;
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while let Ok(n) = s.read(&mut chunk) {
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        buf.drain(..end + 4);
+                        let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_listening(addr: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "{addr} did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// One request with `Connection: close`; the whole answer.
+fn http(addr: &str, head: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(head.as_bytes()).unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn spawn(dir: &Path, args: &[&str]) -> Guard {
+    Guard(
+        Command::new(env!("CARGO_BIN_EXE_zrtt"))
+            .args(args)
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+#[test]
+fn proxy_sends_zrtt_hosts_over_zrtt_and_passes_others_through() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    ok(dir, &["keys", "cert", "--name", HOST, "--out-dir", "."]);
+    ok(dir, &["keys", "generate", "--out", "k1.key"]);
+    ok(
+        dir,
+        &[
+            "keys",
+            "sign",
+            "--key",
+            "k1.key",
+            "--cert",
+            "cert.pem",
+            "--cert-key",
+            "cert.key",
+            "--name",
+            HOST,
+            "--out",
+            "k1.rec",
+        ],
+    );
+    let plain = backend();
+    let (gw_port, admin_port, proxy_port) = (free_port(), free_port(), free_port());
+    let gw = format!("127.0.0.1:{gw_port}");
+    let admin = format!("127.0.0.1:{admin_port}");
+    let proxy = format!("127.0.0.1:{proxy_port}");
+    let _gw = spawn(
+        dir,
+        &[
+            "gateway",
+            "--listen",
+            &gw,
+            "--backend",
+            &plain.to_string(),
+            "--key",
+            "k1.key",
+            "--record",
+            "k1.rec",
+            "--cert",
+            "cert.pem",
+            "--cert-key",
+            "cert.key",
+            "--admin",
+            &admin,
+        ],
+    );
+    let _proxy = spawn(
+        dir,
+        &[
+            "proxy",
+            "--listen",
+            &proxy,
+            "--record",
+            "k1.rec",
+            "--cert",
+            "cert.pem",
+            "--cacert",
+            "ca.pem",
+            "--zrtt-port",
+            &format!("{HOST}={gw_port}"),
+            "--resolve",
+            &format!("{HOST}:{gw_port}:127.0.0.1"),
+            "--resolve",
+            &format!("plain.test:{}:127.0.0.1", plain.port()),
+        ],
+    );
+    wait_listening(&gw);
+    wait_listening(&admin);
+    wait_listening(&proxy);
+    // The gateway's replay filter refuses flights stamped within its first
+    // seconds (a restart must not reopen old flights).
+    std::thread::sleep(Duration::from_secs(3));
+
+    let resp = http(
+        &proxy,
+        &format!("GET http://{HOST}/ HTTP/1.1\r\nHost: {HOST}\r\nProxy-Connection: close\r\nConnection: close\r\n\r\n"),
+    );
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    assert!(resp.ends_with("\r\n\r\nok"), "{resp}");
+    let metrics = http(&admin, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(
+        metrics.contains("zrtt_gateway_zrtt_accepted 1\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("zrtt_gateway_tls_connections 0\n"),
+        "{metrics}"
+    );
+
+    let resp = http(
+        &proxy,
+        &format!(
+            "GET http://plain.test:{p}/x HTTP/1.1\r\nHost: plain.test:{p}\r\nConnection: close\r\n\r\n",
+            p = plain.port()
+        ),
+    );
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    assert!(resp.ends_with("\r\n\r\nok"), "{resp}");
+    let metrics = http(&admin, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(metrics.contains("zrtt_gateway_requests 1\n"), "{metrics}");
+
+    let resp = http(
+        &proxy,
+        &format!(
+            "GET http://127.0.0.1:{}/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            free_port()
+        ),
+    );
+    assert!(resp.starts_with("HTTP/1.1 502"), "{resp}");
+    assert!(
+        resp.contains("zrtt proxy: 127.0.0.1 via plain HTTP"),
+        "{resp}"
+    );
+}
