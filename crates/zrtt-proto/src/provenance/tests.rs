@@ -128,7 +128,13 @@ fn every_refusal_has_its_reason() {
         Err(ProvenanceError::UntrustedVerifier(c.key().id))
     );
     assert_eq!(
-        pol.verify(&[ca.clone()], ADDR, Some(&CLIENT), now(), &mut cache),
+        pol.verify(
+            std::slice::from_ref(&ca),
+            ADDR,
+            Some(&CLIENT),
+            now(),
+            &mut cache
+        ),
         Err(ProvenanceError::QuorumNotMet {
             valid: 1,
             needed: 2
@@ -196,7 +202,7 @@ fn every_refusal_has_its_reason() {
     );
     // No static key (an NK flight) and duplicates.
     assert_eq!(
-        pol.verify(&[ca.clone()], ADDR, None, now(), &mut cache),
+        pol.verify(std::slice::from_ref(&ca), ADDR, None, now(), &mut cache),
         Err(ProvenanceError::NoStaticKey)
     );
     assert_eq!(
