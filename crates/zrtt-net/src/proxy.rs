@@ -193,7 +193,14 @@ pub struct ProxyConfig {
     pub max_connections: usize,
     /// Idle origin connections kept per scheme and authority.
     pub pool_max_idle_per_origin: usize,
+    /// Called with the host before the key lookup, e.g. to resolve its key
+    /// records from DNS into the key source's cache (bounded by the connect
+    /// timeout); `None` for key sources that need no preparation.
+    pub prefetch: Option<Prefetch>,
 }
+
+/// An async hook run before a host's key lookup (see [`ProxyConfig::prefetch`]).
+pub type Prefetch = Arc<dyn Fn(String) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
 impl std::fmt::Debug for ProxyConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -217,6 +224,7 @@ impl ProxyConfig {
             timeouts: ProxyTimeouts::default(),
             max_connections: 1024,
             pool_max_idle_per_origin: 8,
+            prefetch: None,
         }
     }
 }
@@ -587,6 +595,9 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBo
     let path = uri.path_and_query().map_or("/", |p| p.as_str());
 
     // zrtt if the key source has a verified record for the host.
+    if let Some(prefetch) = &shared.cfg.prefetch {
+        let _ = tokio::time::timeout(shared.cfg.timeouts.connect, prefetch(host.clone())).await;
+    }
     let keys = shared.cfg.client.keys.clone();
     let clock = shared.cfg.client.clock;
     let lookup_host = host.clone();

@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod demo;
 mod dns;
+mod dnskeys;
 mod gateway;
 mod get;
 mod keys;

@@ -12,9 +12,11 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 use pki_types::pem::PemObject;
+use zrtt_dns::resolver::{Resolver, ResolverConfig, Trust};
 use zrtt_net::client::{tls_client_config, CertKeySource, ClientConfig, EarlyDataPolicy};
-use zrtt_net::proxy::{Proxy, ProxyConfig, SystemResolver, ZrttPorts};
+use zrtt_net::proxy::{Proxy, ProxyConfig, Resolve, ResolveFuture, SystemResolver, ZrttPorts};
 
+use crate::dnskeys::DnsKeySource;
 use crate::{keys, util};
 
 #[derive(Args, Debug)]
@@ -22,9 +24,16 @@ pub struct ProxyArgs {
     /// Address to listen on (keep it on loopback: the proxy has no authentication).
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// Key record file(s); hosts with a valid record go over zrtt (until the DNS resolver lands).
+    /// Key record file(s); hosts with a valid record go over zrtt. Without
+    /// them, keys (and addresses) come from DNS.
     #[arg(long = "record")]
     records: Vec<PathBuf>,
+    /// DNS server for keys and addresses (`ADDR` or `ADDR:PORT`); default: /etc/resolv.conf.
+    #[arg(long, value_parser = crate::dnskeys::parse_dns_server)]
+    dns_server: Option<SocketAddr>,
+    /// Do not look keys up in DNS (only --record files).
+    #[arg(long)]
+    no_dns: bool,
     /// The certificate (PEM) that signs the records.
     #[arg(long)]
     cert: Option<PathBuf>,
@@ -81,10 +90,28 @@ pub fn run(a: ProxyArgs) -> Result<ExitCode> {
         }
         Err(_) => {}
     }
-    let mut client = ClientConfig::new(
-        Arc::new(CertKeySource::new(cert_der, records)),
-        tls_client_config(roots)?,
-    );
+    // Keys from record files, or from DNS (verified against TLSA chained
+    // to --cacert, or the pinned --cert).
+    let dns = if records.is_empty() && !a.no_dns {
+        let cfg = match a.dns_server {
+            Some(s) => ResolverConfig::new(s),
+            None => ResolverConfig::system()?,
+        };
+        let trust = match &a.cacert {
+            Some(p) => Trust::from_pem_file(p)?,
+            None => Trust::system(),
+        };
+        Some(Arc::new(Resolver::new(cfg, trust)))
+    } else {
+        None
+    };
+    let key_source: Arc<dyn zrtt_net::client::KeySource> = match &dns {
+        Some(r) => Arc::new(DnsKeySource {
+            resolver: r.clone(),
+        }),
+        None => Arc::new(CertKeySource::new(cert_der, records)),
+    };
+    let mut client = ClientConfig::new(key_source, tls_client_config(roots)?);
     client.fast_open = !a.no_fast_open;
     client.tls_fallback = !a.zrtt_only;
     if a.no_early_data {
@@ -94,12 +121,28 @@ pub fn run(a: ProxyArgs) -> Result<ExitCode> {
     for r in &a.resolve {
         resolver.add_curl_override(r)?;
     }
+    let resolver: Arc<dyn Resolve> = match &dns {
+        Some(r) => Arc::new(DnsAddresses {
+            dns: r.clone(),
+            fallback: resolver,
+        }),
+        None => Arc::new(resolver),
+    };
     let mut ports = ZrttPorts::default();
     for p in &a.zrtt_ports {
         ports.add_spec(p)?;
     }
     let mut cfg = ProxyConfig::new(Arc::new(client));
-    cfg.resolver = Arc::new(resolver);
+    cfg.resolver = resolver;
+    if let Some(r) = &dns {
+        let r = r.clone();
+        cfg.prefetch = Some(Arc::new(move |host: String| {
+            let r = r.clone();
+            Box::pin(async move {
+                let _ = r.resolve(&host, zrtt_net::client::system_clock()).await;
+            })
+        }));
+    }
     cfg.zrtt_ports = ports;
     cfg.max_connections = a.max_connections;
     cfg.timeouts.response = a.response_timeout;
@@ -123,6 +166,26 @@ pub fn run(a: ProxyArgs) -> Result<ExitCode> {
         eprintln!("zrtt proxy: {}", report.join(" "));
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// Addresses from the DNS resolver's cache (filled by the prefetch before
+/// each request), then `--resolve` overrides and the system resolver.
+struct DnsAddresses {
+    dns: Arc<Resolver>,
+    fallback: SystemResolver,
+}
+
+impl Resolve for DnsAddresses {
+    fn resolve(&self, host: &str, port: u16) -> ResolveFuture {
+        let cached = self
+            .dns
+            .resolve_cached(host, zrtt_net::client::system_clock())
+            .and_then(|r| r.addrs.first().copied());
+        match cached {
+            Some(ip) => Box::pin(async move { Ok(SocketAddr::new(ip, port)) }),
+            None => self.fallback.resolve(host, port),
+        }
+    }
 }
 
 async fn shutdown_signal() {

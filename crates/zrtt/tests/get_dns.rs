@@ -225,6 +225,66 @@ fn get_resolves_key_and_address_through_dns_and_falls_back_with_reasons() {
         "{err}"
     );
     assert_eq!(out.status.code(), Some(35), "{err}");
+
+    // An unmodified client through `zrtt proxy`: keys and address from DNS,
+    // the request goes over zrtt to the gateway.
+    let proxy_port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let proxy_listen = format!("127.0.0.1:{proxy_port}");
+    let mut proxy = Guard(
+        Command::new(env!("CARGO_BIN_EXE_zrtt"))
+            .args([
+                "proxy",
+                "--listen",
+                &proxy_listen,
+                "--dns-server",
+                &dns_addr,
+                "--cacert",
+                "pki/ca.pem",
+                "--zrtt-port",
+                &format!("{HOST}={gw_port}"),
+            ])
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(&proxy_listen).is_err() {
+        assert!(Instant::now() < deadline, "proxy did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let curl = Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "20",
+            "-x",
+            &format!("http://{proxy_listen}"),
+            &format!("http://{HOST}/via-proxy"),
+        ])
+        .output();
+    match curl {
+        Ok(c) => {
+            assert!(
+                c.status.success(),
+                "curl through the proxy: {}",
+                String::from_utf8_lossy(&c.stderr)
+            );
+            // Stop the proxy and read its counters: the request went over zrtt.
+            let _ = Command::new("kill")
+                .args(["-TERM", &proxy.0.id().to_string()])
+                .status();
+            let mut report = String::new();
+            std::io::Read::read_to_string(&mut proxy.0.stderr.take().unwrap(), &mut report)
+                .unwrap();
+            assert!(report.contains("zrtt_requests=1"), "{report}");
+        }
+        Err(e) => eprintln!("proxy part skipped: curl not available ({e})"),
+    }
 }
 
 #[test]
