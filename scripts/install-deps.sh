@@ -9,6 +9,7 @@
 #   nftables        nft, to drop the client's final ACK in the zrtt-net lab
 #                   test (gating); that test skips the check without it
 #   nginx, curl     the demo's backend and TLS 1.3 baseline (zrtt demo)
+#   unbound         the recursive resolver of the DNS round-trip measurement
 set -euo pipefail
 
 need=()
@@ -18,6 +19,7 @@ command -v dnsperf >/dev/null 2>&1 || need+=(dnsperf)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v nginx >/dev/null 2>&1 || need+=(nginx)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+command -v unbound >/dev/null 2>&1 || need+=(unbound)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
