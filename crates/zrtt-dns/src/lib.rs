@@ -58,22 +58,6 @@ pub enum Error {
 
 /// Seconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ`.
 pub fn fmt_time(secs: u64) -> String {
-    // Howard Hinnant's civil-from-days.
-    let days = (secs / 86400) as i64;
-    let rem = secs % 86400;
-    let z = days + 719468;
-    let era = z.div_euclid(146097);
-    let doe = z - era * 146097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    let (y, m, d, h, mi, s) = zrtt_proto::time::civil_from_unix(secs);
+    format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
 }

@@ -245,9 +245,16 @@ fn rewrite(req: &[u8], udp: bool, upstream: SocketAddr, mb: &Misbehave) -> Optio
 }
 
 fn start_proxy(upstream: SocketAddr, mb: Misbehave) -> Proxy {
-    let udp_sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let addr = udp_sock.local_addr().unwrap();
-    let tcp_l = TcpListener::bind(addr).unwrap();
+    // One port for UDP and TCP: the UDP port the kernel picks may be taken
+    // for TCP by another test running in parallel, so try a few (bounded).
+    let (udp_sock, addr, tcp_l) = (0..50)
+        .find_map(|_| {
+            let u = UdpSocket::bind("127.0.0.1:0").ok()?;
+            let a = u.local_addr().ok()?;
+            let t = TcpListener::bind(a).ok()?;
+            Some((u, a, t))
+        })
+        .expect("no port free for both UDP and TCP");
     udp_sock
         .set_read_timeout(Some(Duration::from_millis(20)))
         .unwrap();

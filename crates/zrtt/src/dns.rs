@@ -126,7 +126,7 @@ pub fn run(a: DnsArgs) -> Result<ExitCode> {
         );
         let (trigger, shutdown) = server::shutdown::channel();
         tokio::spawn(async move {
-            wait_for_signal().await;
+            crate::util::shutdown_signal().await;
             trigger.fire();
         });
         let rng = ring::rand::SystemRandom::new();
@@ -142,21 +142,6 @@ pub fn run(a: DnsArgs) -> Result<ExitCode> {
         Ok::<_, anyhow::Error>(())
     })?;
     Ok(ExitCode::SUCCESS)
-}
-
-async fn wait_for_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
 }
 
 /// Logs to stderr at `level`; hickory's per-query lines only at debug.

@@ -294,7 +294,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         let server = tokio::spawn(gw.run(async move {
             let _ = rx.changed().await;
         }));
-        shutdown_signal().await;
+        util::shutdown_signal().await;
         let _ = stop_tx.send(true);
         server.await??;
         if let Some(r) = refresher {
@@ -307,19 +307,4 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
 }

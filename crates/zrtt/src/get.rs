@@ -12,7 +12,6 @@ use bytes::Bytes;
 use clap::Args;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
-use pki_types::pem::PemObject;
 use zrtt_dns::resolver::{Resolved, Resolver, ResolverConfig, Trust};
 use zrtt_net::client::{
     tls_client_config, CertKeySource, ClientConfig, ConnInfo, EarlyDataPolicy, KeySource, Target,
@@ -202,21 +201,7 @@ pub fn run(a: GetArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn load_roots(a: &GetArgs) -> Result<rustls::RootCertStore, Failure> {
-    let path = a
-        .cacert
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("/etc/ssl/certs/ca-certificates.crt"));
-    let mut roots = rustls::RootCertStore::empty();
-    match pki_types::CertificateDer::pem_file_iter(&path) {
-        Ok(iter) => {
-            for c in iter.flatten() {
-                let _ = roots.add(c);
-            }
-        }
-        Err(e) if a.cacert.is_some() => return fail(77, format!("{}: {e}", path.display())),
-        Err(_) => {}
-    }
-    Ok(roots)
+    util::load_roots(a.cacert.as_deref()).map_err(|e| Failure(77, format!("{e:#}")))
 }
 
 fn classify(e: &(dyn std::error::Error + 'static)) -> (u8, String) {

@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use pki_types::pem::PemObject;
 use zrtt_dns::resolver::{Resolver, ResolverConfig, Trust};
 use zrtt_net::client::{tls_client_config, CertKeySource, ClientConfig, EarlyDataPolicy};
 use zrtt_net::proxy::{Proxy, ProxyConfig, Resolve, ResolveFuture, SystemResolver, ZrttPorts};
@@ -74,22 +73,7 @@ pub fn run(a: ProxyArgs) -> Result<ExitCode> {
         (None, false) => anyhow::bail!("--record needs --cert (the certificate that signs it)"),
         (None, true) => Vec::new(),
     };
-    let ca_path = a
-        .cacert
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("/etc/ssl/certs/ca-certificates.crt"));
-    let mut roots = rustls::RootCertStore::empty();
-    match pki_types::CertificateDer::pem_file_iter(&ca_path) {
-        Ok(iter) => {
-            for c in iter.flatten() {
-                let _ = roots.add(c);
-            }
-        }
-        Err(e) if a.cacert.is_some() => {
-            return Err(e).with_context(|| format!("reading {}", ca_path.display()))
-        }
-        Err(_) => {}
-    }
+    let roots = util::load_roots(a.cacert.as_deref())?;
     // Keys from record files, or from DNS (verified against TLSA chained
     // to --cacert, or the pinned --cert).
     let dns = if records.is_empty() && !a.no_dns {
@@ -157,7 +141,7 @@ pub fn run(a: ProxyArgs) -> Result<ExitCode> {
             .with_context(|| format!("binding {}", a.listen))?;
         let metrics = proxy.metrics();
         println!("listening {}", proxy.local_addr()?);
-        proxy.run(shutdown_signal()).await?;
+        proxy.run(util::shutdown_signal()).await?;
         let report: Vec<String> = metrics
             .snapshot()
             .into_iter()
@@ -184,21 +168,6 @@ impl Resolve for DnsAddresses {
         match cached {
             Some(ip) => Box::pin(async move { Ok(SocketAddr::new(ip, port)) }),
             None => self.fallback.resolve(host, port),
-        }
-    }
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
         }
     }
 }

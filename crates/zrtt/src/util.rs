@@ -19,17 +19,7 @@ pub fn now() -> UnixTime {
 
 /// Parse a duration like `90s`, `30m`, `1h`, `2d` or plain seconds.
 pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    let (num, mul) = match s.as_bytes().last() {
-        Some(b's') => (&s[..s.len() - 1], 1),
-        Some(b'm') => (&s[..s.len() - 1], 60),
-        Some(b'h') => (&s[..s.len() - 1], 3600),
-        Some(b'd') => (&s[..s.len() - 1], 86400),
-        _ => (s, 1),
-    };
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("invalid duration {s:?}: use e.g. 90s, 30m, 1h, 2d"))?;
-    Ok(std::time::Duration::from_secs(n.saturating_mul(mul)))
+    zrtt_dns::keystore::parse_duration(s)
 }
 
 /// Parse a time: `now`, unix seconds, or `YYYY-MM-DDTHH:MM:SSZ`.
@@ -69,8 +59,7 @@ fn parse_rfc3339(s: &str) -> Option<u64> {
 
 /// Seconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ`.
 pub fn fmt_time(secs: u64) -> String {
-    let (y, m, d, h, mi, s) = zrtt_proto::time::civil_from_unix(secs);
-    format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
+    zrtt_dns::fmt_time(secs)
 }
 
 /// Write a file atomically (temp file in the same directory, then rename),
@@ -93,6 +82,41 @@ pub fn load_pkcs8(path: &Path) -> Result<Vec<u8>> {
         PrivateKeyDer::Pkcs8(k) => Ok(k.secret_pkcs8_der().to_vec()),
         _ => bail!("{}: need a PKCS#8 key (-----BEGIN PRIVATE KEY-----); convert with `openssl pkcs8 -topk8 -nocrypt`", path.display()),
     }
+}
+
+/// Resolves on SIGINT or SIGTERM: the end of a long-running role.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// CA roots from a PEM file, or the system bundle when `path` is `None`
+/// (a missing system bundle gives an empty store; a missing given file is an error).
+pub fn load_roots(path: Option<&Path>) -> Result<rustls::RootCertStore> {
+    let system = Path::new("/etc/ssl/certs/ca-certificates.crt");
+    let mut roots = rustls::RootCertStore::empty();
+    match CertificateDer::pem_file_iter(path.unwrap_or(system)) {
+        Ok(iter) => {
+            for c in iter.flatten() {
+                let _ = roots.add(c);
+            }
+        }
+        Err(e) if path.is_some() => {
+            return Err(e).with_context(|| format!("reading {}", path.unwrap_or(system).display()))
+        }
+        Err(_) => {}
+    }
+    Ok(roots)
 }
 
 #[cfg(test)]
