@@ -2,10 +2,13 @@
 //! binary; `zrtt keys publish` against a real Knot DNS (knotd, started on a
 //! free loopback port with a TSIG key and stopped afterwards).
 
+mod common;
+use common::*;
+
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use zrtt_dns::client::{self, Transport};
@@ -20,39 +23,11 @@ const HOST: &str = "www.example.com";
 const TIMEOUT: Duration = Duration::from_secs(3);
 const ZONE: &str = "$ORIGIN example.com.\n$TTL 3600\n@ IN SOA ns1 hostmaster ( 1 7200 900 1209600 300 )\n  IN NS ns1\nns1 IN A 192.0.2.1\nwww IN A 192.0.2.10\nwww IN AAAA 2001:db8::10\nwww IN TXT \"v=spf1 -all\"\n";
 
-fn zrtt(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zrtt"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run zrtt")
-}
-
-fn ok(dir: &Path, args: &[&str]) -> String {
-    let out = zrtt(dir, args);
-    assert!(
-        out.status.success(),
-        "zrtt {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_secs()
-}
-
-/// A child process killed (by its own PID) and reaped when dropped.
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// Certificate and key store for www.example.com, first key made now.

@@ -5,6 +5,9 @@
 //! authoritative `zrtt dns` 100 ms RTT. Needs root and unbound
 //! (scripts/install-deps.sh); says why when it skips.
 
+mod common;
+use common::*;
+
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -13,19 +16,6 @@ use zrtt_dns::client::{exchange, query_message, Transport};
 use zrtt_dns::proto::rr::RecordType;
 use zrtt_dns::resolver::{Resolver, ResolverConfig, Trust};
 use zrtt_lab::{Lab, Topology};
-
-fn zrtt(dir: &std::path::Path, args: &[&str]) {
-    let out = Command::new(env!("CARGO_BIN_EXE_zrtt"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "zrtt {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 fn address_only(server: SocketAddr, name: &str) -> Duration {
     let mut m = query_message(name, RecordType::A).unwrap();

@@ -2,68 +2,17 @@
 //! loopback), with the real binary end to end: `zrtt dns`, `zrtt gateway`
 //! with the same key store, a tiny HTTP backend, and `zrtt get`.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+mod common;
+use common::*;
+
+use std::io::{BufRead, BufReader};
+use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const HOST: &str = "www.example.com";
 const ZONE: &str = "$ORIGIN example.com.\n$TTL 3600\n@ IN SOA ns1 hostmaster ( 1 7200 900 1209600 300 )\n  IN NS ns1\nns1 IN A 127.0.0.1\nwww IN A 127.0.0.1\n";
-
-fn zrtt(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zrtt"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run zrtt")
-}
-
-fn ok(dir: &Path, args: &[&str]) -> String {
-    let out = zrtt(dir, args);
-    assert!(
-        out.status.success(),
-        "zrtt {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// A child process killed (by its own PID) and reaped when dropped.
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// An HTTP/1.1 backend answering `ok` to every request.
-fn backend() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for s in l.incoming().flatten() {
-            std::thread::spawn(move || {
-                let mut s = s;
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                while let Ok(n) = s.read(&mut chunk) {
-                    if n == 0 {
-                        return;
-                    }
-                    buf.extend_from_slice(&chunk[..n]);
-                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        buf.drain(..end + 4);
-                        let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
 
 fn get(dir: &Path, url: &str, extra: &[&str]) -> (String, String) {
     let mut args = vec![

@@ -1,26 +1,9 @@
 //! `zrtt keys` end to end through the real binary.
 
+mod common;
+use common::*;
+
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
-use std::process::{Command, Output};
-
-fn zrtt(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zrtt"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run zrtt")
-}
-
-fn ok(dir: &Path, args: &[&str]) -> String {
-    let out = zrtt(dir, args);
-    assert!(
-        out.status.success(),
-        "zrtt {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 fn setup(alg: &str) -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
