@@ -298,6 +298,21 @@ impl ProvenanceStore {
         Ok(report)
     }
 
+    /// Whether `local` needs new certificates at `now`: none held for it (or
+    /// the client moved), or one has less than half its duration left, so
+    /// refreshing (which doubles the duration) happens well before expiry.
+    pub fn needs_refresh(&self, local: IpAddr, now: UnixTime) -> bool {
+        let m = self.by_local.lock().unwrap_or_else(|p| p.into_inner());
+        let Some((_, certs)) = m.get(&local) else {
+            return true;
+        };
+        let now = now.as_secs();
+        certs.is_empty()
+            || certs
+                .iter()
+                .any(|c| now.saturating_add(u64::from(c.duration) / 2) >= c.end())
+    }
+
     /// Put certificates for `local` directly (e.g. obtained out of band);
     /// replaces what the store held for any address.
     pub fn insert(&self, local: IpAddr, key: X25519KeyPair, certs: Vec<Certificate>) {

@@ -142,6 +142,12 @@ async fn refresh_through_the_service_doubles_and_a_new_address_gets_a_new_key() 
         "a fresh static key per address"
     );
     assert_eq!(certs[0], 1, "one certificate");
+    // Fresh certificates need no refresh; half-way through they do; a new
+    // address always does.
+    assert!(!store.needs_refresh(moved, now));
+    let half = zrtt_proto::UnixTime::from_secs(now.as_secs() + 900);
+    assert!(store.needs_refresh(moved, half));
+    assert!(store.needs_refresh(LOCAL, now));
     // Save and load keep it.
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("pv.state");

@@ -55,6 +55,19 @@ pub struct ProxyArgs {
     /// Answer 502 instead of falling back to TLS for zrtt hosts.
     #[arg(long)]
     zrtt_only: bool,
+    /// Provenance state (from `zrtt pv fetch`): certificates for this host's
+    /// address let gateways that trust the verifiers answer first flights
+    /// before the TCP handshake completes. Saved back after refreshes.
+    #[arg(long)]
+    pv_state: Option<PathBuf>,
+    /// Provenance verifiers to refresh certificates from in the background
+    /// (before half their validity is gone, and when the local address
+    /// changes); repeatable.
+    #[arg(long = "verifier")]
+    verifiers: Vec<SocketAddr>,
+    /// How often the background refresh checks the certificates and the local address.
+    #[arg(long, default_value = "30s", value_parser = util::parse_duration)]
+    pv_check: Duration,
     /// Concurrent client connections.
     #[arg(long, default_value_t = 1024)]
     max_connections: usize,
@@ -97,6 +110,12 @@ pub fn run(a: ProxyArgs) -> Result<ExitCode> {
     };
     let mut client = ClientConfig::new(key_source, tls_client_config(roots)?);
     client.fast_open = !a.no_fast_open;
+    let pv_store = match &a.pv_state {
+        Some(p) => Some(Arc::new(zrtt_net::pv::ProvenanceStore::load(p)?)),
+        None if !a.verifiers.is_empty() => Some(Arc::new(zrtt_net::pv::ProvenanceStore::new())),
+        None => None,
+    };
+    client.provenance = pv_store.clone();
     client.tls_fallback = !a.zrtt_only;
     if a.no_early_data {
         client.early_data = EarlyDataPolicy::Never;
@@ -141,6 +160,14 @@ pub fn run(a: ProxyArgs) -> Result<ExitCode> {
             .with_context(|| format!("binding {}", a.listen))?;
         let metrics = proxy.metrics();
         println!("listening {}", proxy.local_addr()?);
+        if let (Some(store), false) = (pv_store, a.verifiers.is_empty()) {
+            tokio::spawn(refresh_provenance(
+                store,
+                a.verifiers.clone(),
+                a.pv_state.clone(),
+                a.pv_check,
+            ));
+        }
         proxy.run(util::shutdown_signal()).await?;
         let report: Vec<String> = metrics
             .snapshot()
@@ -150,6 +177,50 @@ pub fn run(a: ProxyArgs) -> Result<ExitCode> {
         eprintln!("zrtt proxy: {}", report.join(" "));
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// Keep provenance certificates fresh: every `every`, find the local address
+/// used towards the verifiers; refresh when the store says so (none for this
+/// address, or under half their validity left). A verifier that is down
+/// only costs its timeout; the proxy keeps serving (gated) meanwhile.
+async fn refresh_provenance(
+    store: Arc<zrtt_net::pv::ProvenanceStore>,
+    verifiers: Vec<SocketAddr>,
+    state: Option<PathBuf>,
+    every: Duration,
+) {
+    let rng = ring::rand::SystemRandom::new();
+    loop {
+        let local = std::net::UdpSocket::bind(("0.0.0.0", 0))
+            .and_then(|s| s.connect(verifiers[0]).and_then(|()| s.local_addr()))
+            .map(|a| a.ip());
+        if let Ok(local) = local {
+            if store.needs_refresh(local, zrtt_net::client::system_clock()) {
+                match store
+                    .refresh(local, &verifiers, 86_400, Duration::from_secs(5), &rng)
+                    .await
+                {
+                    Ok(report) => {
+                        for (v, r) in report {
+                            match r {
+                                Ok(d) => {
+                                    eprintln!("zrtt proxy: certificate from {v} for {local}, {d} s")
+                                }
+                                Err(e) => eprintln!("zrtt proxy: verifier {v}: {e}"),
+                            }
+                        }
+                        if let Some(p) = &state {
+                            if let Err(e) = store.save(p) {
+                                eprintln!("zrtt proxy: saving {}: {e}", p.display());
+                            }
+                        }
+                    }
+                    Err(e) => eprintln!("zrtt proxy: provenance refresh: {e}"),
+                }
+            }
+        }
+        tokio::time::sleep(every).await;
+    }
 }
 
 /// Addresses from the DNS resolver's cache (filled by the prefetch before

@@ -167,3 +167,117 @@ fn proxy_sends_zrtt_hosts_over_zrtt_and_passes_others_through() {
         "{resp}"
     );
 }
+
+#[test]
+fn proxy_carries_provenance_certificates_it_refreshes_in_the_background() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    ok(dir, &["keys", "cert", "--name", HOST, "--out-dir", "."]);
+    ok(dir, &["keys", "generate", "--out", "k1.key"]);
+    ok(
+        dir,
+        &[
+            "keys",
+            "sign",
+            "--key",
+            "k1.key",
+            "--cert",
+            "cert.pem",
+            "--cert-key",
+            "cert.key",
+            "--name",
+            HOST,
+            "--out",
+            "k1.rec",
+        ],
+    );
+    let keygen = ok(dir, &["pv", "keygen", "--out", "pv.key"]);
+    let pv_hex = keygen
+        .lines()
+        .find_map(|l| l.strip_prefix("public key:"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let plain = backend();
+    let (gw_port, admin_port, proxy_port, pv_port) =
+        (free_port(), free_port(), free_port(), free_port());
+    let (gw, admin, proxy, pv) = (
+        format!("127.0.0.1:{gw_port}"),
+        format!("127.0.0.1:{admin_port}"),
+        format!("127.0.0.1:{proxy_port}"),
+        format!("127.0.0.1:{pv_port}"),
+    );
+    let _pv = spawn(dir, &["pv", "serve", "--listen", &pv, "--key", "pv.key"]);
+    let _gw = spawn(
+        dir,
+        &[
+            "gateway",
+            "--listen",
+            &gw,
+            "--backend",
+            &plain.to_string(),
+            "--key",
+            "k1.key",
+            "--record",
+            "k1.rec",
+            "--cert",
+            "cert.pem",
+            "--cert-key",
+            "cert.key",
+            "--admin",
+            &admin,
+            "--verifier",
+            &pv_hex,
+            "--quorum",
+            "1",
+        ],
+    );
+    wait_listening(&pv);
+    let _proxy = spawn(
+        dir,
+        &[
+            "proxy",
+            "--listen",
+            &proxy,
+            "--record",
+            "k1.rec",
+            "--cert",
+            "cert.pem",
+            "--cacert",
+            "ca.pem",
+            "--zrtt-port",
+            &format!("{HOST}={gw_port}"),
+            "--resolve",
+            &format!("{HOST}:{gw_port}:127.0.0.1"),
+            "--verifier",
+            &pv,
+            "--pv-state",
+            "pv.state",
+        ],
+    );
+    wait_listening(&gw);
+    wait_listening(&admin);
+    wait_listening(&proxy);
+    // The proxy fetches certificates at start; the gateway's replay filter
+    // refuses flights from its first seconds anyway.
+    std::thread::sleep(Duration::from_secs(3));
+    let state = std::fs::read_to_string(dir.join("pv.state")).unwrap();
+    assert!(
+        state.lines().any(|l| l.starts_with("127.0.0.1 ")),
+        "{state}"
+    );
+    let resp = http(
+        &proxy,
+        &format!("GET http://{HOST}/ HTTP/1.1\r\nHost: {HOST}\r\nProxy-Connection: close\r\nConnection: close\r\n\r\n"),
+    );
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    let metrics = http(&admin, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(
+        metrics.contains("zrtt_gateway_provenance_accepted 1\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("zrtt_gateway_zrtt_answered_early 1\n"),
+        "{metrics}"
+    );
+}
