@@ -1,5 +1,6 @@
-//! Keys from DNS for the clients (`zrtt get`, `zrtt proxy`): the adapter
-//! from `zrtt_dns::resolver` to `zrtt_net::client::KeySource`.
+//! Pieces shared by the clients (`zrtt get`, `zrtt proxy`): the adapter
+//! from `zrtt_dns::resolver` to `zrtt_net::client::KeySource`, and the
+//! transport flags.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -48,5 +49,30 @@ impl KeySource for DnsKeySource {
             .iter()
             .filter_map(|r| r.verify(&cert, host, now).ok())
             .max_by_key(|v| v.body().not_after)
+    }
+}
+
+/// How the client may use zrtt, shared by `zrtt get` and `zrtt proxy`.
+#[derive(clap::Args, Debug)]
+pub struct ClientFlags {
+    /// Do not put the first flight in the SYN.
+    #[arg(long)]
+    no_fast_open: bool,
+    /// Never send the request as early data.
+    #[arg(long)]
+    no_early_data: bool,
+    /// Do not fall back to TLS for hosts with a key (`get` fails, `proxy` answers 502).
+    #[arg(long)]
+    zrtt_only: bool,
+}
+
+impl ClientFlags {
+    /// Set these choices on a client config.
+    pub fn apply(&self, cfg: &mut zrtt_net::client::ClientConfig) {
+        cfg.fast_open = !self.no_fast_open;
+        cfg.tls_fallback = !self.zrtt_only;
+        if self.no_early_data {
+            cfg.early_data = zrtt_net::client::EarlyDataPolicy::Never;
+        }
     }
 }

@@ -14,11 +14,10 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use zrtt_dns::resolver::{Resolved, Resolver, ResolverConfig, Trust};
 use zrtt_net::client::{
-    tls_client_config, CertKeySource, ClientConfig, ConnInfo, EarlyDataPolicy, KeySource, Target,
-    ZrttStream,
+    tls_client_config, CertKeySource, ClientConfig, ConnInfo, KeySource, Target, ZrttStream,
 };
 
-use crate::dnskeys::{parse_dns_server, DnsKeySource};
+use crate::dnskeys::{parse_dns_server, ClientFlags, DnsKeySource};
 use crate::{keys, util};
 
 /// Exit codes (curl's numbers where curl has one).
@@ -87,15 +86,8 @@ pub struct GetArgs {
     /// the host (TLSA is then not needed).
     #[arg(long)]
     cert: Option<PathBuf>,
-    /// Do not put the first flight in the SYN.
-    #[arg(long)]
-    no_fast_open: bool,
-    /// Never send the request as early data.
-    #[arg(long)]
-    no_early_data: bool,
-    /// Fail instead of falling back to TLS.
-    #[arg(long)]
-    zrtt_only: bool,
+    #[command(flatten)]
+    flags: ClientFlags,
     /// Exit 22 on HTTP status >= 400.
     #[arg(short = 'f', long)]
     fail: bool,
@@ -326,15 +318,11 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
         }
     };
     let mut cfg = ClientConfig::new(key_source, tls);
-    cfg.fast_open = !a.no_fast_open;
+    a.flags.apply(&mut cfg);
     if let Some(p) = &a.pv_state {
         let store = zrtt_net::pv::ProvenanceStore::load(p)
             .map_err(|e| Failure(77, format!("{}: {e}", p.display())))?;
         cfg.provenance = Some(Arc::new(store));
-    }
-    cfg.tls_fallback = !a.zrtt_only;
-    if a.no_early_data {
-        cfg.early_data = EarlyDataPolicy::Never;
     }
 
     // The request.

@@ -112,7 +112,17 @@ pub struct SignArgs {
     /// Start of validity (now, unix seconds or RFC 3339).
     #[arg(long, default_value = "now", value_parser = util::parse_time)]
     not_before: u64,
-    /// Length of validity (ZTLS advises at most one hour).
+    #[command(flatten)]
+    policy: RecordPolicyArgs,
+    /// Where to write the binary record; without it, print hex.
+    #[arg(long, short)]
+    out: Option<PathBuf>,
+}
+
+/// What a key record promises, shared by `keys sign` and `keys init`.
+#[derive(Args, Debug)]
+pub struct RecordPolicyArgs {
+    /// Key lifetime (ZTLS advises at most one hour; clients refuse more than 7 days).
     #[arg(long, default_value = "1h", value_parser = util::parse_duration)]
     lifetime: std::time::Duration,
     /// Largest request accepted in a first flight, bytes.
@@ -134,9 +144,19 @@ pub struct SignArgs {
     /// Provenance certificates needed for an answer before the TCP handshake (0 = none accepted).
     #[arg(long, default_value_t = 0)]
     quorum: u8,
-    /// Where to write the binary record; without it, print hex.
-    #[arg(long, short)]
-    out: Option<PathBuf>,
+}
+
+impl RecordPolicyArgs {
+    fn flags(&self) -> RecordFlags {
+        let mut bits = 0;
+        if self.client_auth {
+            bits |= RecordFlags::CLIENT_AUTH_REQUIRED;
+        }
+        if self.tokens {
+            bits |= RecordFlags::ISSUES_TOKENS;
+        }
+        RecordFlags::from_bits(bits).unwrap_or_default()
+    }
 }
 
 #[derive(Args, Debug)]
@@ -153,34 +173,14 @@ pub struct InitArgs {
     /// Its private key (PKCS#8 PEM, ECDSA P-256 or Ed25519); copied with mode 0600.
     #[arg(long)]
     cert_key: PathBuf,
-    /// Key lifetime L.
-    #[arg(long, default_value = "1h", value_parser = util::parse_duration)]
-    lifetime: std::time::Duration,
+    #[command(flatten)]
+    policy: RecordPolicyArgs,
     /// TTL T of the DNS records carrying keys.
     #[arg(long, default_value = "5m", value_parser = util::parse_duration)]
     ttl: std::time::Duration,
     /// Rotation period R (default L - 4T; must not exceed it).
     #[arg(long, value_parser = util::parse_duration)]
     rotation: Option<std::time::Duration>,
-    /// Largest request accepted in a first flight, bytes.
-    #[arg(long, default_value_t = 16384)]
-    max_early_data: u32,
-    /// AEADs offered, in preference order.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "chacha20poly1305,aes256gcm"
-    )]
-    aead: Vec<AeadArg>,
-    /// Require a client static key (Noise IK).
-    #[arg(long)]
-    client_auth: bool,
-    /// Advertise that the server issues address tokens.
-    #[arg(long)]
-    tokens: bool,
-    /// Provenance certificates needed for an answer before the TCP handshake.
-    #[arg(long, default_value_t = 0)]
-    quorum: u8,
     /// Do not create the first key now.
     #[arg(long)]
     no_key: bool,
@@ -369,21 +369,15 @@ fn aeads_of(args: &[AeadArg]) -> Vec<Aead> {
 }
 
 fn init(a: InitArgs) -> Result<ExitCode> {
-    let mut flags = 0;
-    if a.client_auth {
-        flags |= RecordFlags::CLIENT_AUTH_REQUIRED;
-    }
-    if a.tokens {
-        flags |= RecordFlags::ISSUES_TOKENS;
-    }
+    let p = &a.policy;
     let policy = Policy {
-        lifetime: a.lifetime,
+        lifetime: p.lifetime,
         record_ttl: a.ttl,
         rotation_period: a.rotation,
-        max_early_data_bytes: a.max_early_data,
-        aeads: aeads_of(&a.aead),
-        flags: RecordFlags::from_bits(flags).unwrap_or_default(),
-        provenance_quorum: a.quorum,
+        max_early_data_bytes: p.max_early_data,
+        aeads: aeads_of(&p.aead),
+        flags: p.flags(),
+        provenance_quorum: p.quorum,
     };
     let mut ks = KeyStore::init(&a.keystore, &a.name, &a.cert, &a.cert_key, policy)?;
     println!(
@@ -499,24 +493,17 @@ fn sign(a: SignArgs) -> Result<ExitCode> {
     let cert = util::load_cert(&a.cert)?;
     let signer = RecordSigner::from_pkcs8(&util::load_pkcs8(&a.cert_key)?, &rng)
         .with_context(|| format!("loading {}", a.cert_key.display()))?;
-    let mut flags = 0;
-    if a.client_auth {
-        flags |= RecordFlags::CLIENT_AUTH_REQUIRED;
-    }
-    if a.tokens {
-        flags |= RecordFlags::ISSUES_TOKENS;
-    }
-    let aeads = aeads_of(&a.aead);
+    let p = &a.policy;
     let name = record::normalize_name(&a.name);
     let body = RecordBody {
         key_id: record::key_id_for(key.public()),
         public_key: *key.public(),
         not_before: a.not_before,
-        not_after: a.not_before.saturating_add(a.lifetime.as_secs()),
-        max_early_data_bytes: a.max_early_data,
-        aeads,
-        flags: RecordFlags::from_bits(flags).unwrap_or_default(),
-        provenance_quorum: a.quorum,
+        not_after: a.not_before.saturating_add(p.lifetime.as_secs()),
+        max_early_data_bytes: p.max_early_data,
+        aeads: aeads_of(&p.aead),
+        flags: p.flags(),
+        provenance_quorum: p.quorum,
         name: name.clone(),
         cert_sha256: record::sha256(&cert),
     };

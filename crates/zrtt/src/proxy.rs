@@ -12,10 +12,10 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 use zrtt_dns::resolver::{Resolver, ResolverConfig, Trust};
-use zrtt_net::client::{tls_client_config, CertKeySource, ClientConfig, EarlyDataPolicy};
+use zrtt_net::client::{tls_client_config, CertKeySource, ClientConfig};
 use zrtt_net::proxy::{Proxy, ProxyConfig, Resolve, ResolveFuture, SystemResolver, ZrttPorts};
 
-use crate::dnskeys::DnsKeySource;
+use crate::dnskeys::{ClientFlags, DnsKeySource};
 use crate::{keys, util};
 
 #[derive(Args, Debug)]
@@ -46,15 +46,8 @@ pub struct ProxyArgs {
     /// URL's explicit port, else 443. Repeatable.
     #[arg(long = "zrtt-port")]
     zrtt_ports: Vec<String>,
-    /// Do not put first flights in the SYN.
-    #[arg(long)]
-    no_fast_open: bool,
-    /// Never send requests as early data.
-    #[arg(long)]
-    no_early_data: bool,
-    /// Answer 502 instead of falling back to TLS for zrtt hosts.
-    #[arg(long)]
-    zrtt_only: bool,
+    #[command(flatten)]
+    flags: ClientFlags,
     /// Provenance state (from `zrtt pv fetch`): certificates for this host's
     /// address let gateways that trust the verifiers answer first flights
     /// before the TCP handshake completes. Saved back after refreshes.
@@ -109,17 +102,13 @@ pub fn run(a: ProxyArgs) -> Result<ExitCode> {
         None => Arc::new(CertKeySource::new(cert_der, records)),
     };
     let mut client = ClientConfig::new(key_source, tls_client_config(roots)?);
-    client.fast_open = !a.no_fast_open;
+    a.flags.apply(&mut client);
     let pv_store = match &a.pv_state {
         Some(p) => Some(Arc::new(zrtt_net::pv::ProvenanceStore::load(p)?)),
         None if !a.verifiers.is_empty() => Some(Arc::new(zrtt_net::pv::ProvenanceStore::new())),
         None => None,
     };
     client.provenance = pv_store.clone();
-    client.tls_fallback = !a.zrtt_only;
-    if a.no_early_data {
-        client.early_data = EarlyDataPolicy::Never;
-    }
     let mut resolver = SystemResolver::new();
     for r in &a.resolve {
         resolver.add_curl_override(r)?;
