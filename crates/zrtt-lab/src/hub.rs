@@ -218,7 +218,15 @@ struct Shared {
     hist: Mutex<Histogram>,
     rt_errors: Mutex<Vec<String>>,
     rt_priority: Option<i32>,
+    /// Per source host: arrival of its first packet since the tap was
+    /// armed, as nanoseconds after `epoch` plus one (0 = armed, nothing yet;
+    /// `u64::MAX` = not armed).
+    first_rx: Vec<AtomicU64>,
+    epoch: Instant,
 }
+
+const TAP_ARMED: u64 = 0;
+const TAP_OFF: u64 = u64::MAX;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -272,6 +280,8 @@ impl Hub {
             hist: Mutex::new(Histogram::new()),
             rt_errors: Mutex::new(Vec::new()),
             rt_priority: cfg.rt_priority,
+            first_rx: (0..n).map(|_| AtomicU64::new(TAP_OFF)).collect(),
+            epoch: Instant::now(),
         });
         let devices = Arc::new(devices);
         let mut hub = Hub {
@@ -341,6 +351,24 @@ impl Hub {
             realtime_priority,
             realtime_error,
         }
+    }
+
+    /// Arms the first-packet tap of host `src`: the next packet read from
+    /// its device is timestamped (see [`Hub::first_packet`]).
+    pub(crate) fn arm_first_packet(&self, src: usize) {
+        if let Some(a) = self.shared.first_rx.get(src) {
+            a.store(TAP_ARMED, Ordering::SeqCst);
+        }
+    }
+
+    /// When the hub read the first packet from host `src` after the tap was
+    /// armed (`None` if nothing came yet or the tap is not armed).
+    pub(crate) fn first_packet(&self, src: usize) -> Option<Instant> {
+        let v = self.shared.first_rx.get(src)?.load(Ordering::SeqCst);
+        if v == TAP_ARMED || v == TAP_OFF {
+            return None;
+        }
+        Some(self.shared.epoch + Duration::from_nanos(v - 1))
     }
 
     pub(crate) fn reset_stats(&self) {
@@ -426,6 +454,12 @@ fn reader_loop(s: &Shared, devices: &[File], cfg: &HubConfig) {
                 };
                 let now = Instant::now();
                 let pkt = &buf[..len];
+                let tap = &s.first_rx[src];
+                if tap.load(Ordering::Relaxed) == TAP_ARMED {
+                    let ns = now.saturating_duration_since(s.epoch).as_nanos();
+                    let v = (ns as u64).saturating_add(1).min(TAP_OFF - 1);
+                    let _ = tap.compare_exchange(TAP_ARMED, v, Ordering::SeqCst, Ordering::Relaxed);
+                }
                 let Some(dst) = ipv4_dst(pkt).and_then(|a| by_addr.get(&a).copied()) else {
                     s.counters
                         .dropped_unroutable

@@ -539,6 +539,41 @@ impl Lab {
             .unwrap_or_default()
     }
 
+    /// Arms a timestamp for the next packet `host` sends into the WAN: the
+    /// hub records when it read that packet from the host's TUN device
+    /// (the moment the packet left the host). Together with
+    /// [`Lab::first_packet`] this times any client program from its first
+    /// packet, excluding its process start-up.
+    pub fn arm_first_packet(&self, host: &str) -> Result<()> {
+        let i = self.host_index(host)?;
+        let hub = lock(&self.state.hub);
+        let hub = hub.as_ref().ok_or_else(|| anyhow!("hub is not running"))?;
+        hub.arm_first_packet(i);
+        Ok(())
+    }
+
+    /// When the first packet from `host` since [`Lab::arm_first_packet`]
+    /// left it (`None` if none yet).
+    pub fn first_packet(&self, host: &str) -> Result<Option<Instant>> {
+        let i = self.host_index(host)?;
+        let hub = lock(&self.state.hub);
+        let hub = hub.as_ref().ok_or_else(|| anyhow!("hub is not running"))?;
+        Ok(hub.first_packet(i))
+    }
+
+    /// Gives programs started in `host` with [`Lab::command`] (`ip netns
+    /// exec`) this `/etc/resolv.conf`: it is written to
+    /// `/etc/netns/<netns>/resolv.conf`, which `ip netns exec` mounts, and
+    /// removed with the namespace. Rust code in [`Lab::in_host`] and plain
+    /// commands given to [`Lab::spawn`] do not see it.
+    pub fn set_resolv_conf(&self, host: &str, content: &str) -> Result<()> {
+        let ns = self.netns(host)?;
+        let dir = netns::etc_dir(ns);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let path = dir.join("resolv.conf");
+        std::fs::write(&path, content).with_context(|| format!("writing {}", path.display()))
+    }
+
     /// Resets hub counters and lateness statistics to zero.
     pub fn reset_hub_stats(&self) {
         if let Some(h) = lock(&self.state.hub).as_ref() {

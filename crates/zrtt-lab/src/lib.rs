@@ -48,5 +48,5 @@ pub use hub::{HubStats, LatenessStats};
 pub use lab::{
     is_root, teardown_all_labs, HostThread, Lab, LabChild, LabHost, HOST_DEV, KILL_GRACE,
 };
-pub use netns::{cleanup_stale_namespaces, list_namespaces, parse_ns_pid, NS_PREFIX};
+pub use netns::{cleanup_stale_namespaces, list_namespaces, parse_ns_pid, ETC_NETNS, NS_PREFIX};
 pub use topology::{in_lab_net, HostSpec, Link, Topology, LAB_NET, LAB_PREFIX};

@@ -89,6 +89,20 @@ pub fn cleanup_stale_namespaces() -> Result<Vec<String>> {
             Err(e) => errors.push(format!("{name}: {e:#}")),
         }
     }
+    // `/etc/netns` entries of dead runs whose namespace is already gone.
+    if let Ok(dir) = std::fs::read_dir(ETC_NETNS) {
+        for e in dir.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            match parse_ns_pid(&name) {
+                Some(pid) if !pid_alive(pid) => {
+                    if let Err(e) = std::fs::remove_dir_all(e.path()) {
+                        errors.push(format!("{ETC_NETNS}/{name}: {e}"));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
     if errors.is_empty() {
         Ok(deleted)
     } else {
@@ -111,10 +125,26 @@ pub(crate) fn create_ns(name: &str) -> Result<()> {
 
 /// `ip netns delete NAME` (no error if it does not exist).
 pub(crate) fn delete_ns(name: &str) -> Result<()> {
+    // Per-namespace files `ip netns exec` mounts (see [`etc_dir`]).
+    if name.starts_with(NS_PREFIX) {
+        match std::fs::remove_dir_all(etc_dir(name)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("removing {ETC_NETNS}/{name}")),
+        }
+    }
     if !ns_exists(name) {
         return Ok(());
     }
     run(Command::new(ip_bin()).args(["netns", "delete", name]))
+}
+
+/// Where `ip netns exec` finds files it bind-mounts over `/etc` for a
+/// namespace (`/etc/netns/<name>/resolv.conf` becomes `/etc/resolv.conf`).
+pub const ETC_NETNS: &str = "/etc/netns";
+
+pub(crate) fn etc_dir(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(ETC_NETNS).join(name)
 }
 
 /// `ip -n NS <args>`.

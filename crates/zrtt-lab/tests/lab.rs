@@ -120,6 +120,70 @@ fn udp_echo_has_configured_rtt() {
 }
 
 #[test]
+fn first_packet_tap_times_the_first_packet_only() {
+    let Some(_g) = setup("first_packet_tap_times_the_first_packet_only") else {
+        return;
+    };
+    let lab = Lab::up(two_hosts(Link::delay(Duration::from_millis(10)))).expect("lab up");
+    let echo = start_echo(&lab, "server", 7001, Duration::from_secs(10));
+    let client = lab
+        .in_host("client", || UdpSocket::bind("0.0.0.0:0"))
+        .unwrap()
+        .unwrap();
+    // Not armed: nothing recorded, even with traffic.
+    assert!(probe(&client, echo, 1, Duration::from_secs(1)).is_some());
+    assert_eq!(lab.first_packet("client").unwrap(), None);
+    lab.arm_first_packet("client").unwrap();
+    assert_eq!(lab.first_packet("client").unwrap(), None);
+    // The server's packets do not trip the client's tap.
+    let before = Instant::now();
+    assert!(probe(&client, echo, 2, Duration::from_secs(1)).is_some());
+    let after = Instant::now();
+    let first = lab.first_packet("client").unwrap().expect("tap fired");
+    assert!(
+        first >= before && first <= after,
+        "{first:?} not in [{before:?}, {after:?}]"
+    );
+    // The echo reply came 20 ms (one RTT) after the probe left the client.
+    assert!(after.duration_since(first) >= Duration::from_millis(20));
+    // Later packets do not move the timestamp.
+    assert!(probe(&client, echo, 3, Duration::from_secs(1)).is_some());
+    assert_eq!(lab.first_packet("client").unwrap(), Some(first));
+    assert!(lab.first_packet("nohost").is_err());
+    lab.down().expect("teardown");
+}
+
+#[test]
+fn resolv_conf_per_host_is_mounted_and_removed() {
+    let Some(_g) = setup("resolv_conf_per_host_is_mounted_and_removed") else {
+        return;
+    };
+    let lab = Lab::up(two_hosts(Link::delay(Duration::from_millis(1)))).expect("lab up");
+    lab.set_resolv_conf("client", "nameserver 198.18.0.53\n")
+        .unwrap();
+    let ns = lab.netns("client").unwrap().to_string();
+    let dir = Path::new(zrtt_lab::ETC_NETNS).join(&ns);
+    assert!(dir.join("resolv.conf").exists());
+    let mut cat = lab.command("client", "cat").unwrap();
+    cat.arg("/etc/resolv.conf");
+    let out = cat.output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "nameserver 198.18.0.53\n"
+    );
+    // The other host keeps the machine's file.
+    let mut cat = lab.command("server", "cat").unwrap();
+    cat.arg("/etc/resolv.conf");
+    let out = cat.output().unwrap();
+    assert_ne!(
+        String::from_utf8_lossy(&out.stdout),
+        "nameserver 198.18.0.53\n"
+    );
+    lab.down().unwrap();
+    assert!(!dir.exists(), "{} left behind", dir.display());
+}
+
+#[test]
 fn drop_removes_namespaces_and_children() {
     let Some(_g) = setup("drop_removes_namespaces_and_children") else {
         return;
