@@ -189,6 +189,7 @@ fn gateway_thread(
                         hard_max_connections: 100_000,
                         decrypts_per_sec: 0.0,
                         hard_decrypts_per_sec: 0.0,
+                        ..Limits::default()
                     },
                     timeouts: Timeouts::default(),
                     rng: Arc::new(ring::rand::SystemRandom::new()),

@@ -12,8 +12,10 @@
 //! the backend, and every byte to the client (Reject frames included) waits
 //! until `TCP_INFO` reports the handshake complete; TLS and anything else
 //! wait too (docs/PROTOCOL.md §8: no execution for spoofed sources, no
-//! amplification). Even to a proven address, at most three times the bytes
-//! received go out before the handshake completes; the rest waits.
+//! amplification). Even to a proven address, before the handshake completes
+//! at most three times the bytes received go out (or, opted into with
+//! [`Limits::proven_window`], up to an initial congestion window); the rest
+//! waits.
 //! Soft limits (connections, decryptions per second) force the gated path;
 //! hard limits answer Reject Busy (gated).
 
@@ -120,7 +122,18 @@ pub struct Limits {
     pub decrypts_per_sec: f64,
     /// Decryptions per second beyond which flights get Reject Busy.
     pub hard_decrypts_per_sec: f64,
+    /// Bytes a proven address may receive before its TCP handshake
+    /// completes, when more than three times its first flight
+    /// (docs/PROTOCOL.md §8). Default 0: the strict 3x bound;
+    /// [`INITIAL_WINDOW`] is the opt-in value (one round trip less for
+    /// answers up to 14.6 KB, more reflection from stale proofs). Capped at
+    /// one channel record.
+    pub proven_window: usize,
 }
+
+/// An initial congestion window of ten 1460-byte segments (RFC 6928): what
+/// a TCP Fast Open server sends to a cookie holder before the handshake.
+pub const INITIAL_WINDOW: usize = 14_600;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -129,6 +142,7 @@ impl Default for Limits {
             hard_max_connections: 20_000,
             decrypts_per_sec: 5_000.0,
             hard_decrypts_per_sec: 20_000.0,
+            proven_window: 0,
         }
     }
 }
@@ -644,7 +658,17 @@ async fn serve_zrtt(
         gate.clone(),
         m.clone(),
         issue,
-        used,
+        // RFC 9000 §8's factor on what the flight brought (at most a SYN's
+        // payload from an off-path sender, so at most about 4.4 KB), or the
+        // window a proven address may earn (capped at one record, whose
+        // overhead the budget accounting charges once).
+        (3 * used).max(
+            shared
+                .cfg
+                .limits
+                .proven_window
+                .min(zrtt_proto::handshake::MAX_RECORD_BODY),
+        ),
     );
     serve_http(shared.clone(), stream, peer, gate, early).await;
     Ok(())
@@ -858,12 +882,19 @@ struct GatewayStream {
     metrics: Arc<Metrics>,
     read_waker: Option<Waker>,
     token: Option<TokenIssue>,
-    /// Bytes of the first flight, for the 3x amplification budget.
-    received: usize,
+    /// Bytes that may go out before the handshake completes (proven peers).
+    budget: usize,
+    /// Bytes put on the wire (or queued for it) so far while the handshake
+    /// was not known to be complete: the reply frame and any records after
+    /// it, whatever way hyper happens to split its writes.
+    spent: usize,
     /// Response bytes over that budget, sealed only once the handshake completes.
     held: Vec<u8>,
     held_wait: Option<GateFuture>,
 }
+
+/// Bytes a channel record adds to its data (length 2, kind 1, tag 16).
+const RECORD_OVERHEAD: usize = 2 + 1 + 16;
 
 /// Largest response buffered before the reply is forced out.
 const MAX_REPLY_BUFFER: usize = 256 * 1024;
@@ -876,7 +907,7 @@ impl GatewayStream {
         gate: Arc<Gate>,
         metrics: Arc<Metrics>,
         token: Option<TokenIssue>,
-        received: usize,
+        budget: usize,
     ) -> Self {
         Self {
             state: GState::Pending(Box::new(Pending {
@@ -891,16 +922,52 @@ impl GatewayStream {
             metrics,
             read_waker: None,
             token,
-            received,
+            budget,
+            spent: 0,
             held: Vec::new(),
             held_wait: None,
         }
     }
 
-    /// Before the handshake completes, at most three times the bytes
-    /// received go to the client (RFC 9000 §8's factor); `None` after it.
+    /// How many of `want` bytes may be written now: all of them once the
+    /// handshake is complete; before that, what still fits in the budget
+    /// (one record's overhead included), waiting for the handshake when
+    /// nothing fits.
+    fn poll_room(&mut self, cx: &mut Context<'_>, want: usize) -> Poll<io::Result<usize>> {
+        loop {
+            if self.gate.handshake_complete().unwrap_or(false) {
+                return Poll::Ready(Ok(want));
+            }
+            let room = self
+                .budget
+                .saturating_sub(self.spent)
+                .saturating_sub(RECORD_OVERHEAD);
+            if room > 0 {
+                let n = want.min(room);
+                self.spent += n + RECORD_OVERHEAD;
+                return Poll::Ready(Ok(n));
+            }
+            if self.held_wait.is_none() {
+                Metrics::inc(&self.metrics.amplification_holds);
+            }
+            let gate = self.gate.clone();
+            let fut = self
+                .held_wait
+                .get_or_insert_with(|| Box::pin(async move { gate.wait_complete().await }));
+            let r = ready!(fut.as_mut().poll(cx));
+            self.held_wait = None;
+            if let Err(e) = r {
+                Metrics::inc(&self.metrics.gate_timeouts);
+                self.state = GState::Failed;
+                return Poll::Ready(Err(e.into()));
+            }
+        }
+    }
+
+    /// Before the handshake completes, at most the budget goes to the
+    /// client; `None` after it.
     fn amplification_budget(&self, complete: bool) -> Option<usize> {
-        (!complete).then_some(3 * self.received)
+        (!complete).then_some(self.budget)
     }
 
     /// Send what the budget allowed, then seal the held bytes once the
@@ -978,12 +1045,20 @@ impl GatewayStream {
         let mut sealed_to = out.len();
         if let Some(budget) = self.amplification_budget(complete) {
             n = n.min(budget.saturating_sub(overhead));
-            // Channel records cost 2 + 1 + 16 bytes each on top of their data.
             let rest_budget = budget.saturating_sub(overhead + n);
-            sealed_to = n + rest_budget.saturating_sub(19).min(out.len() - n);
+            sealed_to = n + rest_budget
+                .saturating_sub(RECORD_OVERHEAD)
+                .min(out.len() - n);
             if sealed_to < out.len() {
                 Metrics::inc(&self.metrics.amplification_holds);
             }
+            self.spent = overhead
+                + n
+                + if sealed_to > n {
+                    RECORD_OVERHEAD + sealed_to - n
+                } else {
+                    0
+                };
         }
         let (mut channel, mut frame) =
             accepted.reply(&exts, &out[..n]).map_err(io::Error::other)?;
@@ -1074,8 +1149,11 @@ impl AsyncWrite for GatewayStream {
             ready!(this.poll_reply(cx))?;
         }
         ready!(this.poll_release_held(cx))?;
+        // Later writes stay inside the budget too (hyper may have flushed
+        // the head before the body arrived from the backend).
+        let n = ready!(this.poll_room(cx, data.len()))?;
         match &mut this.state {
-            GState::Open(s) => Pin::new(s).poll_write(cx, data),
+            GState::Open(s) => Pin::new(s).poll_write(cx, &data[..n]),
             _ => Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
         }
     }
@@ -1102,6 +1180,10 @@ impl AsyncWrite for GatewayStream {
             ready!(this.poll_reply(cx))?;
         }
         ready!(this.poll_release_held(cx))?;
+        if matches!(this.state, GState::Open(_)) {
+            // The Close record counts against the budget too.
+            ready!(this.poll_room(cx, 1))?;
+        }
         match &mut this.state {
             GState::Open(s) => Pin::new(s).poll_shutdown(cx),
             _ => Poll::Ready(Ok(())),

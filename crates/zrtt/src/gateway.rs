@@ -88,6 +88,15 @@ pub struct GatewayArgs {
     /// Decryptions per second beyond which flights get Reject Busy (0 = unlimited).
     #[arg(long, default_value_t = 20_000.0)]
     hard_decrypts_per_sec: f64,
+    /// Bytes a proven client (token, trusted network, provenance quorum)
+    /// may receive before its TCP handshake completes, when that is more
+    /// than three times its first flight. Default 0: the strict 3x bound.
+    /// 14600 (an initial congestion window, what a TCP Fast Open server
+    /// sends a cookie holder) saves a round trip for answers up to that
+    /// size but lets a stale proof or a spoofed trusted source reflect up
+    /// to 50x: read docs/PROTOCOL.md §8 first. At most 65518.
+    #[arg(long, default_value_t = 0)]
+    proven_window: usize,
     /// Longest wait for an unproven client's TCP handshake before dropping it.
     #[arg(long, default_value = "3s", value_parser = util::parse_duration)]
     gate_timeout: Duration,
@@ -223,6 +232,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
             hard_max_connections: a.hard_max_connections,
             decrypts_per_sec: a.decrypts_per_sec,
             hard_decrypts_per_sec: a.hard_decrypts_per_sec,
+            proven_window: a.proven_window,
         },
         timeouts: Timeouts {
             gate: a.gate_timeout,

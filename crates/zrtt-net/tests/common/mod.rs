@@ -55,8 +55,38 @@ pub fn server_keys(keys: &[(KeyRecord, X25519KeyPair)]) -> ServerConfig {
     .unwrap()
 }
 
+/// A 100,000-byte body whose first 100 bytes come at once and the rest
+/// 50 ms later, so that the gateway sees the head before the body.
+struct Trickle {
+    first: Option<Bytes>,
+    rest: Option<Bytes>,
+    pause: std::pin::Pin<Box<tokio::time::Sleep>>,
+}
+
+impl hyper::body::Body for Trickle {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        if let Some(b) = self.first.take() {
+            return std::task::Poll::Ready(Some(Ok(hyper::body::Frame::data(b))));
+        }
+        if self.rest.is_none() {
+            return std::task::Poll::Ready(None);
+        }
+        std::task::ready!(std::future::Future::poll(self.pause.as_mut(), cx));
+        std::task::Poll::Ready(self.rest.take().map(|b| Ok(hyper::body::Frame::data(b))))
+    }
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        hyper::body::SizeHint::with_exact(100_000)
+    }
+}
+
 /// Backend: echoes path and Early-Data; `/425` answers 425 to early requests;
-/// `/slow` waits 3 s; `/big` answers 100,000 bytes.
+/// `/slow` waits 3 s; `/big` answers 100,000 bytes, `/big-trickle` too, with
+/// a pause after the first 100.
 pub async fn start_backend() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -86,6 +116,14 @@ pub async fn start_backend() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
                         if path == "/slow" {
                             tokio::time::sleep(Duration::from_secs(3)).await;
                         }
+                        if path == "/big-trickle" {
+                            let body = Trickle {
+                                first: Some(Bytes::from("x".repeat(100))),
+                                rest: Some(Bytes::from("x".repeat(99_900))),
+                                pause: Box::pin(tokio::time::sleep(Duration::from_millis(50))),
+                            };
+                            return Ok(Response::new(body.boxed()));
+                        }
                         let (status, text) = if path == "/big" {
                             (StatusCode::OK, "x".repeat(100_000))
                         } else if path == "/425" && early == "1" {
@@ -96,7 +134,7 @@ pub async fn start_backend() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
                                 format!("{method} {path} early={early} body={}", body.len()),
                             )
                         };
-                        let mut r = Response::new(Full::new(Bytes::from(text)));
+                        let mut r = Response::new(Full::new(Bytes::from(text)).boxed());
                         *r.status_mut() = status;
                         Ok::<_, std::convert::Infallible>(r)
                     }

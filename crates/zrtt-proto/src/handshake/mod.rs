@@ -18,7 +18,7 @@ mod channel;
 mod client;
 mod server;
 
-pub use channel::{Channel, Record as ChannelRecord, RecordKind};
+pub use channel::{Channel, Record as ChannelRecord, RecordKind, MAX_RECORD_BODY};
 pub use client::{ClientHandshake, ClientParams, ServerReply};
 pub use server::{Accepted, Refusal, ServerConfig, ServerKey};
 
