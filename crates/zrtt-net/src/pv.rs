@@ -349,21 +349,8 @@ impl ProvenanceStore {
             }
             s.push('\n');
         }
-        let tmp = path.with_extension("tmp");
-        {
-            use std::io::Write as _;
-            use std::os::unix::fs::OpenOptionsExt;
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&tmp)
-                .map_err(Error::io("writing the provenance state"))?;
-            f.write_all(s.as_bytes())
-                .map_err(Error::io("writing the provenance state"))?;
-        }
-        std::fs::rename(&tmp, path).map_err(Error::io("writing the provenance state"))
+        crate::error::write_private(path, s.as_bytes())
+            .map_err(Error::io("writing the provenance state"))
     }
 
     /// Load a file written by [`Self::save`]; a missing file is an empty store.

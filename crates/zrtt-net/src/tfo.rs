@@ -43,8 +43,31 @@ pub async fn connect_with_data(
     fast_open: bool,
     connect_timeout: Duration,
 ) -> Result<(TcpStream, ConnectMode)> {
-    if fast_open {
-        match fast_open_socket(addr) {
+    connect_inner(addr, first, fast_open.then_some(true), connect_timeout).await
+}
+
+/// Like [`connect_with_data`] with standard RFC 7413 Fast Open: `first`
+/// rides in the SYN only when the kernel holds a cookie for `addr` from an
+/// earlier connection (otherwise the SYN asks for one and `first` follows
+/// the handshake). This is what TFO-enabled browsers and curl do; zrtt
+/// itself does not need cookies.
+pub async fn connect_with_data_cookie(
+    addr: SocketAddr,
+    first: &[u8],
+    connect_timeout: Duration,
+) -> Result<(TcpStream, ConnectMode)> {
+    connect_inner(addr, first, Some(false), connect_timeout).await
+}
+
+/// `fast_open`: `None` plain connect, `Some(cookieless)` Fast Open.
+async fn connect_inner(
+    addr: SocketAddr,
+    first: &[u8],
+    fast_open: Option<bool>,
+    connect_timeout: Duration,
+) -> Result<(TcpStream, ConnectMode)> {
+    if let Some(cookieless) = fast_open {
+        match fast_open_socket(addr, cookieless) {
             Ok(sock) => {
                 let sent = match sock.connect(&addr.into()) {
                     Ok(()) => send_nonblocking(&sock, first)?,
@@ -73,12 +96,14 @@ pub async fn connect_with_data(
     Ok((tcp, ConnectMode::Plain))
 }
 
-fn fast_open_socket(addr: SocketAddr) -> io::Result<Socket> {
+fn fast_open_socket(addr: SocketAddr, cookieless: bool) -> io::Result<Socket> {
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     sock.set_nonblocking(true)?;
     sock.set_tcp_nodelay(true)?;
     sys::set_tcp_int(sock.as_fd(), sys::TCP_FASTOPEN_CONNECT, 1)?;
-    sys::set_tcp_int(sock.as_fd(), sys::TCP_FASTOPEN_NO_COOKIE, 1)?;
+    if cookieless {
+        sys::set_tcp_int(sock.as_fd(), sys::TCP_FASTOPEN_NO_COOKIE, 1)?;
+    }
     Ok(sock)
 }
 

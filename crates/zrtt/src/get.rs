@@ -74,6 +74,13 @@ pub struct GetArgs {
     /// verifiers answer before the TCP handshake completes.
     #[arg(long)]
     pv_state: Option<PathBuf>,
+    /// Address tokens (and the per-server static keys they are bound to),
+    /// loaded before and saved after the request: a gateway with a token
+    /// key issues one after a first visit, and a later visit from the same
+    /// address that carries it is answered before the TCP handshake
+    /// completes. The file holds private keys (written mode 0600).
+    #[arg(long)]
+    token_state: Option<PathBuf>,
     /// After the transfer print FORMAT: %{time_namelookup} %{time_connect}
     /// %{time_appconnect} %{time_starttransfer} %{time_total} %{http_code}
     /// %{size_download} %{zrtt_mode} %{round_trips} %{rtt} %{syn_data}; `\n` is a newline.
@@ -324,6 +331,16 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
             .map_err(|e| Failure(77, format!("{}: {e}", p.display())))?;
         cfg.provenance = Some(Arc::new(store));
     }
+    let tokens = match &a.token_state {
+        Some(p) => {
+            let store = zrtt_net::token::TokenStore::load(p)
+                .map_err(|e| Failure(77, format!("{}: {e}", p.display())))?;
+            let store = Arc::new(store);
+            cfg.tokens = Some(store.clone());
+            Some((p, store))
+        }
+        None => None,
+    };
 
     // The request.
     let body = match &a.data {
@@ -453,6 +470,11 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
     let t_total = t0.elapsed();
     drop(sender);
     let _ = tokio::time::timeout(Duration::from_secs(1), conn).await;
+    if let Some((p, store)) = &tokens {
+        if let Err(e) = store.save(p) {
+            eprintln!("zrtt get: {}: {e}", p.display());
+        }
+    }
 
     if let Some(fmt) = &a.write_out {
         let secs = |d: Duration| format!("{:.6}", d.as_secs_f64());
