@@ -10,6 +10,10 @@
 #                   test (gating); that test skips the check without it
 #   nginx, curl     the demo's backend and TLS 1.3 baseline (zrtt demo)
 #   unbound         the recursive resolver of the DNS round-trip measurement
+#   openssl         `openssl s_client`: TLS 1.3 0-RTT resumption in the lab
+#   ngtcp2-client,  gtlsclient / gtlsserver: HTTP/3 1-RTT and 0-RTT in the lab
+#   ngtcp2-server
+#   gcc             builds the small LD_PRELOAD shim that gives s_client TFO
 set -euo pipefail
 
 need=()
@@ -20,6 +24,10 @@ command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v nginx >/dev/null 2>&1 || need+=(nginx)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v unbound >/dev/null 2>&1 || need+=(unbound)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
+command -v gtlsclient >/dev/null 2>&1 || need+=(ngtcp2-client)
+command -v gtlsserver >/dev/null 2>&1 || need+=(ngtcp2-server)
+command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

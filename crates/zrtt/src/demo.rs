@@ -4,17 +4,20 @@
 //! with curl over TLS 1.3 and with `zrtt get` on first contact, as a table
 //! of milliseconds and round trips. Everything is torn down at the end.
 
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
-use zrtt_dns::{KeyStore, Policy};
-use zrtt_lab::{Lab, LabChild, Topology};
+use zrtt_lab::{Lab, Topology};
 
-use crate::keys::{self, CertAlg};
+use crate::scenario::report::Summary;
+use crate::scenario::stack::{
+    self, run_capture, secs_field, wait_listening, Children, GatewayOpts, Nginx, NginxServer,
+    NginxTls, Site, WorkDir,
+};
 use crate::util;
 
 const NAME: &str = "www.example.com";
@@ -56,154 +59,30 @@ impl Row {
 }
 
 fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    if v.is_empty() {
-        f64::NAN
-    } else {
-        v[v.len() / 2]
-    }
+    Summary::of(v).median
 }
 
 fn step(n: usize, total: usize, what: &str) {
     eprintln!("[{n}/{total}] {what}");
 }
 
-struct WorkDir {
-    path: PathBuf,
-    keep: bool,
-}
-
-impl Drop for WorkDir {
-    fn drop(&mut self) {
-        if self.keep {
-            eprintln!("kept {}", self.path.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.path);
-        }
-    }
-}
-
-/// Children are terminated by PID even on early return; the lab's own
-/// teardown would also catch them.
-struct Children(Vec<LabChild>);
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for c in &self.0 {
-            let _ = c.terminate(Duration::from_secs(2));
-        }
-    }
-}
-
-fn nginx_conf(dir: &Path, server_ip: Ipv4Addr) -> String {
-    let d = dir.display();
-    format!(
-        "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx/nginx.pid;\nerror_log {d}/nginx/error.log warn;\n\
-events {{ worker_connections 256; }}\n\
-http {{\n  access_log off;\n  client_body_temp_path {d}/nginx/body;\n  proxy_temp_path {d}/nginx/proxy;\n  fastcgi_temp_path {d}/nginx/fastcgi;\n  uwsgi_temp_path {d}/nginx/uwsgi;\n  scgi_temp_path {d}/nginx/scgi;\n  default_type text/html;\n\
-  server {{ listen 127.0.0.1:8080; root {d}/www; }}\n\
-  server {{ listen {server_ip}:443 ssl; server_name {NAME}; ssl_protocols TLSv1.3; ssl_session_tickets off; ssl_session_cache off;\n    ssl_certificate {d}/pki/cert.pem; ssl_certificate_key {d}/pki/cert.key; root {d}/www; }}\n}}\n"
-    )
-}
-
-fn wait_listening(lab: &Lab, host: &str, addr: SocketAddr) -> Result<()> {
-    let ok = lab.in_host(host, move || {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while Instant::now() < deadline {
-            if TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        false
-    })?;
-    if !ok {
-        bail!("nothing listens on {addr} after 15 s");
-    }
-    Ok(())
-}
-
-fn run_capture(mut cmd: Command) -> Result<String> {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .context("running a client")?;
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    if !out.status.success() {
-        bail!(
-            "client failed ({}): {}{}",
-            out.status,
-            stdout,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(stdout)
-}
-
-fn secs_field(s: &str) -> Result<f64> {
-    s.parse::<f64>()
-        .map(|v| v * 1000.0)
-        .with_context(|| format!("bad timing {s:?}"))
-}
-
 pub fn run(a: DemoArgs) -> Result<ExitCode> {
     if !zrtt_lab::is_root() {
         bail!("the demo builds network namespaces: run it as root");
     }
-    for tool in ["nginx", "curl"] {
-        if !Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .stdout(Stdio::null())
-            .status()?
-            .success()
-        {
-            bail!("{tool} not found: run scripts/install-deps.sh (scripts/demo.sh does)");
-        }
-    }
+    stack::require_tools(&["nginx", "curl"])?;
     let exe = std::env::current_exe()?;
     let total = 6;
-    let work = WorkDir {
-        path: std::env::temp_dir().join(format!("zrtt-demo-{}", std::process::id())),
-        keep: a.keep,
-    };
+    let work = WorkDir::new("demo", a.keep)?;
     let dir = work.path.clone();
-    for sub in ["pki", "www", "nginx"] {
-        std::fs::create_dir_all(dir.join(sub))?;
-    }
 
     step(
         1,
         total,
         "certificate, key store with a fresh semi-static key, a page to serve",
     );
-    let (ca, cert, key) = keys::test_certificate(NAME, CertAlg::EcdsaP256, 30)?;
-    util::write_atomic(&dir.join("pki/ca.pem"), ca.as_bytes(), false)?;
-    util::write_atomic(&dir.join("pki/cert.pem"), cert.as_bytes(), false)?;
-    util::write_atomic(&dir.join("pki/cert.key"), key.as_bytes(), true)?;
-    let mut ks = KeyStore::init(
-        &dir.join("ks"),
-        NAME,
-        &dir.join("pki/cert.pem"),
-        &dir.join("pki/cert.key"),
-        Policy::default(),
-    )?;
-    ks.rotate(util::now(), &ring::rand::SystemRandom::new())?;
-    let records = ks.published_records(util::now());
-    if records.is_empty() {
-        bail!("the key store published no record");
-    }
-    let list = zrtt_proto::record::encode_record_list(&records);
-    util::write_atomic(
-        &dir.join("records.hex"),
-        zrtt_proto::record::hex(&list).as_bytes(),
-        false,
-    )?;
-    let page = format!(
-        "<!doctype html><title>zrtt demo</title><h1>Hello from {NAME}</h1><p>{}</p>\n",
-        "The first secure request in one round trip. ".repeat(20)
-    );
-    std::fs::write(dir.join("www/index.html"), &page)?;
+    let site = Site::create(&dir, NAME)?;
+    let page = std::fs::read(site.page("index.html", 1000)?)?;
 
     step(
         2,
@@ -226,68 +105,56 @@ pub fn run(a: DemoArgs) -> Result<ExitCode> {
     )?;
     let server_ip = lab.addr("server")?;
     let client_ip = lab.addr("client")?;
-    let verifier_ip = lab.addr("verifier")?;
 
     step(
         3,
         total,
         "server: nginx (backend on loopback, TLS 1.3 on :443), three zrtt gateways; two provenance verifiers",
     );
-    std::fs::write(dir.join("nginx.conf"), nginx_conf(&dir, server_ip))?;
-    let mut children = Children(Vec::new());
-    let mut nginx = lab.command("server", "nginx")?;
-    nginx
-        .arg("-p")
-        .arg(dir.join("nginx"))
-        .arg("-c")
-        .arg(dir.join("nginx.conf"))
-        .arg("-e")
-        .arg(dir.join("nginx/error.log"));
-    nginx.stdout(Stdio::null()).stderr(Stdio::null());
-    children.0.push(lab.spawn("server", nginx)?);
-    let mut pv_keys = Vec::new();
-    for (i, port) in [(1, 4480u16), (2, 4481)] {
-        let key_file = dir.join(format!("pv{i}.key"));
-        pv_keys.push(crate::pv::write_new_key(&key_file)?);
-        let mut p = lab.command("verifier", &exe)?;
-        p.args([
-            "pv",
-            "serve",
-            "--listen",
-            &format!("{verifier_ip}:{port}"),
-            "--key",
-        ])
-        .arg(&key_file);
-        p.stdout(Stdio::null()).stderr(Stdio::null());
-        children.0.push(lab.spawn("verifier", p)?);
-    }
-    let gateway = |port: u16, trust: Option<Ipv4Addr>, verifiers: &[String]| -> Result<LabChild> {
-        let mut g = lab.command("server", &exe)?;
-        g.args([
-            "gateway",
-            "--listen",
-            &format!("{server_ip}:{port}"),
-            "--backend",
-            "127.0.0.1:8080",
-            "--keystore",
-        ])
-        .arg(dir.join("ks"));
-        if let Some(ip) = trust {
-            g.args(["--trust", &format!("{ip}/32")]);
-        }
-        for v in verifiers {
-            g.args(["--verifier", v]);
-        }
-        if !verifiers.is_empty() {
-            g.args(["--quorum", &verifiers.len().to_string()]);
-        }
-        g.stdout(Stdio::null()).stderr(Stdio::null());
-        lab.spawn("server", g)
+    let mut children = Children::default();
+    let nginx = Nginx {
+        servers: vec![
+            NginxServer {
+                listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+                tls: None,
+                fast_open: false,
+            },
+            NginxServer {
+                listen: SocketAddr::from((server_ip, 443)),
+                tls: Some(NginxTls {
+                    protocols: "TLSv1.3",
+                    resumption: false,
+                    early_data: false,
+                }),
+                fast_open: false,
+            },
+        ],
+        keepalive_requests: 100,
     };
-    let pv_hex: Vec<String> = pv_keys
-        .iter()
-        .map(|k| zrtt_proto::record::hex(&k.public))
-        .collect();
+    children
+        .0
+        .push(nginx.spawn(&lab, "server", &site, "nginx")?);
+    // The client obtains provenance certificates once (as when it gets its
+    // address); they serve first contact with any gateway trusting the verifiers.
+    let pv_state = dir.join("pv.state");
+    let (pvs, pv_hex) = stack::verifiers_and_certificates(
+        &lab,
+        "verifier",
+        &[4480, 4481],
+        &dir,
+        "client",
+        &pv_state,
+    )?;
+    children.0.extend(pvs);
+    let gateway = |port: u16, trust: Option<Ipv4Addr>, verifiers: &[String]| {
+        let o = GatewayOpts {
+            listen: Some(SocketAddr::from((server_ip, port))),
+            trust,
+            verifiers: verifiers.to_vec(),
+            ..GatewayOpts::default()
+        };
+        stack::spawn_gateway(&lab, "server", &site, &o)
+    };
     children.0.push(gateway(4433, None, &[])?);
     children.0.push(gateway(4434, Some(client_ip), &[])?);
     children.0.push(gateway(4435, None, &pv_hex)?);
@@ -295,21 +162,7 @@ pub fn run(a: DemoArgs) -> Result<ExitCode> {
     for port in [443, 4433, 4434, 4435] {
         wait_listening(&lab, "client", SocketAddr::from((server_ip, port)))?;
     }
-    for port in [4480, 4481] {
-        wait_listening(&lab, "client", SocketAddr::from((verifier_ip, port)))?;
-    }
-    // The client obtains provenance certificates once (as when it gets its
-    // address); they serve first contact with any gateway trusting the verifiers.
-    let pv_state = dir.join("pv.state");
-    let mut fetch = lab.command("client", &exe)?;
-    fetch
-        .args(["pv", "fetch", "--verifier", &format!("{verifier_ip}:4480")])
-        .args(["--verifier", &format!("{verifier_ip}:4481"), "--state"])
-        .arg(&pv_state);
-    run_capture(fetch).context("obtaining provenance certificates")?;
-    // A fresh gateway's replay filter refuses flights stamped before its
-    // start plus 2 s (docs/PROTOCOL.md §7): let that pass.
-    std::thread::sleep(Duration::from_millis(2500).saturating_sub(started.elapsed()));
+    stack::settle_gateways(started);
 
     step(4, total, &format!("client: {} fetches per row", a.runs));
     let mut rows = [
@@ -318,9 +171,9 @@ pub fn run(a: DemoArgs) -> Result<ExitCode> {
         Row::new("zrtt get, first contact, address proven (trusted network)"),
         Row::new("zrtt get, first contact, address proven (2 provenance verifiers)"),
     ];
-    let records_file = dir.join("records.hex");
-    let ca_file = dir.join("pki/ca.pem");
-    let cert_file = dir.join("pki/cert.pem");
+    let records_file = site.records.clone();
+    let ca_file = site.ca.clone();
+    let cert_file = site.cert.clone();
     for _ in 0..a.runs {
         let mut curl = lab.command("client", "curl")?;
         curl.args([

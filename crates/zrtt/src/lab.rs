@@ -1,5 +1,6 @@
 //! `zrtt lab`: the emulated wide-area lab (crate `zrtt-lab`).
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -30,6 +31,82 @@ pub enum LabCommand {
     },
     /// Remove namespaces left by crashed lab runs (those whose owner process is gone).
     Clean,
+    /// Time to first response byte (no DNS) for HTTP, TLS 1.2, TLS 1.3,
+    /// TLS 1.3 + TFO, TLS 1.3 0-RTT (openssl), HTTP/3 (ngtcp2) and zrtt, with
+    /// the reference lab's figures beside. Writes ladder.md/.svg/.json.
+    Ladder {
+        /// Round-trip times, milliseconds.
+        #[arg(long, value_delimiter = ',', default_value = "20,100,200")]
+        rtt: Vec<u64>,
+        /// Runs per stack and RTT (the tables show medians).
+        #[arg(long, default_value_t = 9)]
+        samples: usize,
+        #[command(flatten)]
+        out: OutArgs,
+    },
+    /// Transfer time by object size (ASAP §5): TCP + TLS 1.3 against zrtt on
+    /// first contact, one RTT, many trials, with the distribution at 11.18 KB.
+    /// Writes asap.md/.svg/.json.
+    Asap {
+        /// Round-trip time, milliseconds.
+        #[arg(long, default_value_t = 100)]
+        rtt: u64,
+        /// Object sizes, KB (11.18, ASAP's median object, is always added).
+        #[arg(long, value_delimiter = ',', default_value = "1,4,11.18,32,100,500")]
+        sizes: Vec<f64>,
+        /// Fetches per size and stack (medians; ASAP-style: at least 200).
+        #[arg(long, default_value_t = 200)]
+        trials: usize,
+        #[command(flatten)]
+        out: OutArgs,
+    },
+    /// Page-load time of a generated 31-object page on three hosts, loaded
+    /// like a browser (6 connections per host): TCP, TCP + TFO, TLS 1.3,
+    /// zrtt, beside the TFO reproduction's table. Writes plt.md/.svg/.json.
+    Plt {
+        /// Round-trip times, milliseconds.
+        #[arg(long, value_delimiter = ',', default_value = "20,100,200")]
+        rtt: Vec<u64>,
+        /// Measured page loads per stack and RTT.
+        #[arg(long, default_value_t = 9)]
+        loads: usize,
+        #[command(flatten)]
+        out: OutArgs,
+    },
+    /// ZTLS Table 3: first response with DNS (unbound on the client, in its
+    /// LAN, or public; `zrtt dns` authoritative) to servers at Seoul, Tokyo
+    /// and Ohio distances, cold and warm: TLS 1.3 against zrtt. Writes
+    /// ztls.md/.svg/.json.
+    Ztls {
+        /// Fetches per cell (the tables show medians).
+        #[arg(long, default_value_t = 9)]
+        samples: usize,
+        /// RTT from every resolver to the authoritative server, ms (cold lookups).
+        #[arg(long, default_value_t = 50.0)]
+        auth_rtt: f64,
+        #[command(flatten)]
+        out: OutArgs,
+    },
+}
+
+/// Where scenario results go.
+#[derive(clap::Args, Debug)]
+pub struct OutArgs {
+    /// Directory for the markdown, SVG and JSON results.
+    #[arg(long, default_value = "results")]
+    out: PathBuf,
+    /// Keep the working directory (configs, keys, logs) for inspection.
+    #[arg(long)]
+    keep: bool,
+}
+
+fn finish(report: &crate::scenario::report::Report, out: &OutArgs) -> Result<ExitCode> {
+    let files = report.write(&out.out)?;
+    println!("{}", report.markdown());
+    for f in files {
+        eprintln!("wrote {}", f.display());
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 pub fn run(cmd: LabCommand) -> Result<ExitCode> {
@@ -64,6 +141,48 @@ pub fn run(cmd: LabCommand) -> Result<ExitCode> {
             } else {
                 ExitCode::from(1)
             })
+        }
+        LabCommand::Ladder { rtt, samples, out } => {
+            let r = crate::scenario::ladder::run(crate::scenario::ladder::LadderOpts {
+                rtts_ms: rtt,
+                samples,
+                keep: out.keep,
+            })?;
+            finish(&r, &out)
+        }
+        LabCommand::Asap {
+            rtt,
+            sizes,
+            trials,
+            out,
+        } => {
+            let r = crate::scenario::asap::run(crate::scenario::asap::AsapOpts {
+                rtt_ms: rtt,
+                sizes_kb: sizes,
+                trials,
+                keep: out.keep,
+            })?;
+            finish(&r, &out)
+        }
+        LabCommand::Plt { rtt, loads, out } => {
+            let r = crate::scenario::plt::run(crate::scenario::plt::PltOpts {
+                rtts_ms: rtt,
+                loads,
+                keep: out.keep,
+            })?;
+            finish(&r, &out)
+        }
+        LabCommand::Ztls {
+            samples,
+            auth_rtt,
+            out,
+        } => {
+            let r = crate::scenario::ztls::run(crate::scenario::ztls::ZtlsOpts {
+                samples,
+                auth_rtt_ms: auth_rtt,
+                keep: out.keep,
+            })?;
+            finish(&r, &out)
         }
         LabCommand::Clean => {
             let removed = zrtt_lab::cleanup_stale_namespaces()?;
