@@ -44,7 +44,7 @@ pub const CERT_KEY_FILE: &str = "cert.key";
 pub const CONFIG_FILE: &str = "keystore.toml";
 /// Directory of semi-static keys in a key store.
 pub const KEYS_DIR: &str = "keys";
-const LOCK_FILE: &str = ".rotate.lock";
+pub(crate) const LOCK_FILE: &str = ".rotate.lock";
 
 /// Errors of the key store; each names the file it is about.
 #[derive(Debug, thiserror::Error)]
@@ -1208,7 +1208,7 @@ impl KeyStore {
     }
 }
 
-fn create_private_dir(dir: &Path) -> Result<(), KeyStoreError> {
+pub(crate) fn create_private_dir(dir: &Path) -> Result<(), KeyStoreError> {
     let mut b = fs::DirBuilder::new();
     b.recursive(true);
     #[cfg(unix)]
@@ -1219,7 +1219,7 @@ fn create_private_dir(dir: &Path) -> Result<(), KeyStoreError> {
     b.create(dir).map_err(|e| KeyStoreError::io(dir, e))
 }
 
-fn check_private_mode(path: &Path) -> Result<(), KeyStoreError> {
+pub(crate) fn check_private_mode(path: &Path) -> Result<(), KeyStoreError> {
     let mode = fsutil::mode(path).map_err(|e| KeyStoreError::io(path, e))?;
     if fsutil::is_exposed(mode) {
         return Err(KeyStoreError::Permissions {
@@ -1233,7 +1233,7 @@ fn check_private_mode(path: &Path) -> Result<(), KeyStoreError> {
 /// Load a certificate and its key, and check that the key signs records
 /// the certificate verifies for `name` (which also checks the name is
 /// covered).
-fn load_signer(
+pub(crate) fn load_signer(
     cert_path: &Path,
     key_path: &Path,
     name: &str,

@@ -2,6 +2,8 @@
 //!
 //! - [`keystore`]: the key store and its rotation schedule, shared by
 //!   `zrtt dns`, the gateway and `zrtt keys rotate`;
+//! - [`pvstore`]: the verifier key store (provenance verifier keys, their
+//!   signed records and rotation), shared by `zrtt pv serve` and `zrtt dns`;
 //! - [`records`]: the DNS records (HTTPS `key65380`, TXT, AAAA tunnel, TLSA)
 //!   built from a store's published records;
 //! - [`zone`]: RFC 1035 zone files, with errors that name the file and line;
@@ -23,6 +25,7 @@ pub mod fsutil;
 pub mod keyfile;
 pub mod keystore;
 pub mod publish;
+pub mod pvstore;
 pub mod records;
 pub mod resolver;
 pub mod server;
@@ -31,6 +34,7 @@ pub mod zone;
 /// The DNS wire types used in this crate's API (hickory-proto).
 pub use hickory_proto as proto;
 pub use keystore::{KeyStore, KeyStoreError, KeyStoreRandom, Policy, RotationReport, Status};
+pub use pvstore::{VerifierPolicy, VerifierStore};
 
 /// Every error of this crate, by category.
 #[derive(Debug, thiserror::Error)]

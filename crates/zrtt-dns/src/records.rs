@@ -5,7 +5,11 @@
 //! - `HTTPS 1 . alpn=.. [port=..] [ipv4hint=..] [ipv6hint=..] key65380=<record list>` at the host;
 //! - one `TXT "v=zrtt1 ..."` per record at the host;
 //! - the AAAA tunnel at `_zrtt.<host>`;
-//! - `TLSA 3 0 0 <certificate>` at the host.
+//! - `TLSA 3 0 0 <certificate>` at the host;
+//!
+//! and those of a provenance verifier's published keys: one `TXT
+//! "v=zrttpv1 ..."` per verifier key record and `TLSA 3 0 0 <certificate>`,
+//! both at `_zrttpv.<verifier name>`.
 //!
 //! The RDATA bytes come from zrtt-proto's encoders and are only wrapped
 //! in hickory types, so what is served is exactly what the decoders accept.
@@ -15,7 +19,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 use hickory_proto::serialize::binary::{BinDecoder, Restrict};
 use zrtt_proto::record::encodings::{self, SvcbRdata, SVC_PORT};
-use zrtt_proto::record::KeyRecord;
+use zrtt_proto::record::{KeyRecord, VerifierKeyRecord};
 
 /// Per-host options of the HTTPS record.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -183,6 +187,64 @@ pub fn zone_fragment(
     }
     s.push_str(&format!(
         "{host}. {ttl} IN TLSA {}\n",
+        encodings::tlsa_presentation(cert_der)
+    ));
+    s
+}
+
+/// The records that carry a verifier's keys, at `_zrttpv.<name>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerifierRecords {
+    /// `_zrttpv.<name>` (fully qualified).
+    pub owner: Name,
+    /// One `TXT "v=zrttpv1 ..."` per published verifier key record.
+    pub txt: Vec<Record>,
+    /// TLSA 3 0 0 with the certificate that signs them.
+    pub tlsa: Vec<Record>,
+}
+
+/// Build a verifier's records with TTL `ttl`: a TXT record per verifier key
+/// record and TLSA 3 0 0 with the certificate, both at `_zrttpv.<name>`.
+pub fn verifier_records(
+    name: &str,
+    records: &[VerifierKeyRecord],
+    cert_der: &[u8],
+    ttl: u32,
+) -> Result<VerifierRecords, RecordsError> {
+    let owner = fqdn(&encodings::verifier_owner(name))?;
+    let rec = |rtype, bytes: &[u8]| -> Result<Record, RecordsError> {
+        Ok(Record::from_rdata(owner.clone(), ttl, rdata(rtype, bytes)?))
+    };
+    let txt = records
+        .iter()
+        .map(|r| rec(RecordType::TXT, &encodings::verifier_txt_rdata(r)))
+        .collect::<Result<_, _>>()?;
+    let tlsa = vec![rec(RecordType::TLSA, &encodings::tlsa_rdata(cert_der))?];
+    Ok(VerifierRecords { owner, txt, tlsa })
+}
+
+/// Zone-file lines for a verifier's records (for publishing by hand or
+/// through another DNS server).
+pub fn verifier_zone_fragment(
+    name: &str,
+    records: &[VerifierKeyRecord],
+    cert_der: &[u8],
+    ttl: u32,
+) -> String {
+    let owner = encodings::verifier_owner(name);
+    let mut s = format!(
+        "; zrtt verifier key records for {}: {} key(s)\n",
+        zrtt_proto::record::normalize_name(name),
+        records.len()
+    );
+    for r in records {
+        s.push_str(&format!(
+            "{owner}. {ttl} IN TXT {}\n",
+            encodings::verifier_txt_presentation(r)
+        ));
+    }
+    s.push_str(&format!(
+        "{owner}. {ttl} IN TLSA {}\n",
         encodings::tlsa_presentation(cert_der)
     ));
     s

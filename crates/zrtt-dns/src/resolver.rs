@@ -27,6 +27,12 @@
 //! the SOA minimum (RFC 2308) or [`ResolverConfig::negative_ttl`].
 //! [`Resolver::expiring`] and [`Resolver::prefetch`] refresh entries before
 //! they expire. The clock is always passed in.
+//!
+//! [`Resolver::resolve_verifier`] looks up a provenance verifier's published
+//! keys the same way: TXT and TLSA at `_zrttpv.<name>` in parallel, each
+//! `v=zrttpv1` record verified with [`VerifierKeyRecord::verify`] against
+//! the pinned certificate for the name or a TLSA certificate that chains to
+//! the roots and covers the name.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
@@ -41,7 +47,9 @@ use pki_types::pem::PemObject;
 use pki_types::{CertificateDer, ServerName, TrustAnchor};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use zrtt_proto::record::encodings::{self, SvcbRdata, SVC_IPV6HINT};
-use zrtt_proto::record::{self, KeyRecord, VerifiedKeyRecord};
+use zrtt_proto::record::{
+    self, KeyRecord, VerifiedKeyRecord, VerifiedVerifierKeyRecord, VerifierKeyRecord,
+};
 use zrtt_proto::{RecordError, UnixTime};
 
 pub use crate::client::EDNS_PAYLOAD;
@@ -60,6 +68,8 @@ pub enum Encoding {
     Txt,
     /// The AAAA tunnel at `_zrtt.<host>`.
     AaaaTunnel,
+    /// A `v=zrttpv1` TXT record at `_zrttpv.<verifier name>`.
+    VerifierTxt,
 }
 
 impl std::fmt::Display for Encoding {
@@ -68,6 +78,7 @@ impl std::fmt::Display for Encoding {
             Encoding::Https => "HTTPS key65380",
             Encoding::Txt => "TXT",
             Encoding::AaaaTunnel => "AAAA tunnel",
+            Encoding::VerifierTxt => "TXT at _zrttpv",
         })
     }
 }
@@ -86,6 +97,11 @@ pub enum Refused {
     Encoding(Encoding),
     /// A certificate from TLSA (first 4 bytes of its SHA-256, hex).
     Certificate(String),
+    /// One verifier key record.
+    VerifierKey {
+        /// Its verifier id.
+        verifier_id: u32,
+    },
 }
 
 impl std::fmt::Display for Refused {
@@ -94,6 +110,9 @@ impl std::fmt::Display for Refused {
             Refused::Key { key_id, encoding } => write!(f, "key {key_id:#010x} ({encoding})"),
             Refused::Encoding(e) => write!(f, "{e}"),
             Refused::Certificate(h) => write!(f, "TLSA certificate {h}"),
+            Refused::VerifierKey { verifier_id } => {
+                write!(f, "verifier key {verifier_id:08x}")
+            }
         }
     }
 }
@@ -161,6 +180,25 @@ pub struct Resolved {
     /// UDP retries and TCP repeats count.
     pub lookups: usize,
     /// Lookups that failed (type and reason); their types were not cached.
+    pub failed: Vec<(RecordType, LookupError)>,
+    /// Wall time spent.
+    pub elapsed: Duration,
+}
+
+/// The outcome of [`Resolver::resolve_verifier`].
+#[derive(Clone, Debug)]
+pub struct ResolvedVerifier {
+    /// The verifier's name, normalised.
+    pub name: String,
+    /// Verified verifier key records valid at the time asked, latest expiry first.
+    pub keys: Vec<VerifiedVerifierKeyRecord>,
+    /// Records and certificates that were not used, and why.
+    pub refused: Vec<Refusal>,
+    /// The trusted certificate that signs the keys.
+    pub cert_der: Option<Vec<u8>>,
+    /// Queries sent (0: everything came from the cache).
+    pub lookups: usize,
+    /// Lookups that failed.
     pub failed: Vec<(RecordType, LookupError)>,
     /// Wall time spent.
     pub elapsed: Duration,
@@ -527,6 +565,9 @@ impl Resolver {
         let mut hosts: Vec<String> = Vec::new();
         for (name, _, _) in self.expiring(now, within) {
             let n = name.trim_end_matches('.');
+            if n.starts_with("_zrttpv.") {
+                continue; // verifier keys: their users refresh them
+            }
             let h = n.strip_prefix("_zrtt.").unwrap_or(n).to_owned();
             if !hosts.contains(&h) {
                 hosts.push(h);
@@ -543,6 +584,193 @@ impl Resolver {
     /// Drop everything cached.
     pub fn clear_cache(&self) {
         lock(&self.cache).clear();
+    }
+
+    /// The published keys of the provenance verifier `name` at `now`: TXT
+    /// and (unless a certificate is pinned for `name`) TLSA at
+    /// `_zrttpv.<name>`, in parallel, from the cache where possible. Each
+    /// verifier key record is verified against the pinned certificate or a
+    /// TLSA certificate that chains to the roots and covers `name`; nothing
+    /// unverifiable, expired or not yet valid is returned. Fails only when
+    /// the TXT lookup itself fails.
+    pub async fn resolve_verifier(
+        &self,
+        name: &str,
+        now: UnixTime,
+    ) -> Result<ResolvedVerifier, ResolveError> {
+        let t0 = Instant::now();
+        let name_n = record::normalize_name(name);
+        let bad = |reason: String| ResolveError::BadName {
+            host: name.to_owned(),
+            reason,
+        };
+        record::validate_name(&name_n).map_err(|e| bad(e.to_string()))?;
+        let owner = fqdn(&encodings::verifier_owner(&name_n)).map_err(bad)?;
+        let pinned = lock(&self.pinned).get(&name_n).cloned();
+        let now_s = now.as_secs();
+        let cached = |t| self.cached(&owner, t, now_s, 0);
+        let (txt, tlsa) = tokio::join!(
+            self.fetch(&owner, RecordType::TXT, cached(RecordType::TXT), now_s),
+            async {
+                if pinned.is_none() {
+                    Some(
+                        self.fetch(&owner, RecordType::TLSA, cached(RecordType::TLSA), now_s)
+                            .await,
+                    )
+                } else {
+                    None
+                }
+            }
+        );
+        let mut lookups = txt.1;
+        let mut failed = Vec::new();
+        let txt = match txt.0 {
+            Ok(Answer::Records(v)) => v,
+            Ok(Answer::Negative) => Vec::new(),
+            Err(error) => {
+                return Err(ResolveError::Lookup {
+                    host: name_n,
+                    error,
+                })
+            }
+        };
+        let tlsa = match tlsa {
+            None => Vec::new(),
+            Some((r, n)) => {
+                lookups += n;
+                match r {
+                    Ok(Answer::Records(v)) => v,
+                    Ok(Answer::Negative) => Vec::new(),
+                    Err(e) => {
+                        failed.push((RecordType::TLSA, e));
+                        Vec::new()
+                    }
+                }
+            }
+        };
+        let mut refused = Vec::new();
+        let mut cands: Vec<VerifierKeyRecord> = Vec::new();
+        for rd in &txt {
+            let Some(bytes) = rdata_bytes(rd) else {
+                continue;
+            };
+            if !encodings::txt_is_zrtt_verifier(&bytes) {
+                continue;
+            }
+            match encodings::decode_verifier_txt_rdata(&bytes) {
+                Ok(r) if !cands.contains(&r) => cands.push(r),
+                Ok(_) => {}
+                Err(e) => refused.push(Refusal {
+                    what: Refused::Encoding(Encoding::VerifierTxt),
+                    reason: RefusalReason::Record(e),
+                }),
+            }
+        }
+        let certs = self.trusted_certs(&name_n, &tlsa, pinned, now, &mut refused);
+        let mut keys: Vec<VerifiedVerifierKeyRecord> = Vec::new();
+        for rec in &cands {
+            let what = Refused::VerifierKey {
+                verifier_id: rec.body.verifier_id,
+            };
+            let reason = match certs.iter().find(|c| c.0 == rec.body.cert_sha256) {
+                None => RefusalReason::NoCertificate(record::hex(&rec.body.cert_sha256[..4])),
+                Some((_, _, Err(e))) => RefusalReason::Untrusted(e.clone()),
+                Some((_, der, Ok(()))) => match rec.verify(der, &name_n, now) {
+                    Ok(v) => {
+                        keys.push(v);
+                        continue;
+                    }
+                    Err(e) => RefusalReason::Record(e),
+                },
+            };
+            refused.push(Refusal { what, reason });
+        }
+        // Two different verified records for one key id: neither is used.
+        let dup: Vec<u32> = keys
+            .iter()
+            .enumerate()
+            .filter(|(i, k)| {
+                keys[..*i]
+                    .iter()
+                    .any(|p| p.body().verifier_id == k.body().verifier_id)
+            })
+            .map(|(_, k)| k.body().verifier_id)
+            .collect();
+        keys.retain(|k| {
+            let d = dup.contains(&k.body().verifier_id);
+            if d {
+                refused.push(Refusal {
+                    what: Refused::VerifierKey {
+                        verifier_id: k.body().verifier_id,
+                    },
+                    reason: RefusalReason::DuplicateKeyId,
+                });
+            }
+            !d
+        });
+        keys.sort_by_key(|k| std::cmp::Reverse(k.body().not_after));
+        let cert_der = keys
+            .first()
+            .and_then(|k| certs.iter().find(|c| c.0 == k.body().cert_sha256))
+            .or_else(|| certs.iter().find(|c| c.2.is_ok()))
+            .map(|c| c.1.clone());
+        Ok(ResolvedVerifier {
+            name: name_n,
+            keys,
+            refused,
+            cert_der,
+            lookups,
+            failed,
+            elapsed: t0.elapsed(),
+        })
+    }
+
+    /// Certificates for `name`: the pinned one, or the TLSA `3 0 0`
+    /// certificates in `tlsa` with whether each chains to the roots (TLSA
+    /// `2 0 0` serve as intermediates) and covers `name`. Unusable TLSA
+    /// records are added to `refused`.
+    fn trusted_certs(
+        &self,
+        name: &str,
+        tlsa: &[RData],
+        pinned: Option<Vec<u8>>,
+        now: UnixTime,
+        refused: &mut Vec<Refusal>,
+    ) -> Vec<CertEntry> {
+        let mut certs: Vec<CertEntry> = Vec::new();
+        if let Some(p) = pinned {
+            certs.push((record::sha256(&p), p, Ok(())));
+            return certs;
+        }
+        let mut ee: Vec<Vec<u8>> = Vec::new();
+        let mut inter: Vec<Vec<u8>> = Vec::new();
+        for rd in tlsa {
+            let Some(bytes) = rdata_bytes(rd) else {
+                continue;
+            };
+            match bytes.get(..3) {
+                Some([2, 0, 0]) => inter.push(bytes[3..].to_vec()),
+                Some([3, 0, 0]) => match encodings::decode_tlsa_rdata(&bytes) {
+                    Ok(der) => ee.push(der.to_vec()),
+                    Err(e) => refused.push(Refusal {
+                        what: Refused::Certificate(short_hash(&bytes[3..])),
+                        reason: RefusalReason::Record(e),
+                    }),
+                },
+                _ => {}
+            }
+        }
+        for der in ee {
+            let check = self.trust.check(&der, &inter, name, now);
+            if let Err(e) = &check {
+                refused.push(Refusal {
+                    what: Refused::Certificate(short_hash(&der)),
+                    reason: RefusalReason::Chain(e.clone()),
+                });
+            }
+            certs.push((record::sha256(&der), der, check));
+        }
+        certs
     }
 
     async fn resolve_inner(
@@ -931,39 +1159,7 @@ impl Resolver {
 
         // Certificates: pinned, or TLSA 3 0 0 that chains to the roots.
         // (sha256, der, Ok = trusted / Err = why not)
-        let mut certs: Vec<CertEntry> = Vec::new();
-        if let Some(p) = pinned {
-            certs.push((record::sha256(&p), p, Ok(())));
-        } else {
-            let mut ee: Vec<Vec<u8>> = Vec::new();
-            let mut inter: Vec<Vec<u8>> = Vec::new();
-            for rd in &tlsa {
-                let Some(bytes) = rdata_bytes(rd) else {
-                    continue;
-                };
-                match bytes.get(..3) {
-                    Some([2, 0, 0]) => inter.push(bytes[3..].to_vec()),
-                    Some([3, 0, 0]) => match encodings::decode_tlsa_rdata(&bytes) {
-                        Ok(der) => ee.push(der.to_vec()),
-                        Err(e) => refused.push(Refusal {
-                            what: Refused::Certificate(short_hash(&bytes[3..])),
-                            reason: RefusalReason::Record(e),
-                        }),
-                    },
-                    _ => {}
-                }
-            }
-            for der in ee {
-                let check = self.trust.check(&der, &inter, host, now);
-                if let Err(e) = &check {
-                    refused.push(Refusal {
-                        what: Refused::Certificate(short_hash(&der)),
-                        reason: RefusalReason::Chain(e.clone()),
-                    });
-                }
-                certs.push((record::sha256(&der), der, check));
-            }
-        }
+        let certs = self.trusted_certs(host, &tlsa, pinned, now, &mut refused);
 
         // Verify each candidate against its certificate. The same record in
         // two encodings counts once; a forged copy under a genuine key id
@@ -1054,6 +1250,11 @@ fn validity_end(rd: &RData) -> Option<u64> {
     let list = match rd {
         RData::HTTPS(_) | RData::SVCB(_) => {
             SvcbRdata::decode(&bytes).ok()?.zrtt_records().ok()??
+        }
+        RData::TXT(_) if encodings::txt_is_zrtt_verifier(&bytes) => {
+            return encodings::decode_verifier_txt_rdata(&bytes)
+                .ok()
+                .map(|r| r.body.not_after);
         }
         RData::TXT(_) if encodings::txt_is_zrtt(&bytes) => {
             vec![encodings::decode_txt_rdata(&bytes).ok()?]

@@ -1,11 +1,13 @@
 //! `zrtt dns`: an authoritative server for one zone file plus the key
-//! records of one or more key stores, on UDP and TCP (hickory-server).
+//! records of one or more key stores, and the verifier key records of one
+//! or more verifier key stores, on UDP and TCP (hickory-server).
 //!
 //! The zone is served by hickory's in-memory zone handler behind its
 //! `Catalog`. [`ZoneState::refresh`] keeps the key records current: it
 //! re-reads key stores another process rotated, rotates them itself when
 //! asked to, and replaces the key-carrying RRsets when the published set or
-//! its TTL changes. [`Handler`] wraps the catalog so that UDP answers never
+//! its TTL changes. Verifier stores are handled the same way, their records
+//! (TXT and TLSA) at `_zrttpv.<verifier name>`. [`Handler`] wraps the catalog so that UDP answers never
 //! exceed [`EDNS_PAYLOAD`] bytes and the OPT record advertises it.
 
 use std::collections::BTreeMap;
@@ -27,6 +29,7 @@ use zrtt_proto::UnixTime;
 
 pub use crate::client::EDNS_PAYLOAD;
 use crate::keystore::{KeyStore, KeyStoreError, KeyStoreRandom};
+use crate::pvstore::VerifierStore;
 use crate::records::{self, HttpsOptions, RecordsError};
 use crate::zone::{self, Zone, ZoneError};
 
@@ -70,6 +73,15 @@ pub struct HostConfig {
     pub port: Option<u16>,
 }
 
+/// One provenance verifier whose keys the server publishes.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct VerifierConfig {
+    /// Its verifier key store directory (the verifier name is the store's
+    /// `name`, which must be in the zone).
+    pub keystore: PathBuf,
+}
+
 fn default_alpn() -> Vec<String> {
     vec!["http/1.1".to_owned()]
 }
@@ -95,6 +107,9 @@ pub struct DnsConfig {
     /// Hosts.
     #[serde(default, rename = "host")]
     pub hosts: Vec<HostConfig>,
+    /// Provenance verifiers.
+    #[serde(default, rename = "verifier")]
+    pub verifiers: Vec<VerifierConfig>,
 }
 
 fn default_true_opt() -> Option<bool> {
@@ -116,6 +131,9 @@ impl DnsConfig {
         for h in &mut c.hosts {
             h.keystore = base.join(&h.keystore);
         }
+        for v in &mut c.verifiers {
+            v.keystore = base.join(&v.keystore);
+        }
         Ok(c)
     }
 }
@@ -127,11 +145,18 @@ struct HostState {
     served: Option<(Vec<Vec<u8>>, Vec<u8>, u32)>,
 }
 
+struct VerifierState {
+    store: VerifierStore,
+    /// What the served records were built from: (record bytes, cert, ttl).
+    served: Option<(Vec<Vec<u8>>, Vec<u8>, u32)>,
+}
+
 /// The zone and the key stores behind it.
 pub struct ZoneState {
     zone: Zone,
     handler: Arc<InMemoryZoneHandler>,
     hosts: Vec<HostState>,
+    verifiers: Vec<VerifierState>,
     rotate: bool,
 }
 
@@ -199,8 +224,48 @@ impl ZoneState {
             zone,
             handler: Arc::new(handler),
             hosts: states,
+            verifiers: Vec::new(),
             rotate,
         })
+    }
+
+    /// Also publish the verifier key records of these verifier key stores
+    /// (docs/PROVENANCE.md): each verifier name must be in the zone and
+    /// appear once.
+    pub fn add_verifiers(&mut self, verifiers: &[VerifierConfig]) -> Result<(), ServerError> {
+        for v in verifiers {
+            let store = VerifierStore::open(&v.keystore)?;
+            let owner = records::fqdn(&encodings::verifier_owner(store.name()))?;
+            if !self.zone.origin.zone_of(&owner) {
+                return Err(ServerError::Config(format!(
+                    "{}: verifier {} is not in the zone {}",
+                    v.keystore.display(),
+                    store.name(),
+                    self.zone.origin
+                )));
+            }
+            if self
+                .verifiers
+                .iter()
+                .any(|s| s.store.name() == store.name())
+            {
+                return Err(ServerError::Config(format!(
+                    "{}: a second verifier key store for {}",
+                    v.keystore.display(),
+                    store.name()
+                )));
+            }
+            self.verifiers.push(VerifierState {
+                store,
+                served: None,
+            });
+        }
+        Ok(())
+    }
+
+    /// The verifier key stores, in configuration order.
+    pub fn verifier_stores(&self) -> impl Iterator<Item = &VerifierStore> {
+        self.verifiers.iter().map(|v| &v.store)
     }
 
     /// The zone's origin.
@@ -256,6 +321,38 @@ impl ZoneState {
                     h.served = Some(key);
                 }
                 Err(e) => report.errors.push(format!("{name}: records: {e}")),
+            }
+        }
+        for v in &mut self.verifiers {
+            let name = v.store.name().to_owned();
+            if let Err(e) = v.store.reload_if_changed() {
+                report.errors.push(format!("verifier {name}: reload: {e}"));
+            }
+            if self.rotate {
+                match v.store.rotate(now, rng) {
+                    Ok(r) if r.changed() => report
+                        .rotations
+                        .push((format!("verifier {name}"), r.to_string())),
+                    Ok(_) => {}
+                    Err(e) => report.errors.push(format!("verifier {name}: rotate: {e}")),
+                }
+            }
+            let published = v.store.published_records(now);
+            let ttl = v.store.record_ttl(now);
+            let key = (
+                published.iter().map(|r| r.encode()).collect::<Vec<_>>(),
+                v.store.cert_der().to_vec(),
+                ttl,
+            );
+            if v.served.as_ref() == Some(&key) {
+                continue;
+            }
+            match build_verifier_rrsets(&self.zone, &v.store, &published, ttl) {
+                Ok(sets) => {
+                    updates.push((format!("verifier {name}"), sets));
+                    v.served = Some(key);
+                }
+                Err(e) => report.errors.push(format!("verifier {name}: records: {e}")),
             }
         }
         if !updates.is_empty() {
@@ -332,6 +429,39 @@ fn build_rrsets(
         .unwrap_or_default();
     txt.extend(hr.txt);
     out.insert(txt_key, set(&hr.host, RecordType::TXT, txt));
+    Ok(out)
+}
+
+/// The RRsets to install for one verifier: TXT and TLSA at `_zrttpv.<name>`
+/// (`None` removes one). The zone's own records at that owner are replaced.
+fn build_verifier_rrsets(
+    zone: &Zone,
+    store: &VerifierStore,
+    published: &[zrtt_proto::record::VerifierKeyRecord],
+    ttl: u32,
+) -> Result<BTreeMap<RrKey, Option<RecordSet>>, ServerError> {
+    let vr = records::verifier_records(store.name(), published, store.cert_der(), ttl)?;
+    let serial = zone.serial;
+    let owner = LowerName::new(&vr.owner);
+    let set = |rtype: RecordType, recs: Vec<Record>| {
+        if recs.is_empty() {
+            return None;
+        }
+        let mut s = RecordSet::with_ttl(vr.owner.clone(), rtype, ttl);
+        for r in recs {
+            s.insert(r, serial);
+        }
+        Some(s)
+    };
+    let mut out = BTreeMap::new();
+    out.insert(
+        RrKey::new(owner.clone(), RecordType::TXT),
+        set(RecordType::TXT, vr.txt.clone()),
+    );
+    out.insert(
+        RrKey::new(owner, RecordType::TLSA),
+        set(RecordType::TLSA, vr.tlsa.clone()),
+    );
     Ok(out)
 }
 

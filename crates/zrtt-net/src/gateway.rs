@@ -220,18 +220,39 @@ impl std::fmt::Debug for GatewayConfig {
     }
 }
 
+/// A trust policy that can be replaced while the gateway serves (keys
+/// learned from DNS are refreshed in the background): readers take the
+/// `Arc` in force and check certificates without holding the lock.
+pub type SharedTrustPolicy = Arc<std::sync::RwLock<Arc<zrtt_proto::provenance::TrustPolicy>>>;
+
 /// Which provenance verifiers a gateway trusts, and how hard it may work on
 /// their certificates (docs/PROTOCOL.md §11).
 #[derive(Clone, Debug)]
 pub struct ProvenanceConfig {
-    /// Trusted verifier keys and the quorum.
-    pub policy: zrtt_proto::provenance::TrustPolicy,
+    /// Trusted verifier keys and the quorum; replace the inner `Arc` to
+    /// change them while serving.
+    pub policy: SharedTrustPolicy,
     /// Certificate signature checks per second at most (0 = unlimited);
     /// beyond it flights are treated as unproven (answered after the
     /// handshake), never refused (ASAP §2.5).
     pub checks_per_sec: f64,
     /// Verified certificates remembered.
     pub cache_capacity: usize,
+}
+
+impl ProvenanceConfig {
+    /// A config with a fixed `policy`.
+    pub fn new(
+        policy: zrtt_proto::provenance::TrustPolicy,
+        checks_per_sec: f64,
+        cache_capacity: usize,
+    ) -> Self {
+        Self {
+            policy: Arc::new(std::sync::RwLock::new(Arc::new(policy))),
+            checks_per_sec,
+            cache_capacity,
+        }
+    }
 }
 
 /// A rustls server config (ring, TLS 1.3 only, ALPN http/1.1).
@@ -605,8 +626,9 @@ async fn serve_zrtt(
         accepted.extensions.get(ext::PROVENANCE),
     ) {
         if lock(&shared.pv_bucket).try_take(Instant::now()) {
+            let policy = pv.policy.read().unwrap_or_else(|p| p.into_inner()).clone();
             let checked = zrtt_proto::provenance::decode_certificates(bytes).and_then(|certs| {
-                pv.policy.verify(
+                policy.verify(
                     &certs,
                     peer.ip(),
                     accepted.client_static.as_ref(),

@@ -7,12 +7,16 @@
 //!
 //! ```text
 //! request:  "ZPV1" | client static key (32) | u32 requested seconds | u8 has_previous | [previous certificate]
-//! response: u8 status (0 ok, 1 bad request) | [certificate]
+//! response: u8 status (0 ok, 1 bad request, 2 no key can sign) | [certificate]
 //! ```
+//!
+//! The verifier signs through an [`Issuer`]: one key ([`VerifierSigner`]),
+//! or the keys of a rotating verifier key store ([`SharedIssuer`], replaced
+//! at run time when the store rotates).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -20,7 +24,8 @@ use tokio::net::{TcpListener, TcpStream};
 use zrtt_proto::codec::{Put, Reader};
 use zrtt_proto::crypto::{SecureRandom, X25519KeyPair};
 use zrtt_proto::provenance::{
-    decode_certificates, encode_certificates, Certificate, IssuePolicy, VerifierKey, VerifierSigner,
+    decode_certificates, encode_certificates, Certificate, IssuePolicy, VerifierKey, VerifierKeys,
+    VerifierSigner,
 };
 use zrtt_proto::UnixTime;
 
@@ -40,11 +45,114 @@ pub struct PvStats {
     pub bad_requests: std::sync::atomic::AtomicU64,
 }
 
+/// What signs certificates: a single key, or a verifier's current key
+/// among its rotating keys.
+pub trait Issuer: Send + Sync {
+    /// A certificate for `client_static` at `address` (see
+    /// [`VerifierSigner::issue`]); `None` when no key can sign now.
+    fn issue(
+        &self,
+        policy: &IssuePolicy,
+        client_static: &[u8; 32],
+        address: IpAddr,
+        requested_secs: u32,
+        previous: Option<&Certificate>,
+        now: UnixTime,
+    ) -> Option<Certificate>;
+}
+
+impl Issuer for VerifierSigner {
+    fn issue(
+        &self,
+        policy: &IssuePolicy,
+        client_static: &[u8; 32],
+        address: IpAddr,
+        requested_secs: u32,
+        previous: Option<&Certificate>,
+        now: UnixTime,
+    ) -> Option<Certificate> {
+        Some(VerifierSigner::issue(
+            self,
+            policy,
+            client_static,
+            address,
+            requested_secs,
+            previous,
+            now,
+        ))
+    }
+}
+
+impl Issuer for VerifierKeys {
+    fn issue(
+        &self,
+        policy: &IssuePolicy,
+        client_static: &[u8; 32],
+        address: IpAddr,
+        requested_secs: u32,
+        previous: Option<&Certificate>,
+        now: UnixTime,
+    ) -> Option<Certificate> {
+        VerifierKeys::issue(
+            self,
+            policy,
+            client_static,
+            address,
+            requested_secs,
+            previous,
+            now,
+        )
+    }
+}
+
+/// Keys replaced while serving: a verifier key store's signing keys, set
+/// again after every reload or rotation ([`SharedIssuer::set`]).
+#[derive(Debug, Default)]
+pub struct SharedIssuer(RwLock<Option<Arc<VerifierKeys>>>);
+
+impl SharedIssuer {
+    /// Start with `keys` (`None`: refuse until set).
+    pub fn new(keys: Option<VerifierKeys>) -> Self {
+        Self(RwLock::new(keys.map(Arc::new)))
+    }
+
+    /// Replace the keys.
+    pub fn set(&self, keys: Option<VerifierKeys>) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = keys.map(Arc::new);
+    }
+
+    /// The keys in force.
+    pub fn get(&self) -> Option<Arc<VerifierKeys>> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+impl Issuer for SharedIssuer {
+    fn issue(
+        &self,
+        policy: &IssuePolicy,
+        client_static: &[u8; 32],
+        address: IpAddr,
+        requested_secs: u32,
+        previous: Option<&Certificate>,
+        now: UnixTime,
+    ) -> Option<Certificate> {
+        self.get()?.issue(
+            policy,
+            client_static,
+            address,
+            requested_secs,
+            previous,
+            now,
+        )
+    }
+}
+
 /// Serve certificates on `listener` until `stop` resolves. Each connection
 /// is bounded in time and size; at most `max_concurrent` are served at once.
 pub async fn serve(
     listener: TcpListener,
-    signer: Arc<VerifierSigner>,
+    signer: Arc<dyn Issuer>,
     policy: IssuePolicy,
     clock: fn() -> UnixTime,
     stats: Arc<PvStats>,
@@ -79,7 +187,7 @@ pub async fn serve(
 async fn handle(
     mut tcp: TcpStream,
     peer: SocketAddr,
-    signer: &VerifierSigner,
+    signer: &Arc<dyn Issuer>,
     policy: &IssuePolicy,
     clock: fn() -> UnixTime,
     stats: &PvStats,
@@ -113,14 +221,17 @@ async fn handle(
             return Err(e);
         }
     };
-    let cert = signer.issue(
+    let Some(cert) = signer.issue(
         policy,
         &client_static,
         peer.ip().to_canonical(),
         requested,
         previous.as_ref(),
         clock(),
-    );
+    ) else {
+        let _ = tcp.write_all(&[2]).await;
+        return Err(Error::Protocol("verifier has no key that can sign"));
+    };
     if previous
         .as_ref()
         .is_some_and(|p| cert.duration > p.duration)
@@ -222,6 +333,7 @@ pub async fn fetch_certificate(
                     .pop()
                     .ok_or(Error::Protocol("verifier sent no certificate"))
             }
+            Some((2, _)) => Err(Error::Protocol("verifier has no key that can sign now")),
             _ => Err(Error::Protocol("verifier refused the request")),
         }
     };
@@ -233,10 +345,20 @@ pub async fn fetch_certificate(
 /// A client's certificates, per local address, each address with its own
 /// static key (ASAP's privacy note: a key does not follow the client from
 /// network to network).
+///
+/// The store remembers which verifier (by address) issued which
+/// certificate, so a refresh presents each verifier its own certificate
+/// and replaces it, also when the verifier rotated to a key with another id.
 #[derive(Debug, Default)]
 pub struct ProvenanceStore {
     by_local: Mutex<HashMap<IpAddr, (X25519KeyPair, Vec<Certificate>)>>,
+    /// The verifier id of the certificate each verifier last issued.
+    issued_by: Mutex<HashMap<SocketAddr, u32>>,
 }
+
+/// Prefix of the state file lines that record which verifier issued which
+/// certificate (a comment to readers that do not know it).
+const ISSUER_LINE: &str = "#zrtt-issuer ";
 
 impl ProvenanceStore {
     /// An empty store.
@@ -260,18 +382,26 @@ impl ProvenanceStore {
             if !m.contains_key(&local) {
                 // Address changed (or first use): drop the others, fresh key.
                 m.clear();
+                lock(&self.issued_by).clear();
                 m.insert(local, (X25519KeyPair::generate(rng)?, Vec::new()));
             }
             let (k, c) = m.get(&local).ok_or(Error::Protocol("provenance store"))?;
             (k.clone(), c.clone())
         };
+        let issued_by = lock(&self.issued_by).clone();
         let jobs = verifiers.iter().map(|v| {
             let key = key.clone();
-            let prev = previous.clone();
+            // Refresh the certificate this verifier issued; when that is not
+            // known (an older state file), one no other verifier claims.
+            let mine = match issued_by.get(v) {
+                Some(id) => previous.iter().find(|c| c.verifier_id == *id).cloned(),
+                None => previous
+                    .iter()
+                    .find(|c| !issued_by.values().any(|id| *id == c.verifier_id))
+                    .cloned(),
+            };
             let v = *v;
             async move {
-                // Refresh the certificate this verifier issued, if any.
-                let mine = prev.iter().find(|_| true).cloned();
                 let r = fetch_certificate(v, &key, requested_secs, mine.as_ref(), timeout).await;
                 (v, r)
             }
@@ -283,15 +413,18 @@ impl ProvenanceStore {
             match r {
                 Ok(c) => {
                     report.push((v, Ok(c.duration)));
-                    fresh.push(c);
+                    fresh.push((v, c));
                 }
                 Err(e) => report.push((v, Err(e))),
             }
         }
         let mut m = self.by_local.lock().unwrap_or_else(|p| p.into_inner());
+        let mut issued_by = lock(&self.issued_by);
         if let Some((_, certs)) = m.get_mut(&local) {
-            for c in fresh {
-                certs.retain(|o| o.verifier_id != c.verifier_id);
+            for (v, c) in fresh {
+                // The verifier's previous certificate goes, whatever key signed it.
+                let before = issued_by.insert(v, c.verifier_id);
+                certs.retain(|o| o.verifier_id != c.verifier_id && Some(o.verifier_id) != before);
                 certs.push(c);
             }
         }
@@ -318,6 +451,7 @@ impl ProvenanceStore {
     pub fn insert(&self, local: IpAddr, key: X25519KeyPair, certs: Vec<Certificate>) {
         let mut m = self.by_local.lock().unwrap_or_else(|p| p.into_inner());
         m.clear();
+        lock(&self.issued_by).clear();
         m.insert(local, (key, certs));
     }
 
@@ -349,6 +483,9 @@ impl ProvenanceStore {
             }
             s.push('\n');
         }
+        for (v, id) in lock(&self.issued_by).iter() {
+            let _ = writeln!(s, "{ISSUER_LINE}{v} {id:08x}");
+        }
         crate::error::write_private(path, s.as_bytes())
             .map_err(Error::io("writing the provenance state"))
     }
@@ -363,10 +500,19 @@ impl ProvenanceStore {
         };
         let bad = || Error::Protocol("malformed provenance state file");
         let mut m = store.by_local.lock().unwrap_or_else(|p| p.into_inner());
-        for line in text
-            .lines()
-            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        {
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix(ISSUER_LINE) {
+                let mut parts = rest.split_whitespace();
+                let v: Option<SocketAddr> = parts.next().and_then(|p| p.parse().ok());
+                let id = parts.next().and_then(|p| u32::from_str_radix(p, 16).ok());
+                if let (Some(v), Some(id)) = (v, id) {
+                    lock(&store.issued_by).insert(v, id);
+                }
+                continue;
+            }
+            if line.starts_with('#') || line.trim().is_empty() {
+                continue;
+            }
             let mut parts = line.split_whitespace();
             let ip: IpAddr = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
             let key: [u8; 32] = parts
@@ -403,6 +549,10 @@ where
         out[i] = Some(v);
     }
     out.into_iter().flatten().collect()
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Parse a verifier public key given as 64 hex digits.

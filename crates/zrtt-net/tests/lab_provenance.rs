@@ -92,15 +92,15 @@ fn lab_first_contact_proven_by_verifiers() {
             rt().block_on(async move {
                 let env = start_gateway(GatewayOpts {
                     addr: (server_ip, 0).into(),
-                    provenance: Some(ProvenanceConfig {
-                        policy: TrustPolicy {
-                            verifiers: gw_keys,
+                    provenance: Some(ProvenanceConfig::new(
+                        TrustPolicy {
+                            keys: gw_keys.into_iter().map(Into::into).collect(),
                             quorum: 2,
                             skew_secs: 5,
                         },
-                        checks_per_sec: 0.0,
-                        cache_capacity: 1000,
-                    }),
+                        0.0,
+                        1000,
+                    )),
                     ..Default::default()
                 })
                 .await;

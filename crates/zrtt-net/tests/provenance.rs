@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::*;
 use zrtt_net::gateway::ProvenanceConfig;
 use zrtt_net::pv::{self, ProvenanceStore, PvStats};
-use zrtt_proto::provenance::{IssuePolicy, TrustPolicy, VerifierKey, VerifierSigner};
+use zrtt_proto::provenance::{IssuePolicy, TrustPolicy, VerifierKey, VerifierKeys, VerifierSigner};
 
 const LOCAL: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
@@ -43,15 +43,15 @@ async fn start_pv() -> (
 }
 
 fn pv_config(keys: &[VerifierKey], quorum: usize, checks_per_sec: f64) -> ProvenanceConfig {
-    ProvenanceConfig {
-        policy: TrustPolicy {
-            verifiers: keys.to_vec(),
+    ProvenanceConfig::new(
+        TrustPolicy {
+            keys: keys.iter().map(|&k| k.into()).collect(),
             quorum,
             skew_secs: 5,
         },
         checks_per_sec,
-        cache_capacity: 1000,
-    }
+        1000,
+    )
 }
 
 async fn store_from(verifiers: &[SocketAddr]) -> Arc<ProvenanceStore> {
@@ -199,5 +199,91 @@ async fn an_unreachable_verifier_delays_nothing_and_overload_gates() {
     assert_eq!(env.metric("provenance_accepted"), 1);
     assert_eq!(env.metric("provenance_overload"), 1);
     assert_eq!(env.metric("zrtt_answered_gated"), 1);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn verifier_rotation_keeps_doubling_and_the_gateway_trusts_what_it_is_given() {
+    let rng = ring::rand::SystemRandom::new();
+    let (old, _) = VerifierSigner::generate(&rng).unwrap();
+    let (new, _) = VerifierSigner::generate(&rng).unwrap();
+    let (old_key, new_key) = (old.key(), new.key());
+    let issuer = Arc::new(pv::SharedIssuer::new(Some(VerifierKeys::new(
+        old,
+        None,
+        Vec::new(),
+    ))));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let a = listener.local_addr().unwrap();
+    let (_stop, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(pv::serve(
+        listener,
+        issuer.clone(),
+        IssuePolicy::default(),
+        zrtt_net::client::system_clock,
+        Arc::new(PvStats::default()),
+        64,
+        async move {
+            let _ = rx.await;
+        },
+    ));
+    // A second, plain verifier: each verifier must get its own certificate
+    // back to double it.
+    let (b, kb, _sb, _tb) = start_pv().await;
+    let store = Arc::new(ProvenanceStore::new());
+    let both = [a, b];
+    let refresh = || store.refresh(LOCAL, &both, 86400, Duration::from_secs(5), &rng);
+    let durations = |r: Vec<(SocketAddr, zrtt_net::Result<u32>)>| -> Vec<u32> {
+        r.into_iter().map(|(_, d)| *d.as_ref().unwrap()).collect()
+    };
+    assert_eq!(durations(refresh().await.unwrap()), vec![1800, 1800]);
+    assert_eq!(durations(refresh().await.unwrap()), vec![3600, 3600]);
+
+    // The verifier rotates: the new key signs, the old one is still its own.
+    issuer.set(Some(VerifierKeys::new(new, None, vec![old_key])));
+    assert_eq!(durations(refresh().await.unwrap()), vec![7200, 7200]);
+    let now = zrtt_net::client::system_clock();
+    let (_, ext) = store.for_local(LOCAL, now).unwrap();
+    let certs = zrtt_proto::provenance::decode_certificates(&ext).unwrap();
+    let mut ids: Vec<u32> = certs.iter().map(|c| c.verifier_id).collect();
+    ids.sort_unstable();
+    let mut want = vec![new_key.id, kb.id];
+    want.sort_unstable();
+    assert_eq!(ids, want, "the old key's certificate was replaced");
+    // The issuer mapping survives a save and load.
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("pv.state");
+    store.save(&f).unwrap();
+    let text = std::fs::read_to_string(&f).unwrap();
+    assert!(
+        text.contains(&format!("#zrtt-issuer {a} {:08x}", new_key.id)),
+        "{text}"
+    );
+
+    // A gateway whose trusted keys change while it serves: with only the
+    // old key of verifier a trusted, certificates from the new key are
+    // refused; once the policy in force trusts the new key, accepted.
+    let cfg = pv_config(&[old_key], 1, 0.0);
+    let live = cfg.policy.clone();
+    let env = start_gateway(GatewayOpts {
+        provenance: Some(cfg),
+        ..Default::default()
+    })
+    .await;
+    let fetch_now = || {
+        let mut c = client_config(env.records.clone());
+        c.provenance = Some(store.clone());
+        fetch(Arc::new(c), env.addr, vec![get("/r")])
+    };
+    assert_eq!(fetch_now().await.unwrap().0[0].0, 200);
+    assert_eq!(env.metric("provenance_refused"), 1);
+    *live.write().unwrap() = Arc::new(TrustPolicy {
+        keys: vec![old_key.into(), new_key.into()],
+        quorum: 1,
+        skew_secs: 5,
+    });
+    assert_eq!(fetch_now().await.unwrap().0[0].0, 200);
+    assert_eq!(env.metric("provenance_accepted"), 1);
+    assert_eq!(env.metric("zrtt_answered_early"), 1);
     env.stop().await;
 }

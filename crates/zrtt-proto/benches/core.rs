@@ -343,7 +343,7 @@ fn summary(ops: &Ops) {
         pv_b.issue(&ip, &[7; 32], addr, 3600, None, now()),
     ];
     let pol = TrustPolicy {
-        verifiers: vec![pv_a.key(), pv_b.key()],
+        keys: vec![pv_a.key().into(), pv_b.key().into()],
         quorum: 2,
         skew_secs: 5,
     };

@@ -63,6 +63,10 @@ pub enum ProvenanceError {
     /// A verifier the policy does not trust.
     #[error("verifier {0:08x} is not trusted")]
     UntrustedVerifier(u32),
+    /// A trusted verifier key outside the validity its record gives it (a
+    /// key learned from DNS that expired or is not valid yet).
+    #[error("verifier key {0:08x} is not valid now")]
+    VerifierKeyNotValid(u32),
     /// A signature that does not verify (forged, or for another client key).
     #[error("bad signature from verifier {0:08x}")]
     BadSignature(u32),
@@ -104,6 +108,53 @@ impl VerifierKey {
             id: verifier_id_for(&public),
             public,
         }
+    }
+}
+
+/// A verifier key a gateway trusts: the key, the verifier it belongs to,
+/// and when it is trusted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TrustedKey {
+    /// The key.
+    pub key: VerifierKey,
+    /// The verifier (operator) holding the key, an identifier the policy's
+    /// builder assigns. During a rotation a verifier has several valid keys;
+    /// certificates under keys of one verifier count once toward the
+    /// quorum, which counts verifiers, not keys.
+    pub verifier: u32,
+    /// Trusted from here (seconds since the epoch).
+    pub not_before: u64,
+    /// Trusted until here, exclusive (seconds since the epoch).
+    pub not_after: u64,
+}
+
+impl From<VerifierKey> for TrustedKey {
+    /// A configured key: its own verifier, trusted at all times.
+    fn from(key: VerifierKey) -> Self {
+        Self {
+            key,
+            verifier: key.id,
+            not_before: 0,
+            not_after: u64::MAX,
+        }
+    }
+}
+
+impl TrustedKey {
+    /// A key from a verified verifier key record, for the verifier numbered
+    /// `verifier`, trusted for the record's validity window.
+    pub fn published(record: &crate::record::VerifiedVerifierKeyRecord, verifier: u32) -> Self {
+        let b = record.body();
+        Self {
+            key: b.verifier_key(),
+            verifier,
+            not_before: b.not_before,
+            not_after: b.not_after,
+        }
+    }
+
+    fn valid_at(&self, now_s: u64) -> bool {
+        self.not_before <= now_s && now_s < self.not_after
     }
 }
 
@@ -309,19 +360,51 @@ impl VerifierSigner {
         previous: Option<&Certificate>,
         now: UnixTime,
     ) -> Certificate {
+        self.issue_with(
+            policy,
+            client_static,
+            address,
+            requested_secs,
+            previous,
+            &[],
+            u64::MAX,
+            now,
+        )
+    }
+
+    /// [`Self::issue`], also accepting as `previous` a certificate signed by
+    /// one of `also_mine` (this verifier's other keys), and ending the
+    /// certificate by `until` at the latest.
+    #[allow(clippy::too_many_arguments)]
+    fn issue_with(
+        &self,
+        policy: &IssuePolicy,
+        client_static: &[u8; 32],
+        address: IpAddr,
+        requested_secs: u32,
+        previous: Option<&Certificate>,
+        also_mine: &[VerifierKey],
+        until: u64,
+        now: UnixTime,
+    ) -> Certificate {
         let now_s = now.as_secs();
         let refreshed = previous.filter(|p| {
-            p.verifier_id == self.key.id
-                && p.address == address
-                && p.start <= now_s
-                && now_s < p.end()
-                && p.verify_signature(&self.key, client_static)
+            let key = core::iter::once(&self.key)
+                .chain(also_mine)
+                .find(|k| k.id == p.verifier_id);
+            key.is_some_and(|key| {
+                p.address == address
+                    && p.start <= now_s
+                    && now_s < p.end()
+                    && p.verify_signature(key, client_static)
+            })
         });
         let base = match refreshed {
             Some(p) => p.duration.saturating_mul(2).min(policy.max_secs),
             None => policy.initial_secs.min(policy.max_secs),
         };
-        let duration = base.min(requested_secs.max(1));
+        let left = u32::try_from(until.saturating_sub(now_s)).unwrap_or(u32::MAX);
+        let duration = base.min(requested_secs.max(1)).min(left);
         let msg = Certificate::signed_bytes(self.key.id, &address, client_static, now_s, duration);
         let mut signature = [0u8; 64];
         signature.copy_from_slice(self.pair.sign(&msg).as_ref());
@@ -332,6 +415,68 @@ impl VerifierSigner {
             duration,
             signature,
         }
+    }
+}
+
+/// The keys of one verifier during a rotation: the current key signs, and
+/// certificates from its other keys (still published, still trusted by
+/// gateways) count as the previous certificate of a refresh, so the
+/// adaptive expiry keeps doubling across a rotation. Certificates never
+/// outlive `sign_until` (the end of the current key's published validity
+/// minus a margin), so no certificate outlives the key gateways trust.
+#[derive(Debug)]
+pub struct VerifierKeys {
+    current: VerifierSigner,
+    sign_until: u64,
+    others: Vec<VerifierKey>,
+}
+
+impl VerifierKeys {
+    /// `current` signs until `sign_until` (seconds; `None`: no bound);
+    /// `others` are this verifier's other keys.
+    pub fn new(current: VerifierSigner, sign_until: Option<u64>, others: Vec<VerifierKey>) -> Self {
+        Self {
+            current,
+            sign_until: sign_until.unwrap_or(u64::MAX),
+            others,
+        }
+    }
+
+    /// The key that signs.
+    pub fn current(&self) -> VerifierKey {
+        self.current.key()
+    }
+
+    /// The other keys accepted as a refresh's previous certificate.
+    pub fn others(&self) -> &[VerifierKey] {
+        &self.others
+    }
+
+    /// Issue as [`VerifierSigner::issue`] with the current key, the
+    /// duration cut so the certificate ends by `sign_until`; `None` once
+    /// the current key may sign nothing more.
+    pub fn issue(
+        &self,
+        policy: &IssuePolicy,
+        client_static: &[u8; 32],
+        address: IpAddr,
+        requested_secs: u32,
+        previous: Option<&Certificate>,
+        now: UnixTime,
+    ) -> Option<Certificate> {
+        if now.as_secs() >= self.sign_until {
+            return None;
+        }
+        Some(self.current.issue_with(
+            policy,
+            client_static,
+            address,
+            requested_secs,
+            previous,
+            &self.others,
+            self.sign_until,
+            now,
+        ))
     }
 }
 
@@ -384,13 +529,13 @@ impl VerifiedCache {
     }
 }
 
-/// A gateway's provenance policy: which verifiers it trusts and how many
-/// valid certificates from distinct ones it needs.
+/// A gateway's provenance policy: which verifier keys it trusts and how
+/// many valid certificates from distinct verifiers it needs.
 #[derive(Clone, Debug)]
 pub struct TrustPolicy {
-    /// Trusted verifier keys.
-    pub verifiers: Vec<VerifierKey>,
-    /// Certificates needed (at least 1).
+    /// Trusted verifier keys (configured ones via `TrustedKey::from`).
+    pub keys: Vec<TrustedKey>,
+    /// Certificates from distinct verifiers needed (at least 1).
     pub quorum: usize,
     /// Clock skew tolerated at the edges of a certificate's validity, seconds.
     pub skew_secs: u64,
@@ -399,7 +544,8 @@ pub struct TrustPolicy {
 /// What an accepted quorum consisted of.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QuorumOk {
-    /// Verifiers whose certificates counted.
+    /// Verifier ids (as certificates carry them) of the certificates that
+    /// counted: one per verifier.
     pub verifiers: Vec<u32>,
     /// Signatures verified by this call (the rest came from the cache).
     pub signatures_checked: usize,
@@ -408,7 +554,8 @@ pub struct QuorumOk {
 impl TrustPolicy {
     /// Check `certs` for a connection from `peer` whose IK static key is
     /// `client_static`, at `now`. Stops as soon as the quorum is met, so at
-    /// most `quorum` signatures are checked per call.
+    /// most `quorum` signatures are checked per call. A certificate from a
+    /// verifier that already counted (under another of its keys) is skipped.
     pub fn verify(
         &self,
         certs: &[Certificate],
@@ -424,6 +571,7 @@ impl TrustPolicy {
             verifiers: Vec::new(),
             signatures_checked: 0,
         };
+        let mut counted: Vec<u32> = Vec::new();
         let mut first_error = None;
         for (i, c) in certs.iter().enumerate() {
             if certs[..i].iter().any(|o| o.verifier_id == c.verifier_id) {
@@ -431,10 +579,16 @@ impl TrustPolicy {
             }
             let check = (|| {
                 let key = self
-                    .verifiers
+                    .keys
                     .iter()
-                    .find(|k| k.id == c.verifier_id)
+                    .find(|k| k.key.id == c.verifier_id)
                     .ok_or(ProvenanceError::UntrustedVerifier(c.verifier_id))?;
+                if counted.contains(&key.verifier) {
+                    return Ok(None);
+                }
+                if !key.valid_at(now_s) {
+                    return Err(ProvenanceError::VerifierKeyNotValid(c.verifier_id));
+                }
                 if c.address != peer {
                     return Err(ProvenanceError::AddressMismatch {
                         verifier: c.verifier_id,
@@ -451,20 +605,22 @@ impl TrustPolicy {
                 let k = VerifiedCache::key(c, client_static);
                 if !cache.hit(&k, now_s) {
                     ok.signatures_checked += 1;
-                    if !c.verify_signature(key, client_static) {
+                    if !c.verify_signature(&key.key, client_static) {
                         return Err(ProvenanceError::BadSignature(c.verifier_id));
                     }
                     cache.insert(k, c.end(), now_s);
                 }
-                Ok(())
+                Ok(Some(key.verifier))
             })();
             match check {
-                Ok(()) => {
+                Ok(Some(verifier)) => {
+                    counted.push(verifier);
                     ok.verifiers.push(c.verifier_id);
                     if ok.verifiers.len() >= quorum {
                         return Ok(ok);
                     }
                 }
+                Ok(None) => {}
                 Err(e) => {
                     first_error.get_or_insert(e);
                 }

@@ -17,19 +17,31 @@ use crate::record::{encodings, sha256, Aead, KeyRecord, RecordBody, RecordFlags,
 use crate::replay::ReplayFilter;
 use crate::time::UnixTime;
 
-/// Binary record decoder; round-trips what it accepts.
+/// Binary record decoders (key records and verifier key records);
+/// round-trip what they accept.
 pub fn record(data: &[u8]) {
     if let Ok(r) = KeyRecord::decode(data) {
         let again = r.encode();
         assert_eq!(again, data, "accepted record must re-encode identically");
     }
+    if let Ok(r) = crate::record::VerifierKeyRecord::decode(data) {
+        assert_eq!(
+            r.encode(),
+            data,
+            "accepted verifier record must re-encode identically"
+        );
+    }
     let _ = crate::record::decode_record_list(data);
 }
 
-/// TXT, SVCB, AAAA-tunnel and TLSA decoders.
+/// TXT (key and verifier key records), SVCB, AAAA-tunnel and TLSA decoders.
 pub fn encodings(data: &[u8]) {
     if let Ok(r) = encodings::decode_txt_rdata(data) {
         let again = encodings::decode_txt_rdata(&encodings::txt_rdata(&r)).ok();
+        assert_eq!(again.as_ref(), Some(&r));
+    }
+    if let Ok(r) = encodings::decode_verifier_txt_rdata(data) {
+        let again = encodings::decode_verifier_txt_rdata(&encodings::verifier_txt_rdata(&r)).ok();
         assert_eq!(again.as_ref(), Some(&r));
     }
     if let Ok(s) = encodings::SvcbRdata::decode(data) {
@@ -185,6 +197,28 @@ pub fn vector_record() -> KeyRecord {
 pub fn vector_server() -> ServerConfig {
     let key = semi_static("zrtt vector key 1");
     ServerConfig::new(vec![ServerKey::new(vector_record(), key).unwrap()]).unwrap()
+}
+
+/// The Ed25519 public key of the vector verifier (seed SHA-256("zrtt vector verifier key")).
+pub fn vector_verifier_public() -> [u8; 32] {
+    use ring::signature::KeyPair as _;
+    let pair =
+        ring::signature::Ed25519KeyPair::from_seed_unchecked(&sha256(b"zrtt vector verifier key"))
+            .unwrap();
+    pair.public_key().as_ref().try_into().unwrap()
+}
+
+/// The fields of a verifier key record for `public`, verifier name
+/// [`NAME`], valid from [`T0`] for 50 hours.
+pub fn verifier_body(public: [u8; 32], cert: &[u8]) -> crate::record::VerifierKeyBody {
+    crate::record::VerifierKeyBody::new(public, T0, T0 + 50 * 3600, NAME, cert)
+}
+
+/// The vector verifier key record, signed with Ed25519 (deterministic).
+pub fn vector_verifier_record() -> crate::record::VerifierKeyRecord {
+    verifier_body(vector_verifier_public(), &ed25519_cert())
+        .sign(&ed25519_signer(), &ring::rand::SystemRandom::new())
+        .unwrap()
 }
 
 /// A seeded RNG for vectors.

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use zrtt_dns::server::{self, DnsConfig, HostConfig, Listener, ZoneState};
+use zrtt_dns::server::{self, DnsConfig, HostConfig, Listener, VerifierConfig, ZoneState};
 
 /// Serve a zone from an RFC 1035 zone file on UDP and TCP (EDNS0, answers
 /// within 1232 bytes), plus key records generated from one or more key
@@ -15,7 +15,10 @@ use zrtt_dns::server::{self, DnsConfig, HostConfig, Listener, ZoneState};
 /// ipv4hint/ipv6hint from the zone's A/AAAA records, key65380 = all
 /// published records), one TXT `v=zrtt1 ...` per published record, TLSA
 /// 3 0 0 with the certificate, and the AAAA tunnel at `_zrtt.<host>`.
-/// Their TTL stays below the records' remaining validity. The key stores
+/// Their TTL stays below the records' remaining validity. With
+/// --verifier-keystore it also publishes provenance verifier keys: one TXT
+/// `v=zrttpv1 ...` per published verifier key record and TLSA 3 0 0 with the
+/// certificate that signs them, at `_zrttpv.<verifier name>`. The key stores
 /// are re-read when another process rotates them, and rotated by the server
 /// itself unless --no-rotate. Prints `listening udp=ADDR tcp=ADDR` on
 /// stdout once per listen address, then serves until SIGINT or SIGTERM.
@@ -31,6 +34,11 @@ pub struct DnsArgs {
     /// The host name is the store's `name`, and must be in the zone.
     #[arg(long = "keystore", value_name = "DIR")]
     keystores: Vec<PathBuf>,
+    /// Verifier key store directory (from `zrtt pv init`); repeat for several
+    /// verifiers. Its keys are published at `_zrttpv.<name>` (the store's
+    /// `name`, which must be in the zone) for `zrtt gateway --verifier-name`.
+    #[arg(long = "verifier-keystore", value_name = "DIR")]
+    verifier_keystores: Vec<PathBuf>,
     /// Address to serve on, UDP and TCP on the same port; repeatable. Port 0
     /// picks a free port (read it from the `listening` line).
     #[arg(long = "listen", value_name = "ADDR:PORT")]
@@ -49,8 +57,9 @@ pub struct DnsArgs {
     /// How often to check the key stores (reload, rotate, refresh records).
     #[arg(long, default_value = "1s", value_parser = crate::util::parse_duration)]
     refresh: std::time::Duration,
-    /// TOML config: `zone`, `origin`, `listen = [..]`, `rotate`, and
-    /// `[[host]]` tables with `keystore`, `alpn`, `port`. Flags given on the
+    /// TOML config: `zone`, `origin`, `listen = [..]`, `rotate`,
+    /// `[[host]]` tables with `keystore`, `alpn`, `port`, and `[[verifier]]`
+    /// tables with `keystore`. Flags given on the
     /// command line override or add to it; relative paths are relative to
     /// the config file.
     #[arg(long)]
@@ -85,18 +94,24 @@ pub fn run(a: DnsArgs) -> Result<ExitCode> {
             port: a.https_port,
         });
     }
+    for k in &a.verifier_keystores {
+        cfg.verifiers.push(VerifierConfig {
+            keystore: k.clone(),
+        });
+    }
     let Some(zone) = cfg.zone.clone() else {
         bail!("no zone file: give --zone FILE (or `zone` in --config)");
     };
     if cfg.listen.is_empty() {
         cfg.listen.push("127.0.0.1:53".parse()?);
     }
-    let state = ZoneState::new(
+    let mut state = ZoneState::new(
         &zone,
         cfg.origin.as_deref(),
         &cfg.hosts,
         cfg.rotate.unwrap_or(true),
     )?;
+    state.add_verifiers(&cfg.verifiers)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -114,10 +129,11 @@ pub fn run(a: DnsArgs) -> Result<ExitCode> {
             out.flush()?;
         }
         eprintln!(
-            "zrtt dns: zone {} from {}, {} host(s){}",
+            "zrtt dns: zone {} from {}, {} host(s), {} verifier(s){}",
             state.origin(),
             zone.display(),
             cfg.hosts.len(),
+            cfg.verifiers.len(),
             if cfg.rotate.unwrap_or(true) {
                 ", rotating"
             } else {

@@ -63,9 +63,12 @@ pub struct GatewayArgs {
     #[arg(long = "trust")]
     trusted: Vec<String>,
     /// A provenance verifier's public key (64 hex digits, from `zrtt pv
-    /// keygen`) whose certificates prove an address; repeatable.
+    /// keygen`) whose certificates prove an address; repeatable. Each counts
+    /// as one verifier toward --quorum.
     #[arg(long = "verifier")]
     verifiers: Vec<String>,
+    #[command(flatten)]
+    pv_dns: Box<VerifierDnsArgs>,
     /// Valid certificates from distinct trusted verifiers needed (default: 1).
     #[arg(long, default_value_t = 1)]
     quorum: usize,
@@ -106,6 +109,42 @@ pub struct GatewayArgs {
     /// Fast Open queue length on the listener (0 disables Fast Open).
     #[arg(long, default_value_t = 1024)]
     fast_open_queue: i32,
+}
+
+/// Provenance verifier keys from DNS (docs/PROVENANCE.md).
+#[derive(Args, Debug)]
+struct VerifierDnsArgs {
+    /// A provenance verifier's DNS name: trust every currently valid key it
+    /// publishes (TXT `v=zrttpv1` at `_zrttpv.<name>`, from `zrtt dns
+    /// --verifier-keystore`), verified like key records (signed by the
+    /// name's certificate: TLSA at `_zrttpv.<name>` chained to
+    /// --verifier-cacert, or pinned with --verifier-cert). Looked up before
+    /// serving and every --verifier-refresh; a failed lookup keeps the keys
+    /// learned before until they expire. Repeatable; each name counts as one
+    /// verifier toward --quorum, however many keys it publishes.
+    #[arg(long = "verifier-name", value_name = "NAME")]
+    verifier_names: Vec<String>,
+    /// DNS server for --verifier-name (`ADDR` or `ADDR:PORT`); default: the
+    /// first nameserver of /etc/resolv.conf.
+    #[arg(long, value_parser = crate::dnskeys::parse_dns_server, requires = "verifier_names")]
+    dns_server: Option<SocketAddr>,
+    /// CA certificates (PEM) that the certificates signing --verifier-name
+    /// keys (TLSA) must chain to; default /etc/ssl/certs/ca-certificates.crt.
+    #[arg(long, requires = "verifier_names")]
+    verifier_cacert: Option<PathBuf>,
+    /// Pin the certificate (PEM) that signs a --verifier-name's key records,
+    /// as `NAME=FILE`; its TLSA record is then not needed. Repeatable.
+    #[arg(
+        long = "verifier-cert",
+        value_name = "NAME=FILE",
+        requires = "verifier_names"
+    )]
+    verifier_certs: Vec<String>,
+    /// How often to look --verifier-name keys up again (after a failure:
+    /// within 30 s). Keep it below the verifiers' pre-publication time minus
+    /// their TTL (default 1 h - 5 min), so a new key is known before it signs.
+    #[arg(long, default_value = "5m", value_parser = util::parse_duration)]
+    verifier_refresh: Duration,
 }
 
 fn read_token_key(path: &Path, lifetime: Duration) -> Result<TokenKey> {
@@ -156,6 +195,139 @@ fn keystore_keys(ks: &mut KeyStore, rotate: bool) -> Result<ServerConfig> {
     Ok(ServerConfig::new(keys)?)
 }
 
+type PvPolicy = (
+    zrtt_net::gateway::SharedTrustPolicy,
+    Option<Arc<crate::dnskeys::DnsVerifiers>>,
+);
+
+/// The provenance policy from --verifier and --verifier-name: `None`
+/// without either. With names, looks them up once (bounded by the
+/// resolver's timeouts) before the gateway serves; failures are logged and
+/// the names retried in the background.
+fn provenance(a: &GatewayArgs, rt: &tokio::runtime::Runtime) -> Result<Option<PvPolicy>> {
+    if a.verifiers.is_empty() && a.pv_dns.verifier_names.is_empty() {
+        return Ok(None);
+    }
+    let keys = a
+        .verifiers
+        .iter()
+        .map(|h| {
+            zrtt_net::pv::parse_verifier_key(h)
+                .ok_or_else(|| anyhow::anyhow!("--verifier {h:?}: need 64 hex digits"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let verifiers = keys.len() + a.pv_dns.verifier_names.len();
+    if a.quorum == 0 || a.quorum > verifiers {
+        bail!("--quorum {} with {verifiers} verifier(s)", a.quorum);
+    }
+    for n in &a.pv_dns.verifier_names {
+        zrtt_proto::record::validate_name(&zrtt_proto::record::normalize_name(n))
+            .map_err(|e| anyhow::anyhow!("--verifier-name {n:?}: {e}"))?;
+    }
+    let dns = if a.pv_dns.verifier_names.is_empty() {
+        None
+    } else {
+        let cfg = match a.pv_dns.dns_server {
+            Some(s) => zrtt_dns::resolver::ResolverConfig::new(s),
+            None => zrtt_dns::resolver::ResolverConfig::system()?,
+        };
+        let trust = match &a.pv_dns.verifier_cacert {
+            Some(p) => zrtt_dns::resolver::Trust::from_pem_file(p)?,
+            None => zrtt_dns::resolver::Trust::system(),
+        };
+        let resolver = Arc::new(zrtt_dns::resolver::Resolver::new(cfg, trust));
+        for pin in &a.pv_dns.verifier_certs {
+            let Some((name, file)) = pin.split_once('=') else {
+                bail!("--verifier-cert {pin:?}: use NAME=FILE");
+            };
+            let name = zrtt_proto::record::normalize_name(name);
+            if !a
+                .pv_dns
+                .verifier_names
+                .iter()
+                .any(|n| zrtt_proto::record::normalize_name(n) == name)
+            {
+                bail!("--verifier-cert {pin:?}: {name} is not a --verifier-name");
+            }
+            resolver.pin_cert(&name, util::load_cert(Path::new(file))?.to_vec());
+        }
+        Some(Arc::new(crate::dnskeys::DnsVerifiers::new(
+            resolver,
+            a.pv_dns.verifier_names.clone(),
+            keys.clone(),
+            a.quorum,
+        )))
+    };
+    let initial = match &dns {
+        Some(d) => d.policy(util::now()),
+        None => zrtt_proto::provenance::TrustPolicy {
+            keys: keys.into_iter().map(Into::into).collect(),
+            quorum: a.quorum,
+            skew_secs: 5,
+        },
+    };
+    let shared: zrtt_net::gateway::SharedTrustPolicy = Arc::new(RwLock::new(Arc::new(initial)));
+    if let Some(d) = &dns {
+        rt.block_on(refresh_verifiers(d, &shared));
+    }
+    Ok(Some((shared, dns)))
+}
+
+/// Look the verifier names up, log what changed or failed, and put the
+/// resulting policy in force. Returns whether any lookup failed.
+async fn refresh_verifiers(
+    dns: &crate::dnskeys::DnsVerifiers,
+    policy: &zrtt_net::gateway::SharedTrustPolicy,
+) -> bool {
+    use crate::dnskeys::VerifierLookup;
+    let before: Vec<u32> = policy
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .keys
+        .iter()
+        .map(|k| k.key.id)
+        .collect();
+    let now = util::now();
+    let mut failed = false;
+    for (name, r) in dns.refresh(now).await {
+        match r {
+            VerifierLookup::Keys(keys) => {
+                if keys.iter().any(|k| !before.contains(&k.key.id)) || before.is_empty() {
+                    let list: Vec<String> = keys
+                        .iter()
+                        .map(|k| format!("{:08x} until {}", k.key.id, util::fmt_time(k.not_after)))
+                        .collect();
+                    eprintln!(
+                        "zrtt gateway: verifier {name}: trusting {} key(s): {}",
+                        keys.len(),
+                        list.join(", ")
+                    );
+                }
+            }
+            VerifierLookup::Kept { reason, kept } => {
+                failed = true;
+                eprintln!(
+                    "zrtt gateway: verifier {name}: no usable keys from DNS ({reason}); keeping {kept} key(s) learned before"
+                );
+            }
+        }
+    }
+    *policy.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(dns.policy(now));
+    failed
+}
+
+/// When to look the names up next: every `every`, within 30 s after a
+/// failure. Keys are published long before they sign and stay published
+/// long after, so this is far more often than they change.
+fn next_lookup(every: Duration, failed: bool) -> Duration {
+    let wait = if failed {
+        every.min(Duration::from_secs(30))
+    } else {
+        every
+    };
+    wait.max(Duration::from_secs(1))
+}
+
 pub fn run(a: GatewayArgs) -> Result<ExitCode> {
     let mut store = a.keystore.as_deref().map(KeyStore::open).transpose()?;
     let (keys, cert_path, cert_key_path) = match store.as_mut() {
@@ -192,6 +364,13 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         .map_err(|_| anyhow::anyhow!("OS random number generator failed"))?;
     let replay = BloomReplayFilter::new(ReplayConfig::default(), secret, util::now());
     let shared_keys = Arc::new(RwLock::new(keys));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    // Provenance: configured keys, and keys learned from DNS (looked up once
+    // before serving, then in the background).
+    let pv_policy = provenance(&a, &runtime)?;
     let cfg = GatewayConfig {
         keys: shared_keys.clone(),
         tls,
@@ -199,30 +378,13 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         replay: Arc::new(Mutex::new(replay)),
         tokens,
         trusted_networks: trusted,
-        provenance: if a.verifiers.is_empty() {
-            None
-        } else {
-            let keys = a
-                .verifiers
-                .iter()
-                .map(|h| {
-                    zrtt_net::pv::parse_verifier_key(h)
-                        .ok_or_else(|| anyhow::anyhow!("--verifier {h:?}: need 64 hex digits"))
-                })
-                .collect::<Result<Vec<_>>>()?;
-            if a.quorum == 0 || a.quorum > keys.len() {
-                bail!("--quorum {} with {} verifier(s)", a.quorum, keys.len());
-            }
-            Some(zrtt_net::gateway::ProvenanceConfig {
-                policy: zrtt_proto::provenance::TrustPolicy {
-                    verifiers: keys,
-                    quorum: a.quorum,
-                    skew_secs: 5,
-                },
+        provenance: pv_policy
+            .as_ref()
+            .map(|(policy, _)| zrtt_net::gateway::ProvenanceConfig {
+                policy: policy.clone(),
                 checks_per_sec: a.pv_checks_per_sec,
                 cache_capacity: 100_000,
-            })
-        },
+            }),
         listen: ListenOptions {
             backlog: 1024,
             fast_open_queue: a.fast_open_queue,
@@ -242,10 +404,6 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         rng: Arc::new(rng),
         clock: zrtt_net::client::system_clock,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
     runtime.block_on(async move {
         let gw = Gateway::bind(a.listen, cfg)?;
         let metrics = gw.metrics();
@@ -276,6 +434,23 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
             None => None,
         };
         println!("listening {}", gw.local_addr()?);
+        let pv_refresher = pv_policy.and_then(|(policy, dns)| {
+            let dns = dns?;
+            let mut rx = stop_rx.clone();
+            let every = a.pv_dns.verifier_refresh;
+            Some(tokio::spawn(async move {
+                // Soon after start: the lookup before serving may have failed.
+                let mut wait = next_lookup(every, true);
+                loop {
+                    tokio::select! {
+                        _ = rx.changed() => return,
+                        _ = tokio::time::sleep(wait) => {}
+                    }
+                    let failed = refresh_verifiers(&dns, &policy).await;
+                    wait = next_lookup(every, failed);
+                }
+            }))
+        });
         let refresher = store.map(|ks| {
             let mut rx = stop_rx.clone();
             let (rotate, every) = (a.rotate, a.refresh);
@@ -308,6 +483,9 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         let _ = stop_tx.send(true);
         server.await??;
         if let Some(r) = refresher {
+            let _ = r.await;
+        }
+        if let Some(r) = pv_refresher {
             let _ = r.await;
         }
         if let Some(a) = admin {

@@ -1,5 +1,7 @@
 //! `zrtt pv`: provenance verifiers (crate zrtt-net, module pv; certificates
-//! in zrtt-proto::provenance; docs/PROTOCOL.md §11).
+//! in zrtt-proto::provenance; docs/PROTOCOL.md §11), and verifier key stores
+//! (zrtt-dns::pvstore; docs/PROVENANCE.md): keys rotated with overlap and
+//! published in DNS by `zrtt dns --verifier-keystore`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,7 +12,8 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
 use pki_types::pem::PemObject;
-use zrtt_net::pv::{ProvenanceStore, PvStats};
+use zrtt_dns::{VerifierPolicy, VerifierStore};
+use zrtt_net::pv::{Issuer, ProvenanceStore, PvStats, SharedIssuer};
 use zrtt_proto::provenance::{IssuePolicy, VerifierSigner};
 
 use crate::util;
@@ -24,19 +27,69 @@ pub enum PvCommand {
         #[arg(long, short)]
         out: PathBuf,
     },
+    /// Create a verifier key store: the verifier's keys, rotated with
+    /// overlap and published in DNS (`zrtt dns --verifier-keystore`) as
+    /// records signed by the certificate key of the verifier's name. Creates
+    /// no key yet (`zrtt pv rotate`, or `zrtt pv serve --rotate`).
+    Init(PvInitArgs),
+    /// Rotate verifier key stores now: create due keys, delete expired
+    /// private keys. Idempotent; run from a timer if no server rotates.
+    Rotate {
+        /// Verifier key store directories.
+        #[arg(long = "keystore", value_name = "DIR", required = true)]
+        keystores: Vec<PathBuf>,
+        /// Rotate as of this time instead of now (unix seconds or RFC 3339).
+        #[arg(long, value_parser = util::parse_time)]
+        at: Option<u64>,
+    },
+    /// Show a verifier key store's schedule: which key signs, which are
+    /// published, when the next is due.
+    Status {
+        /// Verifier key store directory.
+        #[arg(long, value_name = "DIR")]
+        keystore: PathBuf,
+        /// As of this time instead of now (unix seconds or RFC 3339).
+        #[arg(long, value_parser = util::parse_time)]
+        at: Option<u64>,
+    },
+    /// Print zone-file lines for a verifier key store's published records
+    /// (TXT and TLSA at `_zrttpv.<name>`), for DNS servers other than `zrtt dns`.
+    Records {
+        /// Verifier key store directory.
+        #[arg(long, value_name = "DIR")]
+        keystore: PathBuf,
+    },
     /// Serve provenance certificates over TCP: the client's address is proven
     /// by the completed handshake before anything is read or signed.
     Serve {
         /// Address to listen on.
         #[arg(long, default_value = "0.0.0.0:4480")]
         listen: SocketAddr,
-        /// Verifier key (from `zrtt pv keygen`).
-        #[arg(long)]
-        key: PathBuf,
+        /// Verifier key (from `zrtt pv keygen`); gateways trust it with
+        /// `--verifier HEX`.
+        #[arg(
+            long,
+            required_unless_present = "keystore",
+            conflicts_with = "keystore"
+        )]
+        key: Option<PathBuf>,
+        /// Verifier key store (from `zrtt pv init`): sign with its current
+        /// key, accept its other keys' certificates for refresh, and re-read
+        /// it every --refresh, so rotations (by `zrtt dns`, `zrtt pv rotate`
+        /// or --rotate) take effect without a restart.
+        #[arg(long, value_name = "DIR")]
+        keystore: Option<PathBuf>,
+        /// With --keystore: create and retire keys on schedule in this process too.
+        #[arg(long, requires = "keystore")]
+        rotate: bool,
+        /// With --keystore: how often to re-read (and with --rotate, rotate) it.
+        #[arg(long, default_value = "10s", value_parser = util::parse_duration)]
+        refresh: Duration,
         /// Duration of a first certificate for an address.
         #[arg(long, default_value = "30m", value_parser = util::parse_duration)]
         initial: Duration,
-        /// Cap on the doubling of refreshed certificates.
+        /// Cap on the doubling of refreshed certificates (with --keystore, at
+        /// most the store's max_certificate).
         #[arg(long, default_value = "1d", value_parser = util::parse_duration)]
         max: Duration,
         /// Connections served at once.
@@ -65,6 +118,37 @@ pub enum PvCommand {
     },
 }
 
+#[derive(clap::Args, Debug)]
+pub struct PvInitArgs {
+    /// Directory to create (mode 0700).
+    #[arg(long, value_name = "DIR")]
+    keystore: PathBuf,
+    /// The verifier's DNS name: its records are published at
+    /// `_zrttpv.<name>`, and gateways name it with `--verifier-name`.
+    #[arg(long)]
+    name: String,
+    /// Certificate (PEM) covering the name; its key signs the records.
+    #[arg(long)]
+    cert: PathBuf,
+    /// The certificate's PKCS#8 private key (ECDSA P-256 or Ed25519).
+    #[arg(long)]
+    cert_key: PathBuf,
+    /// S: how long each key signs before the next takes over.
+    #[arg(long, default_value = "1d", value_parser = util::parse_duration)]
+    rotation: Duration,
+    /// P: how long a new key is published before it signs (at least 2 x
+    /// --ttl; gateways must refresh within P - TTL).
+    #[arg(long, default_value = "1h", value_parser = util::parse_duration)]
+    prepublish: Duration,
+    /// C: the longest certificate the verifier issues (`zrtt pv serve --max`);
+    /// a key stays published C (+ 5 min) after it stops signing.
+    #[arg(long, default_value = "1d", value_parser = util::parse_duration)]
+    max_certificate: Duration,
+    /// T: TTL of the DNS records carrying the keys.
+    #[arg(long, default_value = "300s", value_parser = util::parse_duration)]
+    ttl: Duration,
+}
+
 /// Generate a verifier key, write it as PKCS#8 PEM (mode 0600), return its public key.
 pub fn write_new_key(out: &std::path::Path) -> Result<zrtt_proto::provenance::VerifierKey> {
     let (signer, pkcs8) = VerifierSigner::generate(&ring::rand::SystemRandom::new())?;
@@ -89,19 +173,109 @@ pub fn run(cmd: PvCommand) -> Result<ExitCode> {
             println!("public key:  {}", zrtt_proto::record::hex(&k.public));
             Ok(ExitCode::SUCCESS)
         }
+        PvCommand::Init(a) => {
+            let policy = VerifierPolicy {
+                rotation: a.rotation,
+                prepublish: a.prepublish,
+                max_certificate: a.max_certificate,
+                record_ttl: a.ttl,
+            };
+            let st = VerifierStore::init(&a.keystore, &a.name, &a.cert, &a.cert_key, policy)?;
+            println!(
+                "created verifier key store for {} at {} (no key yet: zrtt pv rotate --keystore {})",
+                st.name(),
+                a.keystore.display(),
+                a.keystore.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        PvCommand::Rotate { keystores, at } => {
+            let now = at.map_or_else(util::now, zrtt_proto::UnixTime::from_secs);
+            let rng = ring::rand::SystemRandom::new();
+            for dir in &keystores {
+                let mut st = VerifierStore::open(dir)?;
+                let r = st.rotate(now, &rng)?;
+                println!("{} ({}): {r}", st.name(), dir.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        PvCommand::Status { keystore, at } => {
+            let now = at.map_or_else(util::now, zrtt_proto::UnixTime::from_secs);
+            let st = VerifierStore::open(&keystore)?;
+            print!("{}", st.status(now));
+            Ok(ExitCode::SUCCESS)
+        }
+        PvCommand::Records { keystore } => {
+            let now = util::now();
+            let st = VerifierStore::open(&keystore)?;
+            let recs = st.published_records(now);
+            if recs.is_empty() {
+                bail!(
+                    "{}: no published key (zrtt pv rotate --keystore {})",
+                    keystore.display(),
+                    keystore.display()
+                );
+            }
+            print!(
+                "{}",
+                zrtt_dns::records::verifier_zone_fragment(
+                    st.name(),
+                    &recs,
+                    st.cert_der(),
+                    st.record_ttl(now)
+                )
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         PvCommand::Serve {
             listen,
             key,
+            keystore,
+            rotate,
+            refresh,
             initial,
             max,
             max_concurrent,
         } => {
-            let der = pki_types::PrivatePkcs8KeyDer::from_pem_file(&key)
-                .with_context(|| format!("reading {}", key.display()))?;
-            let signer = VerifierSigner::from_pkcs8(der.secret_pkcs8_der())?;
-            let policy = IssuePolicy {
+            let mut policy = IssuePolicy {
                 initial_secs: secs(initial),
                 max_secs: secs(max),
+            };
+            let mut banner = None;
+            let (issuer, store): (Arc<dyn Issuer>, _) = match (&key, &keystore) {
+                (Some(key), _) => {
+                    let der = pki_types::PrivatePkcs8KeyDer::from_pem_file(key)
+                        .with_context(|| format!("reading {}", key.display()))?;
+                    let signer = VerifierSigner::from_pkcs8(der.secret_pkcs8_der())?;
+                    banner = Some(format!(
+                        "verifier {:08x} {}",
+                        signer.key().id,
+                        zrtt_proto::record::hex(&signer.key().public)
+                    ));
+                    (Arc::new(signer), None)
+                }
+                (None, Some(dir)) => {
+                    let mut st = VerifierStore::open(dir)?;
+                    policy.max_secs = policy.max_secs.min(secs(st.policy().max_certificate));
+                    let shared = Arc::new(SharedIssuer::new(None));
+                    store_tick(&mut st, rotate, &shared)?;
+                    match shared.get() {
+                        Some(k) => {
+                            banner = Some(format!(
+                                "verifier {:08x} {} ({})",
+                                k.current().id,
+                                zrtt_proto::record::hex(&k.current().public),
+                                st.name()
+                            ))
+                        }
+                        None => eprintln!(
+                            "zrtt pv: warning: {} has no key that can sign (zrtt pv rotate); refusing until it has",
+                            dir.display()
+                        ),
+                    }
+                    (shared.clone(), Some((st, shared)))
+                }
+                (None, None) => bail!("give --key FILE or --keystore DIR"),
             };
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
@@ -112,15 +286,37 @@ pub fn run(cmd: PvCommand) -> Result<ExitCode> {
                     .await
                     .with_context(|| format!("binding {listen}"))?;
                 println!("listening {}", l.local_addr()?);
-                println!(
-                    "verifier {:08x} {}",
-                    signer.key().id,
-                    zrtt_proto::record::hex(&signer.key().public)
-                );
+                if let Some(b) = banner {
+                    println!("{b}");
+                }
+                // A verifier key store is re-read (and rotated) in the
+                // background; the signing keys in force are replaced each time.
+                if let Some((st, shared)) = store {
+                    let st = Arc::new(std::sync::Mutex::new(st));
+                    tokio::spawn(async move {
+                        let mut tick = tokio::time::interval(refresh);
+                        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                        tick.tick().await;
+                        loop {
+                            tick.tick().await;
+                            let (st, shared) = (st.clone(), shared.clone());
+                            let r = tokio::task::spawn_blocking(move || {
+                                let mut st = st.lock().unwrap_or_else(|p| p.into_inner());
+                                store_tick(&mut st, rotate, &shared)
+                            })
+                            .await;
+                            match r {
+                                Ok(Ok(())) => {}
+                                Ok(Err(e)) => eprintln!("zrtt pv: verifier key store: {e:#}"),
+                                Err(e) => eprintln!("zrtt pv: verifier key store task: {e}"),
+                            }
+                        }
+                    });
+                }
                 let stats = Arc::new(PvStats::default());
                 zrtt_net::pv::serve(
                     l,
-                    Arc::new(signer),
+                    issuer,
                     policy,
                     zrtt_net::client::system_clock,
                     stats.clone(),
@@ -185,6 +381,34 @@ pub fn run(cmd: PvCommand) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Re-read the store (rotating it first when asked) and put its signing
+/// keys at `now` in force; says so when the current key changes. On error
+/// the keys in force stay (until they can sign no more).
+fn store_tick(st: &mut VerifierStore, rotate: bool, shared: &SharedIssuer) -> Result<()> {
+    let now = util::now();
+    st.reload_if_changed()?;
+    if rotate {
+        let r = st.rotate(now, &ring::rand::SystemRandom::new())?;
+        if r.changed() {
+            eprintln!("zrtt pv: {}: {r}", st.name());
+        }
+    }
+    let before = shared.get().map(|k| k.current());
+    let keys = st.signing_keys(now);
+    let after = keys.as_ref().map(|k| k.current());
+    if before.is_some() && before != after {
+        match after {
+            Some(k) => eprintln!("zrtt pv: {}: now signing with {:08x}", st.name(), k.id),
+            None => eprintln!(
+                "zrtt pv: {}: no key can sign; refusing certificates (zrtt pv rotate)",
+                st.name()
+            ),
+        }
+    }
+    shared.set(keys);
+    Ok(())
 }
 
 fn base64_lines(der: &[u8]) -> String {

@@ -23,7 +23,7 @@ const ADDR: IpAddr = IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1));
 
 fn policy(verifiers: &[&VerifierSigner], quorum: usize) -> TrustPolicy {
     TrustPolicy {
-        verifiers: verifiers.iter().map(|v| v.key()).collect(),
+        keys: verifiers.iter().map(|v| v.key().into()).collect(),
         quorum,
         skew_secs: 5,
     }
@@ -284,4 +284,154 @@ proptest! {
             prop_assert_eq!(encode_certificates(&certs), data);
         }
     }
+}
+
+fn trusted(v: &VerifierSigner, verifier: u32, not_before: u64, not_after: u64) -> TrustedKey {
+    TrustedKey {
+        key: v.key(),
+        verifier,
+        not_before,
+        not_after,
+    }
+}
+
+#[test]
+fn keys_of_one_verifier_count_once_and_only_while_valid() {
+    // Verifier 1 is rotating: an old key (valid until T0 + 100) and a new one.
+    let (old, new, b) = (signer(), signer(), signer());
+    let ip = IssuePolicy::default();
+    let c_old = old.issue(&ip, &CLIENT, ADDR, 3600, None, now());
+    let c_new = new.issue(&ip, &CLIENT, ADDR, 3600, None, now());
+    let c_b = b.issue(&ip, &CLIENT, ADDR, 3600, None, now());
+    let pol = TrustPolicy {
+        keys: vec![
+            trusted(&old, 1, T0 - 10, T0 + 100),
+            trusted(&new, 1, T0 - 10, T0 + 10_000),
+            trusted(&b, 2, 0, u64::MAX),
+        ],
+        quorum: 2,
+        skew_secs: 5,
+    };
+    let mut cache = VerifiedCache::new(100);
+    // Two keys of one verifier are one verifier: the quorum of two is not met.
+    assert_eq!(
+        pol.verify(
+            &[c_old.clone(), c_new.clone()],
+            ADDR,
+            Some(&CLIENT),
+            now(),
+            &mut cache
+        ),
+        Err(ProvenanceError::QuorumNotMet {
+            valid: 1,
+            needed: 2
+        })
+    );
+    // Either key of verifier 1 plus verifier 2 meets it; the second key of
+    // verifier 1 is skipped, not checked.
+    for certs in [
+        vec![c_old.clone(), c_b.clone()],
+        vec![c_new.clone(), c_old.clone(), c_b.clone()],
+    ] {
+        let ok = pol
+            .verify(
+                &certs,
+                ADDR,
+                Some(&CLIENT),
+                now(),
+                &mut VerifiedCache::new(10),
+            )
+            .unwrap();
+        assert_eq!(ok.verifiers.len(), 2);
+        assert_eq!(ok.signatures_checked, 2);
+    }
+    // Past the old key's validity its certificates no longer count (even
+    // though the certificate itself is still valid and cached), the new
+    // key's do.
+    let later = UnixTime::from_secs(T0 + 100);
+    assert_eq!(
+        pol.verify(
+            &[c_old.clone(), c_b.clone()],
+            ADDR,
+            Some(&CLIENT),
+            later,
+            &mut cache
+        ),
+        Err(ProvenanceError::VerifierKeyNotValid(old.key().id))
+    );
+    assert!(pol
+        .verify(&[c_old, c_new, c_b], ADDR, Some(&CLIENT), later, &mut cache)
+        .is_ok());
+    // Not valid yet either.
+    let early = TrustPolicy {
+        keys: vec![trusted(&b, 2, T0 + 60, T0 + 120)],
+        quorum: 1,
+        skew_secs: 5,
+    };
+    let c = b.issue(&ip, &CLIENT, ADDR, 3600, None, now());
+    assert_eq!(
+        early.verify(&[c], ADDR, Some(&CLIENT), now(), &mut cache),
+        Err(ProvenanceError::VerifierKeyNotValid(b.key().id))
+    );
+    // A configured key is its own verifier and valid at all times.
+    let k: TrustedKey = b.key().into();
+    assert_eq!(
+        (k.verifier, k.not_before, k.not_after),
+        (b.key().id, 0, u64::MAX)
+    );
+}
+
+#[test]
+fn rotation_keeps_doubling_and_no_certificate_outlives_its_key() {
+    let ip = IssuePolicy::default();
+    let old = signer();
+    let new = signer();
+    let new_key = new.key();
+    let first = old.issue(&ip, &CLIENT, ADDR, u32::MAX, None, now());
+    assert_eq!(first.duration, 1800);
+    // The new key is current; the old one is still the verifier's.
+    let until = T0 + 100_000;
+    let keys = VerifierKeys::new(new, Some(until), vec![old.key()]);
+    assert_eq!(keys.current(), new_key);
+    let t = UnixTime::from_secs(T0 + 900);
+    let c = keys
+        .issue(&ip, &CLIENT, ADDR, u32::MAX, Some(&first), t)
+        .unwrap();
+    assert_eq!(c.verifier_id, new_key.id, "signed with the current key");
+    assert_eq!(c.duration, 3600, "the old key's certificate still doubles");
+    // A certificate from an unrelated key does not.
+    let stranger = signer().issue(&ip, &CLIENT, ADDR, u32::MAX, None, now());
+    assert_eq!(
+        keys.issue(&ip, &CLIENT, ADDR, u32::MAX, Some(&stranger), t)
+            .unwrap()
+            .duration,
+        1800
+    );
+    // Near the end of the key's validity certificates get shorter ...
+    let near = UnixTime::from_secs(until - 600);
+    let c = keys
+        .issue(&ip, &CLIENT, ADDR, u32::MAX, None, near)
+        .unwrap();
+    assert_eq!(c.end(), until);
+    assert_eq!(c.duration, 600);
+    // ... and at the end there are none.
+    assert!(keys
+        .issue(
+            &ip,
+            &CLIENT,
+            ADDR,
+            u32::MAX,
+            None,
+            UnixTime::from_secs(until)
+        )
+        .is_none());
+    // Without a bound it behaves as the plain signer.
+    let plain = VerifierKeys::new(signer(), None, Vec::new());
+    assert_eq!(
+        plain
+            .issue(&ip, &CLIENT, ADDR, u32::MAX, None, now())
+            .unwrap()
+            .duration,
+        1800
+    );
 }

@@ -9,6 +9,10 @@
 //! - the signing certificate as TLSA 3 0 0 (DANE-EE, full certificate, exact
 //!   match) at the host name.
 //!
+//! Verifier key records (docs/PROTOCOL.md §11.1) have one encoding, a TXT
+//! record `v=zrttpv1 ...` at `_zrttpv.<verifier name>` ([`verifier_owner`]),
+//! with the signing certificate as TLSA 3 0 0 at the same owner.
+//!
 //! Every decoder is strict and returns a typed error; none panics.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -18,7 +22,7 @@ use base64::Engine as _;
 
 use super::{
     decode_record_list, encode_record_list, hex, Aead, KeyRecord, RecordBody, RecordError,
-    RecordFlags, SignatureAlgorithm, MAX_RECORD_LEN,
+    RecordFlags, SignatureAlgorithm, VerifierKeyBody, VerifierKeyRecord, MAX_RECORD_LEN,
 };
 use crate::codec::{Put, Reader};
 use crate::error::InvalidMessage;
@@ -37,6 +41,10 @@ pub const SVC_IPV6HINT: u16 = 6;
 
 /// The TXT tag and version.
 pub const TXT_PREFIX: &str = "v=zrtt1";
+/// The TXT tag and version of verifier key records.
+pub const VERIFIER_TXT_PREFIX: &str = "v=zrttpv1";
+/// The label under a verifier's name where its key records live.
+pub const VERIFIER_LABEL: &str = "_zrttpv";
 /// Payload bytes per AAAA address in the tunnel.
 pub const AAAA_CHUNK: usize = 14;
 /// Most AAAA addresses one tunnel may use.
@@ -302,29 +310,128 @@ pub fn txt_text(rec: &KeyRecord) -> String {
 
 /// The TXT character-strings (each at most 255 bytes) of one record.
 pub fn txt_strings(rec: &KeyRecord) -> Vec<Vec<u8>> {
-    txt_text(rec)
-        .into_bytes()
-        .chunks(255)
-        .map(<[u8]>::to_vec)
-        .collect()
+    split_strings(txt_text(rec))
 }
 
 /// TXT RDATA of one record.
 pub fn txt_rdata(rec: &KeyRecord) -> Vec<u8> {
-    let mut out = Vec::new();
-    for s in txt_strings(rec) {
-        out.put_vec_u8(&s);
-    }
-    out
+    strings_rdata(&txt_strings(rec))
 }
 
 /// Zone-file presentation of the TXT RDATA (quoted strings).
 pub fn txt_presentation(rec: &KeyRecord) -> String {
-    txt_strings(rec)
+    strings_presentation(&txt_strings(rec))
+}
+
+fn split_strings(text: String) -> Vec<Vec<u8>> {
+    text.into_bytes().chunks(255).map(<[u8]>::to_vec).collect()
+}
+
+fn strings_rdata(strings: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for s in strings {
+        out.put_vec_u8(s);
+    }
+    out
+}
+
+fn strings_presentation(strings: &[Vec<u8>]) -> String {
+    strings
         .iter()
         .map(|s| format!("\"{}\"", escape_char_string(s)))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// The concatenated character-strings of TXT RDATA.
+fn txt_concat(rdata: &[u8]) -> Result<Vec<u8>, InvalidMessage> {
+    let mut r = Reader::new(rdata);
+    let mut text = Vec::with_capacity(rdata.len());
+    while !r.is_empty() {
+        text.extend_from_slice(r.vec_u8()?);
+    }
+    Ok(text)
+}
+
+/// The fields of a zrtt TXT text after its tag: `name=value`, separated by
+/// single spaces, each expected in order.
+struct TxtFields<'a> {
+    parts: core::str::Split<'a, char>,
+}
+
+impl<'a> TxtFields<'a> {
+    /// Check the size, ASCII and the tag `<family><version>` (e.g.
+    /// `v=zrtt` `1`): another version of the family is `UnsupportedVersion`,
+    /// anything else `not_ours`.
+    fn open(
+        text: &'a [u8],
+        family: &str,
+        version: u8,
+        not_ours: &'static str,
+    ) -> Result<Self, InvalidMessage> {
+        if text.len() > 2 * MAX_RECORD_LEN {
+            return Err(InvalidMessage::Oversized {
+                len: text.len(),
+                max: 2 * MAX_RECORD_LEN,
+            });
+        }
+        let text =
+            core::str::from_utf8(text).map_err(|_| InvalidMessage::BadEncoding("TXT not ASCII"))?;
+        let mut parts = text.split(' ');
+        let v = parts.next().unwrap_or_default();
+        match v.strip_prefix(family).and_then(|n| n.parse::<u8>().ok()) {
+            Some(n) if n == version && v.len() == family.len() + 1 => Ok(Self { parts }),
+            Some(n) if n != version => Err(InvalidMessage::UnsupportedVersion(n)),
+            _ => Err(InvalidMessage::BadEncoding(not_ours)),
+        }
+    }
+
+    /// The value of the next field, which must be `name`.
+    fn field(&mut self, name: &'static str) -> Result<&'a str, InvalidMessage> {
+        let p = self.parts.next().ok_or(InvalidMessage::Truncated {
+            needed: 1,
+            available: 0,
+        })?;
+        p.strip_prefix(name)
+            .and_then(|p| p.strip_prefix('='))
+            .ok_or(InvalidMessage::BadEncoding("TXT fields out of order"))
+    }
+
+    /// No field may follow.
+    fn finish(mut self) -> Result<(), InvalidMessage> {
+        match self.parts.next() {
+            Some(_) => Err(InvalidMessage::BadEncoding("extra TXT fields")),
+            None => Ok(()),
+        }
+    }
+
+    /// `id=` as 8 lowercase hex digits.
+    fn id(&mut self, name: &'static str) -> Result<u32, InvalidMessage> {
+        let bad = InvalidMessage::BadEncoding("id must be 8 lowercase hex digits");
+        let s = self.field(name)?;
+        if s.len() != 8 || s.bytes().any(|b| b.is_ascii_uppercase()) {
+            return Err(bad);
+        }
+        u32::from_str_radix(s, 16).map_err(|_| bad)
+    }
+
+    /// `sa=` and `sg=`: the signature algorithm and the signature.
+    fn signature(&mut self) -> Result<(SignatureAlgorithm, Vec<u8>), RecordError> {
+        let alg_id = dec::<u8>(self.field("sa")?)?;
+        let sig_alg = SignatureAlgorithm::from_u8(alg_id)
+            .ok_or(RecordError::UnsupportedSignatureAlgorithm(alg_id))?;
+        let signature = B64
+            .decode(self.field("sg")?)
+            .map_err(|_| InvalidMessage::BadEncoding("signature base64"))?;
+        if signature.len() > u16::MAX as usize {
+            return Err(InvalidMessage::Oversized {
+                len: signature.len(),
+                max: u16::MAX as usize,
+            }
+            .into());
+        }
+        Ok((sig_alg, signature))
+    }
 }
 
 /// Whether a TXT RDATA claims to be a zrtt record (any version), so a
@@ -336,56 +443,19 @@ pub fn txt_is_zrtt(rdata: &[u8]) -> bool {
 
 /// Decode TXT RDATA (wire form: length-prefixed strings, concatenated).
 pub fn decode_txt_rdata(rdata: &[u8]) -> Result<KeyRecord, RecordError> {
-    let mut r = Reader::new(rdata);
-    let mut text = Vec::with_capacity(rdata.len());
-    while !r.is_empty() {
-        text.extend_from_slice(r.vec_u8()?);
-    }
-    decode_txt_text(&text)
+    decode_txt_text(&txt_concat(rdata)?)
 }
 
 /// Decode the concatenated TXT text of one record.
 pub fn decode_txt_text(text: &[u8]) -> Result<KeyRecord, RecordError> {
-    if text.len() > 2 * MAX_RECORD_LEN {
-        return Err(InvalidMessage::Oversized {
-            len: text.len(),
-            max: 2 * MAX_RECORD_LEN,
-        }
-        .into());
-    }
-    let text =
-        core::str::from_utf8(text).map_err(|_| InvalidMessage::BadEncoding("TXT not ASCII"))?;
-    let mut parts = text.split(' ');
-    let v = parts.next().unwrap_or_default();
-    if v != TXT_PREFIX {
-        return Err(
-            match v.strip_prefix("v=zrtt").and_then(|n| n.parse::<u8>().ok()) {
-                Some(n) => InvalidMessage::UnsupportedVersion(n),
-                None => InvalidMessage::BadEncoding("TXT does not start with v=zrtt1"),
-            }
-            .into(),
-        );
-    }
-    let mut field = |name: &'static str| -> Result<&str, InvalidMessage> {
-        let p = parts.next().ok_or(InvalidMessage::Truncated {
-            needed: 1,
-            available: 0,
-        })?;
-        p.strip_prefix(name)
-            .and_then(|p| p.strip_prefix('='))
-            .ok_or(InvalidMessage::BadEncoding("TXT fields out of order"))
-    };
-    let key_id_hex = field("id")?;
-    if key_id_hex.len() != 8 || key_id_hex.bytes().any(|b| b.is_ascii_uppercase()) {
-        return Err(InvalidMessage::BadEncoding("id must be 8 lowercase hex digits").into());
-    }
-    let key_id = u32::from_str_radix(key_id_hex, 16)
-        .map_err(|_| InvalidMessage::BadEncoding("id must be 8 lowercase hex digits"))?;
-    let public_key = b64_array::<32>(field("pk")?)?;
-    let not_before = dec::<u64>(field("nb")?)?;
-    let not_after = dec::<u64>(field("na")?)?;
-    let max_early_data_bytes = dec::<u32>(field("ed")?)?;
-    let aeads = field("ae")?
+    let mut f = TxtFields::open(text, "v=zrtt", 1, "TXT does not start with v=zrtt1")?;
+    let key_id = f.id("id")?;
+    let public_key = b64_array::<32>(f.field("pk")?)?;
+    let not_before = dec::<u64>(f.field("nb")?)?;
+    let not_after = dec::<u64>(f.field("na")?)?;
+    let max_early_data_bytes = dec::<u32>(f.field("ed")?)?;
+    let aeads = f
+        .field("ae")?
         .split(',')
         .map(|a| {
             dec::<u8>(a).and_then(|id| {
@@ -393,20 +463,13 @@ pub fn decode_txt_text(text: &[u8]) -> Result<KeyRecord, RecordError> {
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let flags = RecordFlags::from_bits(dec::<u16>(field("fl")?)?)
+    let flags = RecordFlags::from_bits(dec::<u16>(f.field("fl")?)?)
         .ok_or(InvalidMessage::InvalidField("undefined flag bits set"))?;
-    let provenance_quorum = dec::<u8>(field("q")?)?;
-    let name = field("n")?.to_owned();
-    let cert_sha256 = b64_array::<32>(field("cs")?)?;
-    let alg_id = dec::<u8>(field("sa")?)?;
-    let sig_alg = SignatureAlgorithm::from_u8(alg_id)
-        .ok_or(RecordError::UnsupportedSignatureAlgorithm(alg_id))?;
-    let signature = B64
-        .decode(field("sg")?)
-        .map_err(|_| InvalidMessage::BadEncoding("signature base64"))?;
-    if parts.next().is_some() {
-        return Err(InvalidMessage::BadEncoding("extra TXT fields").into());
-    }
+    let provenance_quorum = dec::<u8>(f.field("q")?)?;
+    let name = f.field("n")?.to_owned();
+    let cert_sha256 = b64_array::<32>(f.field("cs")?)?;
+    let (sig_alg, signature) = f.signature()?;
+    f.finish()?;
     let body = RecordBody {
         key_id,
         public_key,
@@ -423,15 +486,90 @@ pub fn decode_txt_text(text: &[u8]) -> Result<KeyRecord, RecordError> {
     // byte), then re-run the binary decoder so both encodings enforce
     // identical rules.
     body.validate()?;
-    if signature.len() > u16::MAX as usize {
-        return Err(InvalidMessage::Oversized {
-            len: signature.len(),
-            max: u16::MAX as usize,
-        }
-        .into());
-    }
     KeyRecord::decode(
         &KeyRecord {
+            body,
+            sig_alg,
+            signature,
+        }
+        .encode(),
+    )
+}
+
+// ------------------------------------------------------- verifier key records
+
+/// Owner name of a verifier's key records (TXT) and certificate (TLSA):
+/// `_zrttpv.<name>`.
+pub fn verifier_owner(name: &str) -> String {
+    format!("{VERIFIER_LABEL}.{}", super::normalize_name(name))
+}
+
+/// The TXT text of one verifier key record: `v=zrttpv1 id=.. pk=.. nb=..
+/// na=.. n=.. cs=.. sa=.. sg=..`, fields in this order, each once.
+pub fn verifier_txt_text(rec: &VerifierKeyRecord) -> String {
+    let b = &rec.body;
+    format!(
+        "{VERIFIER_TXT_PREFIX} id={:08x} pk={} nb={} na={} n={} cs={} sa={} sg={}",
+        b.verifier_id,
+        B64.encode(b.public_key),
+        b.not_before,
+        b.not_after,
+        b.name,
+        B64.encode(b.cert_sha256),
+        rec.sig_alg as u8,
+        B64.encode(&rec.signature),
+    )
+}
+
+/// The TXT character-strings (each at most 255 bytes) of one verifier key record.
+pub fn verifier_txt_strings(rec: &VerifierKeyRecord) -> Vec<Vec<u8>> {
+    split_strings(verifier_txt_text(rec))
+}
+
+/// TXT RDATA of one verifier key record.
+pub fn verifier_txt_rdata(rec: &VerifierKeyRecord) -> Vec<u8> {
+    strings_rdata(&verifier_txt_strings(rec))
+}
+
+/// Zone-file presentation of a verifier key record's TXT RDATA.
+pub fn verifier_txt_presentation(rec: &VerifierKeyRecord) -> String {
+    strings_presentation(&verifier_txt_strings(rec))
+}
+
+/// Whether a TXT RDATA claims to be a verifier key record (any version).
+pub fn txt_is_zrtt_verifier(rdata: &[u8]) -> bool {
+    let mut r = Reader::new(rdata);
+    r.vec_u8().is_ok_and(|first| first.starts_with(b"v=zrttpv"))
+}
+
+/// Decode the TXT RDATA of one verifier key record.
+pub fn decode_verifier_txt_rdata(rdata: &[u8]) -> Result<VerifierKeyRecord, RecordError> {
+    decode_verifier_txt_text(&txt_concat(rdata)?)
+}
+
+/// Decode the concatenated TXT text of one verifier key record; like key
+/// records, through the binary decoder, so both forms obey the same rules.
+pub fn decode_verifier_txt_text(text: &[u8]) -> Result<VerifierKeyRecord, RecordError> {
+    let mut f = TxtFields::open(text, "v=zrttpv", 1, "TXT does not start with v=zrttpv1")?;
+    let verifier_id = f.id("id")?;
+    let public_key = b64_array::<32>(f.field("pk")?)?;
+    let not_before = dec::<u64>(f.field("nb")?)?;
+    let not_after = dec::<u64>(f.field("na")?)?;
+    let name = f.field("n")?.to_owned();
+    let cert_sha256 = b64_array::<32>(f.field("cs")?)?;
+    let (sig_alg, signature) = f.signature()?;
+    f.finish()?;
+    let body = VerifierKeyBody {
+        verifier_id,
+        public_key,
+        not_before,
+        not_after,
+        name,
+        cert_sha256,
+    };
+    body.validate()?;
+    VerifierKeyRecord::decode(
+        &VerifierKeyRecord {
             body,
             sig_alg,
             signature,

@@ -1,13 +1,29 @@
-//! Key records: the server's signed, short-lived X25519 key as published in
-//! DNS (ZTLS's "Z-data", HTTPCrypt's published key).
+//! Signed records: the server's short-lived X25519 key as published in DNS
+//! (ZTLS's "Z-data", HTTPCrypt's published key), and a provenance
+//! verifier's Ed25519 key ([`verifier`]).
 //!
-//! A record is encoded once in a binary form (see docs/PROTOCOL.md §2) and
-//! carried by several DNS encodings ([`encodings`]). Decoding is syntax only
-//! ([`KeyRecord::decode`]); a client may only use a record that went through
-//! [`KeyRecord::verify`], which yields a [`VerifiedKeyRecord`].
+//! Both kinds share one machinery ([`SignedRecord`] over a [`RecordKind`]):
+//! a binary form whose first byte names the kind and version, a body that
+//! names a DNS name and the SHA-256 of the certificate whose key signs it,
+//! a validity window, and a signature by that certificate's key over a
+//! kind-specific context and the body. They are verified the same way
+//! ([`SignedRecord::verify`]): name, certificate hash, subjectAltName,
+//! signature, lifetime bound, inside the certificate's validity, then the
+//! window at `now`.
+//!
+//! A key record is encoded once in a binary form (see docs/PROTOCOL.md §2)
+//! and carried by several DNS encodings ([`encodings`]). Decoding is syntax
+//! only ([`KeyRecord::decode`]); a client may only use a record that went
+//! through [`KeyRecord::verify`], which yields a [`VerifiedKeyRecord`].
 
 pub mod cert;
 pub mod encodings;
+pub mod verifier;
+
+pub use verifier::{
+    VerifiedVerifierKeyRecord, VerifierKeyBody, VerifierKeyRecord,
+    MAX_VERIFIER_RECORD_LIFETIME_SECS, VERIFIER_RECORD_FORMAT, VERIFIER_SIGNATURE_CONTEXT,
+};
 
 use core::fmt;
 
@@ -186,38 +202,213 @@ impl fmt::Debug for RecordBody {
     }
 }
 
-/// A signed key record, parsed but not yet verified.
+/// A signed record of kind `B`, parsed but not yet verified.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct KeyRecord {
+pub struct SignedRecord<B> {
     /// The signed fields.
-    pub body: RecordBody,
+    pub body: B,
     /// Algorithm of the signing certificate key.
     pub sig_alg: SignatureAlgorithm,
-    /// The signature over [`KeyRecord::signed_bytes`].
+    /// The signature over [`SignedRecord::signed_bytes`].
     pub signature: Vec<u8>,
 }
 
-/// A record whose signature, certificate, name and validity were checked.
-/// Only this type can start a client handshake.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct VerifiedKeyRecord(KeyRecord);
+/// A signed key record (docs/PROTOCOL.md §2), parsed but not yet verified.
+pub type KeyRecord = SignedRecord<RecordBody>;
 
-impl VerifiedKeyRecord {
+/// A record whose signature, certificate, name and validity were checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verified<B>(SignedRecord<B>);
+
+/// A verified key record. Only this type can start a client handshake.
+pub type VerifiedKeyRecord = Verified<RecordBody>;
+
+impl<B> Verified<B> {
     /// The verified record.
-    pub fn record(&self) -> &KeyRecord {
+    pub fn record(&self) -> &SignedRecord<B> {
         &self.0
     }
 
     /// The verified fields.
-    pub fn body(&self) -> &RecordBody {
+    pub fn body(&self) -> &B {
         &self.0.body
     }
 
     /// Wrap a record without checking it. For servers building their own
     /// key set from keys they generated, and for tests.
-    pub fn dangerous_assume_verified(record: KeyRecord) -> Self {
+    pub fn dangerous_assume_verified(record: SignedRecord<B>) -> Self {
         Self(record)
     }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::RecordBody {}
+    impl Sealed for super::verifier::VerifierKeyBody {}
+}
+
+/// Byte 0 of every kind of record this crate knows (kind and version), so
+/// a record of one kind given to another kind's decoder is named as such.
+const KNOWN_FORMATS: [u8; 2] = [RECORD_VERSION, VERIFIER_RECORD_FORMAT];
+
+/// What one kind of signed record carries besides its signature. The
+/// encoding, signing and verification around it are shared
+/// ([`SignedRecord`]); a kind only has its own first byte, signature
+/// context, lifetime bound and fields. Sealed: the kinds are
+/// [`RecordBody`] (key records) and [`VerifierKeyBody`].
+pub trait RecordKind: sealed::Sealed + Clone + fmt::Debug + PartialEq + Eq {
+    /// Byte 0 of the binary form: kind and version.
+    const FORMAT: u8;
+    /// Domain separation for the signature input.
+    const SIGNATURE_CONTEXT: &'static [u8];
+    /// Longest validity (`not_after - not_before`) a verifier accepts.
+    const MAX_LIFETIME_SECS: u64;
+    /// Encode the fields after byte 0, up to and including `cert_sha256`.
+    fn encode_fields(&self, out: &mut Vec<u8>);
+    /// Decode what [`Self::encode_fields`] writes (syntax only).
+    fn decode_fields(r: &mut Reader<'_>) -> Result<Self, InvalidMessage>;
+    /// Check the fields a decoder checks, so encoders never emit what the
+    /// decoder refuses.
+    fn check_fields(&self) -> Result<(), InvalidMessage>;
+    /// The DNS name the record is for: lowercase, no trailing dot.
+    fn name(&self) -> &str;
+    /// SHA-256 of the DER certificate whose key signs the record.
+    fn cert_sha256(&self) -> &[u8; 32];
+    /// `(not_before, not_after)`, seconds; `not_after` exclusive.
+    fn window(&self) -> (u64, u64);
+}
+
+/// `SIGNATURE_CONTEXT || byte 0 || fields || sig_alg`: what a record of
+/// kind `B` signed with `alg` signs.
+fn signed_bytes_of<B: RecordKind>(body: &B, alg: SignatureAlgorithm) -> Vec<u8> {
+    let mut out = Vec::with_capacity(B::SIGNATURE_CONTEXT.len() + 160);
+    out.extend_from_slice(B::SIGNATURE_CONTEXT);
+    encode_body(body, &mut out);
+    out.put_u8(alg as u8);
+    out
+}
+
+fn encode_body<B: RecordKind>(body: &B, out: &mut Vec<u8>) {
+    out.put_u8(B::FORMAT);
+    body.encode_fields(out);
+}
+
+fn decode_body<B: RecordKind>(r: &mut Reader<'_>) -> Result<B, InvalidMessage> {
+    let format = r.u8()?;
+    if format != B::FORMAT {
+        return Err(if KNOWN_FORMATS.contains(&format) {
+            InvalidMessage::InvalidField("a record of another kind")
+        } else {
+            InvalidMessage::UnsupportedVersion(format)
+        });
+    }
+    let body = B::decode_fields(r)?;
+    body.check_fields()?;
+    Ok(body)
+}
+
+/// Sign `body` with a certificate key.
+fn sign_body<B: RecordKind>(
+    body: B,
+    signer: &RecordSigner,
+    rng: &dyn ring::rand::SecureRandom,
+) -> Result<SignedRecord<B>, RecordError> {
+    body.check_fields()?;
+    let alg = signer.algorithm();
+    let signature = signer.sign(&signed_bytes_of(&body, alg), rng)?;
+    Ok(SignedRecord {
+        body,
+        sig_alg: alg,
+        signature,
+    })
+}
+
+/// Whether `now` lies in `[not_before, not_after)`.
+fn check_window(not_before: u64, not_after: u64, now: UnixTime) -> Result<(), RecordError> {
+    let now = now.as_secs();
+    if now < not_before {
+        return Err(RecordError::NotYetValid { not_before, now });
+    }
+    if now >= not_after {
+        return Err(RecordError::Expired { not_after, now });
+    }
+    Ok(())
+}
+
+impl RecordKind for RecordBody {
+    const FORMAT: u8 = RECORD_VERSION;
+    const SIGNATURE_CONTEXT: &'static [u8] = SIGNATURE_CONTEXT;
+    const MAX_LIFETIME_SECS: u64 = MAX_RECORD_LIFETIME_SECS;
+
+    fn encode_fields(&self, out: &mut Vec<u8>) {
+        out.put_u32(self.key_id);
+        out.extend_from_slice(&self.public_key);
+        out.put_u64(self.not_before);
+        out.put_u64(self.not_after);
+        out.put_u32(self.max_early_data_bytes);
+        out.put_u8(self.aeads.len() as u8);
+        for a in &self.aeads {
+            out.put_u8(*a as u8);
+        }
+        out.put_u16(self.flags.bits());
+        out.put_u8(self.provenance_quorum);
+        out.put_vec_u8(self.name.as_bytes());
+        out.extend_from_slice(&self.cert_sha256);
+    }
+
+    fn decode_fields(r: &mut Reader<'_>) -> Result<Self, InvalidMessage> {
+        let key_id = r.u32()?;
+        let public_key = r.array()?;
+        let not_before = r.u64()?;
+        let not_after = r.u64()?;
+        let max_early_data_bytes = r.u32()?;
+        let n = r.u8()? as usize;
+        let mut aeads = Vec::with_capacity(n.min(2));
+        for _ in 0..n {
+            let id = r.u8()?;
+            aeads.push(Aead::from_u8(id).ok_or(InvalidMessage::InvalidField("unknown aead"))?);
+        }
+        let flags = RecordFlags::from_bits(r.u16()?)
+            .ok_or(InvalidMessage::InvalidField("undefined flag bits set"))?;
+        let provenance_quorum = r.u8()?;
+        let name = decode_name_field(r)?;
+        let cert_sha256 = r.array()?;
+        Ok(Self {
+            key_id,
+            public_key,
+            not_before,
+            not_after,
+            max_early_data_bytes,
+            aeads,
+            flags,
+            provenance_quorum,
+            name,
+            cert_sha256,
+        })
+    }
+
+    fn check_fields(&self) -> Result<(), InvalidMessage> {
+        self.validate()
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn cert_sha256(&self) -> &[u8; 32] {
+        &self.cert_sha256
+    }
+
+    fn window(&self) -> (u64, u64) {
+        (self.not_before, self.not_after)
+    }
+}
+
+/// The `u8 len || name` field; [`validate_name`] is left to `check_fields`.
+pub(crate) fn decode_name_field(r: &mut Reader<'_>) -> Result<String, InvalidMessage> {
+    Ok(core::str::from_utf8(r.vec_u8()?)
+        .map_err(|_| InvalidMessage::InvalidField("name is not ASCII"))?
+        .to_owned())
 }
 
 impl RecordBody {
@@ -244,67 +435,7 @@ impl RecordBody {
     /// The bytes the signature covers, given the algorithm that will sign:
     /// `SIGNATURE_CONTEXT || body || sig_alg`.
     pub fn signed_bytes(&self, alg: SignatureAlgorithm) -> Vec<u8> {
-        let mut out = Vec::with_capacity(SIGNATURE_CONTEXT.len() + 160);
-        out.extend_from_slice(SIGNATURE_CONTEXT);
-        self.encode_into(&mut out);
-        out.put_u8(alg as u8);
-        out
-    }
-
-    fn encode_into(&self, out: &mut Vec<u8>) {
-        out.put_u8(RECORD_VERSION);
-        out.put_u32(self.key_id);
-        out.extend_from_slice(&self.public_key);
-        out.put_u64(self.not_before);
-        out.put_u64(self.not_after);
-        out.put_u32(self.max_early_data_bytes);
-        out.put_u8(self.aeads.len() as u8);
-        for a in &self.aeads {
-            out.put_u8(*a as u8);
-        }
-        out.put_u16(self.flags.bits());
-        out.put_u8(self.provenance_quorum);
-        out.put_vec_u8(self.name.as_bytes());
-        out.extend_from_slice(&self.cert_sha256);
-    }
-
-    fn decode_from(r: &mut Reader<'_>) -> Result<Self, InvalidMessage> {
-        let version = r.u8()?;
-        if version != RECORD_VERSION {
-            return Err(InvalidMessage::UnsupportedVersion(version));
-        }
-        let key_id = r.u32()?;
-        let public_key = r.array()?;
-        let not_before = r.u64()?;
-        let not_after = r.u64()?;
-        let max_early_data_bytes = r.u32()?;
-        let n = r.u8()? as usize;
-        let mut aeads = Vec::with_capacity(n.min(2));
-        for _ in 0..n {
-            let id = r.u8()?;
-            aeads.push(Aead::from_u8(id).ok_or(InvalidMessage::InvalidField("unknown aead"))?);
-        }
-        let flags = RecordFlags::from_bits(r.u16()?)
-            .ok_or(InvalidMessage::InvalidField("undefined flag bits set"))?;
-        let provenance_quorum = r.u8()?;
-        let name = core::str::from_utf8(r.vec_u8()?)
-            .map_err(|_| InvalidMessage::InvalidField("name is not ASCII"))?
-            .to_owned();
-        let cert_sha256 = r.array()?;
-        let body = Self {
-            key_id,
-            public_key,
-            not_before,
-            not_after,
-            max_early_data_bytes,
-            aeads,
-            flags,
-            provenance_quorum,
-            name,
-            cert_sha256,
-        };
-        body.validate()?;
-        Ok(body)
+        signed_bytes_of(self, alg)
     }
 
     /// Sign this body with a certificate key.
@@ -313,40 +444,21 @@ impl RecordBody {
         signer: &RecordSigner,
         rng: &dyn ring::rand::SecureRandom,
     ) -> Result<KeyRecord, RecordError> {
-        self.validate()?;
-        let alg = signer.algorithm();
-        let signature = signer.sign(&self.signed_bytes(alg), rng)?;
-        Ok(KeyRecord {
-            body: self,
-            sig_alg: alg,
-            signature,
-        })
+        sign_body(self, signer, rng)
     }
 
     /// Whether `now` lies in `[not_before, not_after)`.
     pub fn check_validity(&self, now: UnixTime) -> Result<(), RecordError> {
-        let now = now.as_secs();
-        if now < self.not_before {
-            return Err(RecordError::NotYetValid {
-                not_before: self.not_before,
-                now,
-            });
-        }
-        if now >= self.not_after {
-            return Err(RecordError::Expired {
-                not_after: self.not_after,
-                now,
-            });
-        }
-        Ok(())
+        check_window(self.not_before, self.not_after, now)
     }
 }
 
-impl KeyRecord {
-    /// The binary form (docs/PROTOCOL.md §2).
+impl<B: RecordKind> SignedRecord<B> {
+    /// The binary form (docs/PROTOCOL.md §2 for key records, §11.1 for
+    /// verifier key records).
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(200);
-        self.body.encode_into(&mut out);
+        encode_body(&self.body, &mut out);
         out.put_u8(self.sig_alg as u8);
         out.put_vec_u16(&self.signature);
         out
@@ -362,7 +474,7 @@ impl KeyRecord {
             .into());
         }
         let mut r = Reader::new(bytes);
-        let body = RecordBody::decode_from(&mut r)?;
+        let body = decode_body::<B>(&mut r)?;
         let alg_id = r.u8()?;
         let sig_alg = SignatureAlgorithm::from_u8(alg_id)
             .ok_or(RecordError::UnsupportedSignatureAlgorithm(alg_id))?;
@@ -380,14 +492,15 @@ impl KeyRecord {
 
     /// The bytes the signature covers.
     pub fn signed_bytes(&self) -> Vec<u8> {
-        self.body.signed_bytes(self.sig_alg)
+        signed_bytes_of(&self.body, self.sig_alg)
     }
 
     /// Verify the record for `expected_name` at `now` against the DER
     /// certificate that signs it: the certificate hash, that the certificate
     /// covers the name, the signature, that the record's lifetime is at most
-    /// [`MAX_RECORD_LIFETIME_SECS`] and lies inside the certificate's
-    /// validity, then the validity window at `now`.
+    /// the kind's bound ([`MAX_RECORD_LIFETIME_SECS`] for key records) and
+    /// lies inside the certificate's validity, then the validity window at
+    /// `now`.
     ///
     /// This does not check the certificate chain; the caller decides how the
     /// certificate is trusted (web PKI, DANE, pinning).
@@ -396,21 +509,22 @@ impl KeyRecord {
         cert_der: &[u8],
         expected_name: &str,
         now: UnixTime,
-    ) -> Result<VerifiedKeyRecord, RecordError> {
+    ) -> Result<Verified<B>, RecordError> {
         let expected = normalize_name(expected_name);
-        if self.body.name != expected {
+        let name = self.body.name();
+        if name != expected {
             return Err(RecordError::WrongName {
                 expected,
-                found: self.body.name.clone(),
+                found: name.to_owned(),
             });
         }
-        if sha256(cert_der) != self.body.cert_sha256 {
+        if &sha256(cert_der) != self.body.cert_sha256() {
             return Err(RecordError::CertificateMismatch);
         }
         let der = pki_types::CertificateDer::from(cert_der);
         let cert = webpki::EndEntityCert::try_from(&der)
             .map_err(|e| RecordError::BadCertificate(e.to_string()))?;
-        let server_name = pki_types::ServerName::try_from(self.body.name.as_str())
+        let server_name = pki_types::ServerName::try_from(name)
             .map_err(|_| RecordError::BadCertificate("record name is not a DNS name".into()))?;
         cert.verify_is_valid_for_subject_name(&server_name)
             .map_err(|e| RecordError::BadCertificate(format!("does not cover the name: {e}")))?;
@@ -420,23 +534,24 @@ impl KeyRecord {
             &self.signature,
         )
         .map_err(|_| RecordError::BadSignature)?;
-        let lifetime = self.body.not_after - self.body.not_before;
-        if lifetime > MAX_RECORD_LIFETIME_SECS {
+        let (not_before, not_after) = self.body.window();
+        let lifetime = not_after - not_before;
+        if lifetime > B::MAX_LIFETIME_SECS {
             return Err(RecordError::LifetimeTooLong {
                 lifetime,
-                max: MAX_RECORD_LIFETIME_SECS,
+                max: B::MAX_LIFETIME_SECS,
             });
         }
         let (cert_nb, cert_na) =
             cert::validity(cert_der).map_err(|e| RecordError::BadCertificate(e.to_string()))?;
-        if self.body.not_before < cert_nb || self.body.not_after > cert_na {
+        if not_before < cert_nb || not_after > cert_na {
             return Err(RecordError::OutlivesCertificate {
                 cert_not_before: cert_nb,
                 cert_not_after: cert_na,
             });
         }
-        self.body.check_validity(now)?;
-        Ok(VerifiedKeyRecord(self.clone()))
+        check_window(not_before, not_after, now)?;
+        Ok(Verified(self.clone()))
     }
 }
 

@@ -7,3 +7,4 @@
 mod handshake;
 mod records;
 mod vectors;
+mod verifier_records;

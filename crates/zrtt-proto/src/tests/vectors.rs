@@ -101,6 +101,13 @@ fn compute() -> Vec<(&'static str, String)> {
             std::slice::from_ref(&rec),
         )),
     ));
+
+    // Verifier key record (§11.1): the vector verifier's key for NAME.
+    let pv = testing::vector_verifier_record();
+    v.push(("verifier_public", hex(&pv.body.public_key)));
+    v.push(("verifier_key_record", hex(&pv.encode())));
+    v.push(("verifier_key_record_signed_bytes", hex(&pv.signed_bytes())));
+    v.push(("verifier_txt_text", verifier_txt_text(&pv)));
     v
 }
 
