@@ -73,6 +73,23 @@ pub enum LabCommand {
         #[command(flatten)]
         out: OutArgs,
     },
+    /// New connections per second and server CPU per request on one core:
+    /// nginx plain HTTP, nginx TLS 1.3 (full and resumed) and the zrtt
+    /// gateway, on loopback, servers on CPU 0, load on CPU 1, beside
+    /// HTTPCrypt's figures. Writes throughput.md/.svg/.json.
+    Throughput {
+        /// Response sizes, KB.
+        #[arg(long, value_delimiter = ',', default_value = "1,10,100")]
+        sizes: Vec<usize>,
+        /// Measured seconds per cell (after a warm-up of a quarter of that, 0.5-2 s).
+        #[arg(long, default_value_t = 4.0)]
+        seconds: f64,
+        /// Connections in flight (each request on a new connection).
+        #[arg(long, default_value_t = 16)]
+        concurrency: usize,
+        #[command(flatten)]
+        out: OutArgs,
+    },
     /// ZTLS Table 3: first response with DNS (unbound on the client, in its
     /// LAN, or public; `zrtt dns` authoritative) to servers at Seoul, Tokyo
     /// and Ohio distances, cold and warm: TLS 1.3 against zrtt. Writes
@@ -182,6 +199,21 @@ pub fn run(cmd: LabCommand) -> Result<ExitCode> {
                 auth_rtt_ms: auth_rtt,
                 keep: out.keep,
             })?;
+            finish(&r, &out)
+        }
+        LabCommand::Throughput {
+            sizes,
+            seconds,
+            concurrency,
+            out,
+        } => {
+            let r =
+                crate::scenario::throughput::run(crate::scenario::throughput::ThroughputOpts {
+                    sizes_kb: sizes,
+                    seconds,
+                    concurrency,
+                    keep: out.keep,
+                })?;
             finish(&r, &out)
         }
         LabCommand::Clean => {

@@ -130,3 +130,29 @@ fn plt_saves_handshakes() {
     assert!(tfo < tcp - 25.0, "TFO {tfo} ms vs TCP {tcp} ms");
     assert!(zrtt < tls - 25.0, "zrtt {zrtt} ms vs TLS 1.3 {tls} ms");
 }
+
+#[test]
+fn throughput_serves_every_case() {
+    if skip("throughput_serves_every_case", &["nginx", "taskset"]) {
+        return;
+    }
+    let js = scenario(
+        "throughput",
+        &["--sizes", "1", "--seconds", "1", "--concurrency", "4"],
+    );
+    let cells = js["data"]["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 4, "four cases at one size");
+    for c in cells {
+        let (case, ok, failed) = (&c["case"], &c["requests_ok"], &c["requests_failed"]);
+        eprintln!(
+            "{case}: {ok} requests, {failed} failed, {} us/request",
+            c["server_us_per_request"]
+        );
+        assert!(ok.as_u64().unwrap() > 0, "{case} served nothing");
+        assert_eq!(failed.as_u64(), Some(0), "{case} had failures");
+        assert!(
+            c["server_us_per_request"].as_f64().unwrap() > 0.0,
+            "{case}: no CPU measured"
+        );
+    }
+}

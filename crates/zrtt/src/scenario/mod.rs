@@ -7,6 +7,7 @@ pub mod ladder;
 pub mod plt;
 pub mod report;
 pub mod stack;
+pub mod throughput;
 pub mod ztls;
 
 use std::process::Command;
