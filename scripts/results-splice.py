@@ -26,8 +26,8 @@ for m in re.finditer(r"<!-- BEGIN (\w+) -->", text):
     else:
         continue
     text = re.sub(
-        rf"(<!-- BEGIN {name} -->\n).*?(\n<!-- END {name} -->)",
-        lambda mm: mm.group(1) + body + mm.group(2),
+        rf"(<!-- BEGIN {name} -->\n)(?:.*?\n)?(<!-- END {name} -->)",
+        lambda mm: mm.group(1) + body + "\n" + mm.group(2),
         text,
         flags=re.S,
     )

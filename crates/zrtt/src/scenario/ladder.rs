@@ -555,7 +555,8 @@ pub fn run(o: LadderOpts) -> Result<Report> {
         if ri == 0 {
             notes.extend(w_notes);
         }
-        let _ = measure(&env, Stack::ZrttRevisit, rtt); // obtains the token
+        // A first visit (gated, unmeasured) obtains the address token.
+        let _ = stack::run_capture(zrtt_get(&env, Stack::ZrttRevisit)?);
         for _ in 0..o.samples {
             for (si, &s) in STACKS.iter().enumerate() {
                 progress.tick(&format!("RTT {rtt_ms} ms: {}", s.id()));

@@ -164,7 +164,7 @@ const H: f64 = 420.0;
 const LEFT: f64 = 70.0;
 const RIGHT: f64 = 230.0;
 const TOP: f64 = 40.0;
-const BOTTOM: f64 = 70.0;
+const BOTTOM: f64 = 95.0;
 
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -239,15 +239,24 @@ impl Chart {
                 let group = pw / cats.len().max(1) as f64;
                 let nser = self.series.len().max(1) as f64;
                 let bw = group * 0.8 / nser;
+                // Long labels in narrow groups are slanted so they do not overlap.
+                let slant = cats.iter().any(|c| c.len() as f64 * 6.5 > group);
                 for (ci, c) in cats.iter().enumerate() {
                     let gx = LEFT + group * ci as f64;
-                    let _ = writeln!(
-                        s,
-                        r#"<text x="{:.1}" y="{:.1}" font-size="11" text-anchor="middle">{}</text>"#,
-                        gx + group / 2.0,
-                        y0 + TOP + ph + 16.0,
-                        esc(c)
-                    );
+                    let (lx, ly) = (gx + group / 2.0, y0 + TOP + ph + 16.0);
+                    if slant {
+                        let _ = writeln!(
+                            s,
+                            r#"<text x="{lx:.1}" y="{ly:.1}" font-size="10" text-anchor="end" transform="rotate(-25 {lx:.1} {ly:.1})">{}</text>"#,
+                            esc(c)
+                        );
+                    } else {
+                        let _ = writeln!(
+                            s,
+                            r#"<text x="{lx:.1}" y="{ly:.1}" font-size="11" text-anchor="middle">{}</text>"#,
+                            esc(c)
+                        );
+                    }
                     for (si, ser) in self.series.iter().enumerate() {
                         let Some(v) = ser.values.get(ci).copied().flatten() else {
                             continue;

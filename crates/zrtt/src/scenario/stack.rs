@@ -448,10 +448,19 @@ pub fn check_mode(got: &str, expect: &str, what: &str) -> Result<()> {
 pub fn take_mode_notes() -> Option<String> {
     let v = std::mem::take(&mut *MODE_NOTES.lock().unwrap_or_else(|e| e.into_inner()));
     (!v.is_empty()).then(|| {
+        // Counted per distinct message, in first-seen order.
+        let mut counts: Vec<(String, usize)> = Vec::new();
+        for m in &v {
+            match counts.iter_mut().find(|(k, _)| k == m) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((m.clone(), 1)),
+            }
+        }
+        let parts: Vec<String> = counts.iter().map(|(m, n)| format!("{m} ({n}x)")).collect();
         format!(
-            "Mode labels that differ from the row's path ({}; `zrtt get` infers early against gated from timing, the times above are what was measured): {}.",
+            "Mode labels that differ from the row's path ({} samples; `zrtt get` infers early against gated from timing, the times above are what was measured): {}.",
             v.len(),
-            v.join("; ")
+            parts.join("; ")
         )
     })
 }
