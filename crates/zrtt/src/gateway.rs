@@ -100,6 +100,10 @@ pub struct GatewayArgs {
     /// to 50x: read docs/PROTOCOL.md §8 first. At most 65518.
     #[arg(long, default_value_t = 0)]
     proven_window: usize,
+    /// Log level on stderr: error, warn, info, debug (debug: why each
+    /// token or certificate was refused, overload fallbacks).
+    #[arg(long, default_value = "info")]
+    log_level: tracing::Level,
     /// Longest wait for an unproven client's TCP handshake before dropping it.
     #[arg(long, default_value = "3s", value_parser = util::parse_duration)]
     gate_timeout: Duration,
@@ -329,6 +333,7 @@ fn next_lookup(every: Duration, failed: bool) -> Duration {
 }
 
 pub fn run(a: GatewayArgs) -> Result<ExitCode> {
+    crate::dns::init_logging(a.log_level);
     let mut store = a.keystore.as_deref().map(KeyStore::open).transpose()?;
     let (keys, cert_path, cert_key_path) = match store.as_mut() {
         Some(ks) => (
@@ -363,6 +368,24 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
     ring::rand::SecureRandom::fill(&rng, &mut secret)
         .map_err(|_| anyhow::anyhow!("OS random number generator failed"))?;
     let replay = BloomReplayFilter::new(ReplayConfig::default(), secret, util::now());
+    let answers_early = a.token_key.is_some()
+        || !trusted.is_empty()
+        || !a.verifiers.is_empty()
+        || !a.pv_dns.verifier_names.is_empty();
+    if answers_early {
+        // docs/PROTOCOL.md §7: a flight replayed to another gateway of a
+        // fleet is accepted there once more; answered early, each replay
+        // reflects up to the pre-handshake budget.
+        tracing::warn!(
+            "this gateway answers proven clients before the handshake with a replay filter local to this process: gateways sharing these keys must not also answer early (docs/PROTOCOL.md §7)"
+        );
+    }
+    if a.proven_window > 0 {
+        tracing::warn!(
+            "--proven-window {}: proven clients may receive that much before their handshake completes; read docs/PROTOCOL.md §8 on reflection from stale proofs",
+            a.proven_window
+        );
+    }
     let shared_keys = Arc::new(RwLock::new(keys));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -410,11 +433,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         if !gw.fast_open() {
             eprintln!("zrtt gateway: warning: listener without TCP Fast Open");
         }
-        if let Some(v) = zrtt_net::tfo::fast_open_sysctl().filter(|v| v & 2 == 0) {
-            eprintln!(
-                "zrtt gateway: warning: net.ipv4.tcp_fastopen={v} lacks 0x2; SYN data is ignored (set 3)"
-            );
-        }
+        // A missing net.ipv4.tcp_fastopen bit 0x2 is logged by the gateway itself.
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let admin = match a.admin {
             Some(addr) => {
@@ -468,7 +487,9 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
                     })
                     .await;
                     match fresh {
-                        Ok(Ok(cfg)) => *shared_keys.write().unwrap_or_else(|p| p.into_inner()) = cfg,
+                        Ok(Ok(cfg)) => {
+                            *shared_keys.write().unwrap_or_else(|p| p.into_inner()) = cfg
+                        }
                         Ok(Err(e)) => eprintln!("zrtt gateway: key store: {e:#}"),
                         Err(e) => eprintln!("zrtt gateway: key store task: {e}"),
                     }
