@@ -404,8 +404,131 @@ impl StoredKey {
 }
 
 /// What changed the files a store is read from (for `reload_if_changed`).
+/// Modification times and sizes of a store's files, to notice changes made
+/// by another process cheaply (four `stat` calls).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
-struct Fingerprint(Vec<(Option<SystemTime>, u64)>);
+pub(crate) struct Fingerprint(Vec<(Option<SystemTime>, u64)>);
+
+impl Fingerprint {
+    /// `keys/`, the policy file `config_file`, the certificate and its key.
+    pub(crate) fn of(dir: &Path, config_file: &str) -> Self {
+        let stat = |p: PathBuf| {
+            fs::metadata(p)
+                .map(|m| (m.modified().ok(), m.len()))
+                .unwrap_or((None, 0))
+        };
+        Fingerprint(vec![
+            stat(dir.join(KEYS_DIR)),
+            stat(dir.join(config_file)),
+            stat(dir.join(CERT_FILE)),
+            stat(dir.join(CERT_KEY_FILE)),
+        ])
+    }
+}
+
+/// Creates a store directory (mode 0700, with `keys/`) for `name`: checks
+/// that `cert_pem` and `cert_key_pem` sign records for it, copies them, and
+/// writes the policy `config` to `config_file`. Refuses a directory that
+/// already holds a store. Returns the normalised name.
+pub(crate) fn init_store_dir(
+    dir: &Path,
+    config_file: &str,
+    name: &str,
+    cert_pem: &Path,
+    cert_key_pem: &Path,
+    config: impl FnOnce(&str) -> String,
+) -> Result<String, KeyStoreError> {
+    let config_path = dir.join(config_file);
+    if config_path.exists() {
+        return Err(KeyStoreError::AlreadyExists(dir.to_owned()));
+    }
+    let name = record::normalize_name(name);
+    record::validate_name(&name).map_err(|e| KeyStoreError::Config {
+        path: config_path.clone(),
+        reason: format!("name {name:?}: {e}"),
+    })?;
+    // Check the pair before copying anything (the copy gets mode 0600
+    // whatever the source's mode).
+    load_signer(cert_pem, cert_key_pem, &name, false)?;
+    let cert = fs::read(cert_pem).map_err(|e| KeyStoreError::io(cert_pem, e))?;
+    let key = fs::read(cert_key_pem).map_err(|e| KeyStoreError::io(cert_key_pem, e))?;
+    create_private_dir(dir)?;
+    create_private_dir(&dir.join(KEYS_DIR))?;
+    let write = |p: PathBuf, data: &[u8], private: bool| {
+        fsutil::write_atomic(&p, data, private).map_err(|e| KeyStoreError::io(&p, e))
+    };
+    write(dir.join(CERT_FILE), &cert, false)?;
+    write(dir.join(CERT_KEY_FILE), &key, true)?;
+    write(config_path, config(&name).as_bytes(), false)?;
+    Ok(name)
+}
+
+/// Runs `f` holding the exclusive rotation lock of the store in `dir`, so
+/// that several rotators (the DNS server, a gateway or verifier, a timer)
+/// can share one store.
+pub(crate) fn with_rotation_lock<T>(
+    dir: &Path,
+    f: impl FnOnce() -> Result<T, KeyStoreError>,
+) -> Result<T, KeyStoreError> {
+    let lock_path = dir.join(KEYS_DIR).join(LOCK_FILE);
+    let lock = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| KeyStoreError::io(&lock_path, e))?;
+    lock.lock().map_err(|e| KeyStoreError::io(&lock_path, e))?;
+    let result = f();
+    drop(lock);
+    result
+}
+
+/// `keys/<id>.<ext>` in the store `dir`.
+pub(crate) fn key_file(dir: &Path, id: u32, ext: &str) -> PathBuf {
+    dir.join(KEYS_DIR).join(format!("{id:08x}.{ext}"))
+}
+
+/// Files of one kind in a store's `keys/`, by id.
+pub(crate) type KeyFiles = BTreeMap<u32, PathBuf>;
+
+/// The files in a store's `keys/`: records and private keys by id (temporary
+/// files and the lock skipped, anything else ignored with a warning).
+pub(crate) fn list_key_files(dir: &Path) -> Result<(KeyFiles, KeyFiles), KeyStoreError> {
+    let kdir = dir.join(KEYS_DIR);
+    let entries = fs::read_dir(&kdir).map_err(|e| KeyStoreError::io(&kdir, e))?;
+    let mut records: BTreeMap<u32, PathBuf> = BTreeMap::new();
+    let mut privs: BTreeMap<u32, PathBuf> = BTreeMap::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| KeyStoreError::io(&kdir, e))?;
+        let path = entry.path();
+        let Some(fname) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if fname.starts_with('.') {
+            continue; // temporary files and the lock
+        }
+        let parsed = fname.split_once('.').and_then(|(stem, ext)| {
+            let hex_ok = stem.len() == 8
+                && stem
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+            let id = u32::from_str_radix(stem, 16).ok().filter(|_| hex_ok)?;
+            matches!(ext, "key" | "record").then_some((id, ext == "key"))
+        });
+        let Some((id, is_key)) = parsed else {
+            tracing::warn!(
+                "{}: ignored (not <keyid>.key or <keyid>.record)",
+                path.display()
+            );
+            continue;
+        };
+        let map = if is_key { &mut privs } else { &mut records };
+        if map.insert(id, path.clone()).is_some() {
+            return Err(KeyStoreError::DuplicateKeyId { path, key_id: id });
+        }
+    }
+    Ok((records, privs))
+}
 
 /// The key store (see the module docs).
 pub struct KeyStore {
@@ -663,29 +786,10 @@ impl KeyStore {
         cert_key_pem: &Path,
         policy: Policy,
     ) -> Result<Self, KeyStoreError> {
-        let config_path = dir.join(CONFIG_FILE);
-        if config_path.exists() {
-            return Err(KeyStoreError::AlreadyExists(dir.to_owned()));
-        }
         policy.validate()?;
-        let name = record::normalize_name(name);
-        record::validate_name(&name).map_err(|e| KeyStoreError::Config {
-            path: config_path.clone(),
-            reason: format!("name {name:?}: {e}"),
+        init_store_dir(dir, CONFIG_FILE, name, cert_pem, cert_key_pem, |n| {
+            policy.to_toml(n)
         })?;
-        // Check the pair before copying anything (the copy gets mode 0600
-        // whatever the source's mode).
-        load_signer(cert_pem, cert_key_pem, &name, false)?;
-        let cert = fs::read(cert_pem).map_err(|e| KeyStoreError::io(cert_pem, e))?;
-        let key = fs::read(cert_key_pem).map_err(|e| KeyStoreError::io(cert_key_pem, e))?;
-        create_private_dir(dir)?;
-        create_private_dir(&dir.join(KEYS_DIR))?;
-        let write = |p: PathBuf, data: &[u8], private: bool| {
-            fsutil::write_atomic(&p, data, private).map_err(|e| KeyStoreError::io(&p, e))
-        };
-        write(dir.join(CERT_FILE), &cert, false)?;
-        write(dir.join(CERT_KEY_FILE), &key, true)?;
-        write(config_path, policy.to_toml(&name).as_bytes(), false)?;
         Self::open(dir)
     }
 
@@ -700,17 +804,8 @@ impl KeyStore {
         now: UnixTime,
         rng: &dyn KeyStoreRandom,
     ) -> Result<RotationReport, KeyStoreError> {
-        let lock_path = self.dir.join(KEYS_DIR).join(LOCK_FILE);
-        let lock = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| KeyStoreError::io(&lock_path, e))?;
-        lock.lock().map_err(|e| KeyStoreError::io(&lock_path, e))?;
-        let result = self.rotate_locked(now, rng);
-        drop(lock);
-        result
+        let dir = self.dir.clone();
+        with_rotation_lock(&dir, || self.rotate_locked(now, rng))
     }
 
     fn rotate_locked(
@@ -1081,71 +1176,20 @@ impl KeyStore {
     }
 
     fn fingerprint(&self) -> Fingerprint {
-        let stat = |p: PathBuf| {
-            fs::metadata(p)
-                .map(|m| (m.modified().ok(), m.len()))
-                .unwrap_or((None, 0))
-        };
-        Fingerprint(vec![
-            stat(self.dir.join(KEYS_DIR)),
-            stat(self.dir.join(CONFIG_FILE)),
-            stat(self.dir.join(CERT_FILE)),
-            stat(self.dir.join(CERT_KEY_FILE)),
-        ])
+        Fingerprint::of(&self.dir, CONFIG_FILE)
     }
 
     fn key_path(&self, id: u32) -> PathBuf {
-        self.dir.join(KEYS_DIR).join(format!("{id:08x}.key"))
+        key_file(&self.dir, id, "key")
     }
 
     fn record_path(&self, id: u32) -> PathBuf {
-        self.dir.join(KEYS_DIR).join(format!("{id:08x}.record"))
+        key_file(&self.dir, id, "record")
     }
 
     /// Read `keys/`: the stored keys, and private keys without a record.
     fn scan_keys(&self) -> Result<(Vec<StoredKey>, Vec<PathBuf>), KeyStoreError> {
-        let kdir = self.dir.join(KEYS_DIR);
-        let entries = fs::read_dir(&kdir).map_err(|e| KeyStoreError::io(&kdir, e))?;
-        let mut records: BTreeMap<u32, PathBuf> = BTreeMap::new();
-        let mut privs: BTreeMap<u32, PathBuf> = BTreeMap::new();
-        for entry in entries {
-            let entry = entry.map_err(|e| KeyStoreError::io(&kdir, e))?;
-            let path = entry.path();
-            let Some(fname) = path.file_name().and_then(|n| n.to_str()) else {
-                continue;
-            };
-            if fname.starts_with('.') {
-                continue; // temporary files and the lock
-            }
-            let Some((stem, ext)) = fname.split_once('.') else {
-                tracing::warn!(
-                    "{}: ignored (not <keyid>.key or <keyid>.record)",
-                    path.display()
-                );
-                continue;
-            };
-            let id = (stem.len() == 8
-                && stem
-                    .bytes()
-                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
-            .then(|| u32::from_str_radix(stem, 16).ok())
-            .flatten();
-            let (Some(id), "key" | "record") = (id, ext) else {
-                tracing::warn!(
-                    "{}: ignored (not <keyid>.key or <keyid>.record)",
-                    path.display()
-                );
-                continue;
-            };
-            let map = if ext == "key" {
-                &mut privs
-            } else {
-                &mut records
-            };
-            if map.insert(id, path.clone()).is_some() {
-                return Err(KeyStoreError::DuplicateKeyId { path, key_id: id });
-            }
-        }
+        let (records, mut privs) = list_key_files(&self.dir)?;
         let mut keys = Vec::with_capacity(records.len());
         let mut seen_public: BTreeMap<[u8; 32], u32> = BTreeMap::new();
         for (id, path) in &records {

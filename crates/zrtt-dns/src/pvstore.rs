@@ -28,10 +28,9 @@
 //! Time is always passed in: the store never reads a clock.
 
 use core::fmt;
-use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use serde::Deserialize;
 use zrtt_proto::provenance::{VerifierKey, VerifierKeys, VerifierSigner};
@@ -42,8 +41,9 @@ use zrtt_proto::record::{
 use zrtt_proto::{RecordError, UnixTime};
 
 use crate::keystore::{
-    check_private_mode, create_private_dir, load_signer, DurationSpec, KeyStoreError,
-    KeyStoreRandom, RotationReport, CERT_FILE, CERT_KEY_FILE, KEYS_DIR, LOCK_FILE,
+    check_private_mode, init_store_dir, key_file, list_key_files, load_signer, with_rotation_lock,
+    DurationSpec, Fingerprint, KeyStoreError, KeyStoreRandom, RotationReport, CERT_FILE,
+    CERT_KEY_FILE,
 };
 use crate::{fmt_time, fsutil, keyfile};
 
@@ -204,9 +204,6 @@ impl StoredKey {
         self.pkcs8.is_some() && self.not_before() <= now && now < self.sign_until()
     }
 }
-
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-struct Fingerprint(Vec<(Option<SystemTime>, u64)>);
 
 /// The verifier key store (see the module docs).
 pub struct VerifierStore {
@@ -391,27 +388,15 @@ impl VerifierStore {
         cert_key_pem: &Path,
         policy: VerifierPolicy,
     ) -> Result<Self, KeyStoreError> {
-        let config_path = dir.join(VERIFIER_CONFIG_FILE);
-        if config_path.exists() {
-            return Err(KeyStoreError::AlreadyExists(dir.to_owned()));
-        }
         policy.validate()?;
-        let name = record::normalize_name(name);
-        record::validate_name(&name).map_err(|e| KeyStoreError::Config {
-            path: config_path.clone(),
-            reason: format!("name {name:?}: {e}"),
-        })?;
-        load_signer(cert_pem, cert_key_pem, &name, false)?;
-        let cert = fs::read(cert_pem).map_err(|e| KeyStoreError::io(cert_pem, e))?;
-        let key = fs::read(cert_key_pem).map_err(|e| KeyStoreError::io(cert_key_pem, e))?;
-        create_private_dir(dir)?;
-        create_private_dir(&dir.join(KEYS_DIR))?;
-        let write = |p: PathBuf, data: &[u8], private: bool| {
-            fsutil::write_atomic(&p, data, private).map_err(|e| KeyStoreError::io(&p, e))
-        };
-        write(dir.join(CERT_FILE), &cert, false)?;
-        write(dir.join(CERT_KEY_FILE), &key, true)?;
-        write(config_path, policy.to_toml(&name).as_bytes(), false)?;
+        init_store_dir(
+            dir,
+            VERIFIER_CONFIG_FILE,
+            name,
+            cert_pem,
+            cert_key_pem,
+            |n| policy.to_toml(n),
+        )?;
         Self::open(dir)
     }
 
@@ -426,17 +411,8 @@ impl VerifierStore {
         now: UnixTime,
         rng: &dyn KeyStoreRandom,
     ) -> Result<RotationReport, KeyStoreError> {
-        let lock_path = self.dir.join(KEYS_DIR).join(LOCK_FILE);
-        let lock = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| KeyStoreError::io(&lock_path, e))?;
-        lock.lock().map_err(|e| KeyStoreError::io(&lock_path, e))?;
-        let result = self.rotate_locked(now, rng);
-        drop(lock);
-        result
+        let dir = self.dir.clone();
+        with_rotation_lock(&dir, || self.rotate_locked(now, rng))
     }
 
     fn rotate_locked(
@@ -772,59 +748,20 @@ impl VerifierStore {
     }
 
     fn fingerprint(&self) -> Fingerprint {
-        let stat = |p: PathBuf| {
-            fs::metadata(p)
-                .map(|m| (m.modified().ok(), m.len()))
-                .unwrap_or((None, 0))
-        };
-        Fingerprint(vec![
-            stat(self.dir.join(KEYS_DIR)),
-            stat(self.dir.join(VERIFIER_CONFIG_FILE)),
-            stat(self.dir.join(CERT_FILE)),
-            stat(self.dir.join(CERT_KEY_FILE)),
-        ])
+        Fingerprint::of(&self.dir, VERIFIER_CONFIG_FILE)
     }
 
     fn key_path(&self, id: u32) -> PathBuf {
-        self.dir.join(KEYS_DIR).join(format!("{id:08x}.key"))
+        key_file(&self.dir, id, "key")
     }
 
     fn record_path(&self, id: u32) -> PathBuf {
-        self.dir.join(KEYS_DIR).join(format!("{id:08x}.record"))
+        key_file(&self.dir, id, "record")
     }
 
     /// Read `keys/`: the stored keys, and private keys without a record.
     fn scan_keys(&self) -> Result<(Vec<StoredKey>, Vec<PathBuf>), KeyStoreError> {
-        let kdir = self.dir.join(KEYS_DIR);
-        let entries = fs::read_dir(&kdir).map_err(|e| KeyStoreError::io(&kdir, e))?;
-        let mut records: BTreeMap<u32, PathBuf> = BTreeMap::new();
-        let mut privs: BTreeMap<u32, PathBuf> = BTreeMap::new();
-        for entry in entries {
-            let entry = entry.map_err(|e| KeyStoreError::io(&kdir, e))?;
-            let path = entry.path();
-            let Some(fname) = path.file_name().and_then(|n| n.to_str()) else {
-                continue;
-            };
-            if fname.starts_with('.') {
-                continue; // temporary files and the lock
-            }
-            let parsed = fname.split_once('.').and_then(|(stem, ext)| {
-                let hex_ok = stem.len() == 8
-                    && stem
-                        .bytes()
-                        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-                let id = u32::from_str_radix(stem, 16).ok().filter(|_| hex_ok)?;
-                matches!(ext, "key" | "record").then_some((id, ext == "key"))
-            });
-            let Some((id, is_key)) = parsed else {
-                tracing::warn!("{}: ignored (not <id>.key or <id>.record)", path.display());
-                continue;
-            };
-            let map = if is_key { &mut privs } else { &mut records };
-            if map.insert(id, path.clone()).is_some() {
-                return Err(KeyStoreError::DuplicateKeyId { path, key_id: id });
-            }
-        }
+        let (records, mut privs) = list_key_files(&self.dir)?;
         let mut keys = Vec::with_capacity(records.len());
         for (id, path) in &records {
             let data = fs::read(path).map_err(|e| KeyStoreError::io(path, e))?;
