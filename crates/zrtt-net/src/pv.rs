@@ -83,28 +83,6 @@ impl Issuer for VerifierSigner {
     }
 }
 
-impl Issuer for VerifierKeys {
-    fn issue(
-        &self,
-        policy: &IssuePolicy,
-        client_static: &[u8; 32],
-        address: IpAddr,
-        requested_secs: u32,
-        previous: Option<&Certificate>,
-        now: UnixTime,
-    ) -> Option<Certificate> {
-        VerifierKeys::issue(
-            self,
-            policy,
-            client_static,
-            address,
-            requested_secs,
-            previous,
-            now,
-        )
-    }
-}
-
 /// Keys replaced while serving: a verifier key store's signing keys, set
 /// again after every reload or rotation ([`SharedIssuer::set`]).
 #[derive(Debug, Default)]

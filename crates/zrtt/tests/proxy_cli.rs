@@ -55,25 +55,7 @@ fn spawn(dir: &Path, args: &[&str]) -> Guard {
 fn proxy_sends_zrtt_hosts_over_zrtt_and_passes_others_through() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    ok(dir, &["keys", "cert", "--name", HOST, "--out-dir", "."]);
-    ok(dir, &["keys", "generate", "--out", "k1.key"]);
-    ok(
-        dir,
-        &[
-            "keys",
-            "sign",
-            "--key",
-            "k1.key",
-            "--cert",
-            "cert.pem",
-            "--cert-key",
-            "cert.key",
-            "--name",
-            HOST,
-            "--out",
-            "k1.rec",
-        ],
-    );
+    key_and_record(dir, HOST);
     let plain = backend();
     let (gw_port, admin_port, proxy_port) = (free_port(), free_port(), free_port());
     let gw = format!("127.0.0.1:{gw_port}");
@@ -172,25 +154,7 @@ fn proxy_sends_zrtt_hosts_over_zrtt_and_passes_others_through() {
 fn proxy_carries_provenance_certificates_it_refreshes_in_the_background() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    ok(dir, &["keys", "cert", "--name", HOST, "--out-dir", "."]);
-    ok(dir, &["keys", "generate", "--out", "k1.key"]);
-    ok(
-        dir,
-        &[
-            "keys",
-            "sign",
-            "--key",
-            "k1.key",
-            "--cert",
-            "cert.pem",
-            "--cert-key",
-            "cert.key",
-            "--name",
-            HOST,
-            "--out",
-            "k1.rec",
-        ],
-    );
+    key_and_record(dir, HOST);
     let keygen = ok(dir, &["pv", "keygen", "--out", "pv.key"]);
     let pv_hex = keygen
         .lines()

@@ -73,25 +73,7 @@ fn gateway_trusts_the_keys_a_verifier_publishes_in_dns_and_nothing_else() {
     let dir = tmp.path();
     // The gateway's key and record (from files), and the verifier's
     // certificate for its own name, from another CA.
-    ok(dir, &["keys", "cert", "--name", HOST, "--out-dir", "."]);
-    ok(dir, &["keys", "generate", "--out", "k1.key"]);
-    ok(
-        dir,
-        &[
-            "keys",
-            "sign",
-            "--key",
-            "k1.key",
-            "--cert",
-            "cert.pem",
-            "--cert-key",
-            "cert.key",
-            "--name",
-            HOST,
-            "--out",
-            "k1.rec",
-        ],
-    );
+    key_and_record(dir, HOST);
     ok(dir, &["keys", "cert", "--name", PV, "--out-dir", "pvpki"]);
     ok(
         dir,
@@ -312,25 +294,7 @@ fn gateway_trusts_the_keys_a_verifier_publishes_in_dns_and_nothing_else() {
 fn gateway_serves_when_the_verifier_lookup_fails() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    ok(dir, &["keys", "cert", "--name", HOST, "--out-dir", "."]);
-    ok(dir, &["keys", "generate", "--out", "k1.key"]);
-    ok(
-        dir,
-        &[
-            "keys",
-            "sign",
-            "--key",
-            "k1.key",
-            "--cert",
-            "cert.pem",
-            "--cert-key",
-            "cert.key",
-            "--name",
-            HOST,
-            "--out",
-            "k1.rec",
-        ],
-    );
+    key_and_record(dir, HOST);
     // A DNS server that never answers.
     let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let dns = silent.local_addr().unwrap().to_string();

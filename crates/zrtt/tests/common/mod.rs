@@ -61,3 +61,27 @@ pub fn backend() -> SocketAddr {
     });
     addr
 }
+
+/// In `dir`: a test CA and certificate for `host` (`cert.pem`, `cert.key`,
+/// `ca.pem`), a semi-static key `k1.key` and its signed record `k1.rec`.
+pub fn key_and_record(dir: &Path, host: &str) {
+    ok(dir, &["keys", "cert", "--name", host, "--out-dir", "."]);
+    ok(dir, &["keys", "generate", "--out", "k1.key"]);
+    ok(
+        dir,
+        &[
+            "keys",
+            "sign",
+            "--key",
+            "k1.key",
+            "--cert",
+            "cert.pem",
+            "--cert-key",
+            "cert.key",
+            "--name",
+            host,
+            "--out",
+            "k1.rec",
+        ],
+    );
+}
