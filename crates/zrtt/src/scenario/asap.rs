@@ -9,7 +9,6 @@
 //! trial inherits a congestion window or ssthresh from an earlier one.
 
 use std::net::SocketAddr;
-use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
@@ -104,33 +103,19 @@ fn fetch(
             stack::run_capture(c)?
         }
         Kind::ZrttProven | Kind::ZrttUnproven | Kind::ZrttWindow => {
-            let exe = std::env::current_exe()?;
-            let mut c: Command = lab.command("client", exe)?;
-            c.arg("get");
             let port = match k {
                 Kind::ZrttUnproven => GW_PLAIN,
-                _ => {
-                    c.arg("--pv-state").arg(pv);
-                    if k == Kind::ZrttWindow {
-                        GW_WINDOW
-                    } else {
-                        GW_PROVEN
-                    }
-                }
+                Kind::ZrttWindow => GW_WINDOW,
+                _ => GW_PROVEN,
             };
-            c.args(["-o", "/dev/null", "-m", "30s", "--zrtt-only", "--cacert"])
-                .arg(&site.ca)
-                .arg("--cert")
-                .arg(&site.cert)
-                .arg("--record")
-                .arg(&site.records)
-                .args([
-                    "--resolve",
-                    &format!("{NAME}:{port}:{server}"),
-                    "-w",
-                    "%{time_starttransfer} %{time_total} %{http_code} %{size_download} %{zrtt_mode}",
-                    &format!("https://{NAME}:{port}/{path}"),
-                ]);
+            let mut c = stack::zrtt_get(lab, "client", site, server, port, &format!("/{path}"))?;
+            c.args([
+                "-w",
+                "%{time_starttransfer} %{time_total} %{http_code} %{size_download} %{zrtt_mode}",
+            ]);
+            if k != Kind::ZrttUnproven {
+                c.arg("--pv-state").arg(pv);
+            }
             stack::run_capture(c)?
         }
     };

@@ -249,34 +249,21 @@ fn gtlsclient(env: &Env, resume: bool) -> Command {
 }
 
 fn zrtt_get(env: &Env, s: Stack) -> Result<Command> {
-    let exe = std::env::current_exe()?;
-    let mut c = env.lab.command("client", exe)?;
-    c.arg("get");
-    let port = match s {
-        Stack::ZrttProven => {
-            c.arg("--pv-state").arg(&env.pv_state);
-            GW_PROVEN
-        }
-        Stack::ZrttRevisit => {
-            c.arg("--token-state").arg(&env.token_state);
-            GW_TOKENS
-        }
-        _ => GW_TOKENS,
+    let port = if s == Stack::ZrttProven {
+        GW_PROVEN
+    } else {
+        GW_TOKENS
     };
-    c.args(["-o", "/dev/null", "-m", "15s", "--cacert"])
-        .arg(&env.site.ca)
-        .arg("--cert")
-        .arg(&env.site.cert)
-        .arg("--record")
-        .arg(&env.site.records)
-        .args([
-            "--zrtt-only",
-            "--resolve",
-            &format!("{NAME}:{port}:{}", env.server),
-            "-w",
-            "%{time_starttransfer} %{http_code} %{zrtt_mode} %{syn_data}",
-            &format!("https://{NAME}:{port}/"),
-        ]);
+    let mut c = stack::zrtt_get(env.lab, "client", env.site, env.server, port, "/")?;
+    c.args([
+        "-w",
+        "%{time_starttransfer} %{http_code} %{zrtt_mode} %{syn_data}",
+    ]);
+    match s {
+        Stack::ZrttProven => c.arg("--pv-state").arg(&env.pv_state),
+        Stack::ZrttRevisit => c.arg("--token-state").arg(&env.token_state),
+        _ => &mut c,
+    };
     Ok(c)
 }
 

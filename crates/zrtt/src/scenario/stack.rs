@@ -386,6 +386,40 @@ pub fn sysctl(lab: &Lab, hosts: &[&str], name: &str, value: &str) -> Result<()> 
     Ok(())
 }
 
+/// `zrtt get` in `host` for `https://<site>:<port><path>` at `server`,
+/// zrtt only, with the site's key records from files (no DNS), the body
+/// discarded; callers add `-w` and state options.
+pub fn zrtt_get(
+    lab: &Lab,
+    host: &str,
+    site: &Site,
+    server: Ipv4Addr,
+    port: u16,
+    path: &str,
+) -> Result<Command> {
+    let mut c = lab.command(host, std::env::current_exe()?)?;
+    c.args([
+        "get",
+        "-o",
+        "/dev/null",
+        "-m",
+        "30s",
+        "--zrtt-only",
+        "--cacert",
+    ])
+    .arg(&site.ca)
+    .arg("--cert")
+    .arg(&site.cert)
+    .arg("--record")
+    .arg(&site.records)
+    .args([
+        "--resolve",
+        &format!("{}:{port}:{server}", site.name),
+        &format!("https://{}:{port}{path}", site.name),
+    ]);
+    Ok(c)
+}
+
 /// Waits (up to 15 s) until a TCP connect from `host` to `addr` succeeds.
 pub fn wait_listening(lab: &Lab, host: &str, addr: SocketAddr) -> Result<()> {
     let ok = lab.in_host(host, move || {
