@@ -3,7 +3,9 @@
 //! - [`record`]: signed key records and their DNS encodings;
 //! - [`handshake`]: the one-round-trip Noise handshake and the channel after it;
 //! - [`replay`]: the first-flight replay filter;
-//! - [`crypto`]: the randomness seam and X25519 key pairs.
+//! - [`crypto`]: the randomness seam and X25519 key pairs;
+//! - [`admission`]: who may be answered before the TCP handshake, and with
+//!   how many bytes (proofs of address, tokens, the amplification budget).
 //!
 //! No sockets, no clock, no OS randomness: every entry point takes the time
 //! ([`UnixTime`]) and a [`crypto::SecureRandom`] as arguments. The wire
@@ -13,6 +15,7 @@
 #![warn(missing_docs)]
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod admission;
 pub mod codec;
 pub mod crypto;
 pub mod error;

@@ -76,6 +76,10 @@ pub enum ProvenanceError {
     /// Certificates need an IK flight (a client static key).
     #[error("provenance needs a client static key (Noise IK)")]
     NoStaticKey,
+    /// The gateway's rate of signature checks is used up (overload,
+    /// ASAP §2.5): the flight is served as unproven, never refused.
+    #[error("certificate check rate exceeded")]
+    CheckRateExceeded,
     /// Fewer valid certificates from distinct trusted verifiers than the quorum.
     #[error("quorum not met: {valid} valid of {needed} needed")]
     QuorumNotMet {
@@ -564,7 +568,60 @@ impl TrustPolicy {
         now: UnixTime,
         cache: &mut VerifiedCache,
     ) -> Result<QuorumOk, ProvenanceError> {
+        let cache = std::cell::RefCell::new(cache);
+        self.verify_with(
+            certs,
+            peer,
+            client_static,
+            now,
+            &mut |k, now_s| cache.borrow().hit(k, now_s),
+            &mut || true,
+            &mut |k, end, now_s| cache.borrow_mut().insert(k, end, now_s),
+        )
+    }
+
+    /// [`Self::verify`] for a gateway serving many connections at once:
+    /// the shared `cache` is locked only to look a certificate up and to
+    /// record it, never across a signature check, and `may_check` is asked
+    /// before each signature check (a rate limit on checks, not on flights:
+    /// a flight whose certificates are all cached costs none). When it
+    /// refuses, the result is [`ProvenanceError::CheckRateExceeded`].
+    pub fn verify_shared(
+        &self,
+        certs: &[Certificate],
+        peer: IpAddr,
+        client_static: Option<&[u8; 32]>,
+        now: UnixTime,
+        cache: &std::sync::Mutex<VerifiedCache>,
+        may_check: &mut dyn FnMut() -> bool,
+    ) -> Result<QuorumOk, ProvenanceError> {
+        let lock = || cache.lock().unwrap_or_else(|p| p.into_inner());
+        self.verify_with(
+            certs,
+            peer,
+            client_static,
+            now,
+            &mut |k, now_s| lock().hit(k, now_s),
+            may_check,
+            &mut |k, end, now_s| lock().insert(k, end, now_s),
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn verify_with(
+        &self,
+        certs: &[Certificate],
+        peer: IpAddr,
+        client_static: Option<&[u8; 32]>,
+        now: UnixTime,
+        cached: &mut dyn FnMut(&[u8; 32], u64) -> bool,
+        may_check: &mut dyn FnMut() -> bool,
+        remember: &mut dyn FnMut([u8; 32], u64, u64),
+    ) -> Result<QuorumOk, ProvenanceError> {
         let client_static = client_static.ok_or(ProvenanceError::NoStaticKey)?;
+        // A dual-stack listener sees IPv4 clients as ::ffff:a.b.c.d; the
+        // verifier certified a.b.c.d.
+        let peer = crate::admission::canonical_ip(peer);
         let now_s = now.as_secs();
         let quorum = self.quorum.max(1);
         let mut ok = QuorumOk {
@@ -589,7 +646,7 @@ impl TrustPolicy {
                 if !key.valid_at(now_s) {
                     return Err(ProvenanceError::VerifierKeyNotValid(c.verifier_id));
                 }
-                if c.address != peer {
+                if crate::admission::canonical_ip(c.address) != peer {
                     return Err(ProvenanceError::AddressMismatch {
                         verifier: c.verifier_id,
                         certified: c.address,
@@ -603,12 +660,15 @@ impl TrustPolicy {
                     return Err(ProvenanceError::Expired(c.verifier_id));
                 }
                 let k = VerifiedCache::key(c, client_static);
-                if !cache.hit(&k, now_s) {
+                if !cached(&k, now_s) {
+                    if !may_check() {
+                        return Err(ProvenanceError::CheckRateExceeded);
+                    }
                     ok.signatures_checked += 1;
                     if !c.verify_signature(&key.key, client_static) {
                         return Err(ProvenanceError::BadSignature(c.verifier_id));
                     }
-                    cache.insert(k, c.end(), now_s);
+                    remember(k, c.end(), now_s);
                 }
                 Ok(Some(key.verifier))
             })();
@@ -621,6 +681,10 @@ impl TrustPolicy {
                     }
                 }
                 Ok(None) => {}
+                // Out of signature checks: stop, whatever else is there.
+                Err(ProvenanceError::CheckRateExceeded) => {
+                    return Err(ProvenanceError::CheckRateExceeded)
+                }
                 Err(e) => {
                     first_error.get_or_insert(e);
                 }

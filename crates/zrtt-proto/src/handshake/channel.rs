@@ -14,6 +14,9 @@ use crate::error::{Error, HandshakeError, InvalidMessage};
 /// Largest body of one record.
 pub const MAX_RECORD_BODY: usize = super::MAX_NOISE_MESSAGE - 16 - 1;
 
+/// Bytes a record adds to its body on the wire: length (2), kind (1), tag (16).
+pub const RECORD_OVERHEAD: usize = 2 + 1 + 16;
+
 /// Kind of a channel record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]

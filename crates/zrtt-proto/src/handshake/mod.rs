@@ -18,7 +18,7 @@ mod channel;
 mod client;
 mod server;
 
-pub use channel::{Channel, Record as ChannelRecord, RecordKind, MAX_RECORD_BODY};
+pub use channel::{Channel, Record as ChannelRecord, RecordKind, MAX_RECORD_BODY, RECORD_OVERHEAD};
 pub use client::{ClientHandshake, ClientParams, ServerReply};
 pub use server::{Accepted, Refusal, ServerConfig, ServerKey};
 
@@ -189,7 +189,8 @@ impl Extensions {
         self.0.iter()
     }
 
-    pub(crate) fn encoded_len(&self) -> usize {
+    /// Bytes the extension block takes on the wire, without its length field.
+    pub fn encoded_len(&self) -> usize {
         self.0.iter().map(|(_, v)| 4 + v.len()).sum()
     }
 

@@ -1,0 +1,394 @@
+//! Admission: may a peer be answered before its TCP handshake completes,
+//! and with how many bytes (docs/PROTOCOL.md §8).
+//!
+//! Sans-IO policy, in the way quinn-proto keeps anti-amplification and
+//! retry tokens in its core: the shell passes the peer address, what the
+//! authenticated first flight carried, its load and the time, and gets back
+//! a [`Decision`]: the proof of address used (a trusted network, a token the
+//! gateway issued, a quorum of provenance certificates) and the
+//! [`AmplificationBudget`] that bounds the bytes sent before the handshake,
+//! or "wait for the handshake". Nothing here reads a clock or a socket.
+//!
+//! The order of a gateway's calls:
+//! 1. [`Admission::intake`] before any cryptography: a hard limit answers
+//!    [`Intake::Busy`]; a soft limit makes the flight unprovable
+//!    ([`Intake::may_answer_early`] false) so it is served after the
+//!    handshake;
+//! 2. the core's [`ServerConfig::accept`](crate::handshake::ServerConfig::accept)
+//!    decrypts and checks replay;
+//! 3. [`Admission::decide`] on the accepted flight.
+
+mod budget;
+mod rate;
+mod token;
+
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+pub use budget::{
+    AmplificationBudget, ReplyPlan, AMPLIFICATION_FACTOR, INITIAL_WINDOW, REPLY_OVERHEAD,
+};
+pub use ipnet::IpNet;
+pub use rate::TokenBucket;
+pub use token::{TokenError, TokenKey};
+
+use crate::handshake::{ext, Accepted};
+use crate::provenance::{decode_certificates, ProvenanceError, TrustPolicy, VerifiedCache};
+use crate::time::UnixTime;
+
+/// The address as one family: an IPv4-mapped IPv6 address (what a
+/// dual-stack listener reports for IPv4 clients) becomes the IPv4 address.
+pub fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// Load limits. A rate of 0 means unlimited.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct AdmissionLimits {
+    /// Concurrent connections beyond which first flights are always served
+    /// after the handshake.
+    pub max_connections: usize,
+    /// Concurrent connections beyond which first flights get Reject Busy.
+    pub hard_max_connections: usize,
+    /// First-flight decryptions per second that may be answered early.
+    pub decrypts_per_sec: f64,
+    /// First-flight decryptions per second beyond which flights get Reject Busy.
+    pub hard_decrypts_per_sec: f64,
+    /// Provenance signature checks per second; beyond it flights are
+    /// served as unproven (ASAP §2.5), never refused.
+    pub provenance_checks_per_sec: f64,
+    /// Verified provenance certificates remembered (a returning client
+    /// costs no signature check).
+    pub provenance_cache_capacity: usize,
+}
+
+impl Default for AdmissionLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 10_000,
+            hard_max_connections: 20_000,
+            decrypts_per_sec: 5_000.0,
+            hard_decrypts_per_sec: 20_000.0,
+            provenance_checks_per_sec: 20_000.0,
+            provenance_cache_capacity: 100_000,
+        }
+    }
+}
+
+/// What counts as proof of address, and the limits on early answers.
+///
+/// Built with [`AdmissionConfig::default`] (tokens off, nothing trusted,
+/// the strict 3x bound) and changed field by field; settings that let an
+/// attacker reflect more traffic sit behind [`AdmissionConfig::dangerous`].
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct AdmissionConfig {
+    /// Token sealing key (shared by a fleet); `None` disables tokens.
+    pub tokens: Option<Arc<TokenKey>>,
+    /// Load limits.
+    pub limits: AdmissionLimits,
+    trusted_networks: Vec<IpNet>,
+    proven_window: usize,
+}
+
+/// Settings that weaken the defence against spoofed sources; see
+/// [`AdmissionConfig::dangerous`].
+#[derive(Debug)]
+pub struct DangerousAdmissionConfig<'a> {
+    cfg: &'a mut AdmissionConfig,
+}
+
+impl AdmissionConfig {
+    /// Settings that let spoofed or stale sources be answered with more
+    /// than the strict bound: read docs/PROTOCOL.md §8 before using them.
+    pub fn dangerous(&mut self) -> DangerousAdmissionConfig<'_> {
+        DangerousAdmissionConfig { cfg: self }
+    }
+
+    /// Networks whose addresses count as proven without any cryptography.
+    pub fn trusted_networks(&self) -> &[IpNet] {
+        &self.trusted_networks
+    }
+
+    /// Bytes a proven address may receive before its handshake completes
+    /// when more than three times its flight (0: the strict 3x bound).
+    pub fn proven_window(&self) -> usize {
+        self.proven_window
+    }
+
+    /// Whether any proof of address is configured (tokens or trusted
+    /// networks; provenance policies are passed to [`Admission::decide`]).
+    pub fn may_answer_early(&self) -> bool {
+        self.tokens.is_some() || !self.trusted_networks.is_empty()
+    }
+}
+
+impl DangerousAdmissionConfig<'_> {
+    /// Treat every address in `networks` as proven: answered before its
+    /// handshake completes, its early request sent to the backend. Anyone
+    /// who can spoof a source inside these networks gets both, so trust
+    /// only ranges that no path into the listener can spoof.
+    pub fn set_trusted_networks(&mut self, networks: Vec<IpNet>) -> &mut Self {
+        self.cfg.trusted_networks = networks;
+        self
+    }
+
+    /// Let a proven address receive up to `window` bytes (at most one
+    /// record) before its handshake completes, when that is more than 3x
+    /// its flight. [`INITIAL_WINDOW`] saves a round trip for answers up to
+    /// 14.6 KB but lets stale proofs reflect up to about 50x (docs/PROTOCOL.md §8).
+    pub fn set_proven_window(&mut self, window: usize) -> &mut Self {
+        self.cfg.proven_window = window;
+        self
+    }
+}
+
+/// What proved a peer's address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Proof {
+    /// A configured trusted network.
+    TrustedNetwork,
+    /// A token this gateway (or its fleet) issued.
+    Token,
+    /// Certificates from a quorum of provenance verifiers.
+    Provenance {
+        /// Verifier ids of the certificates that counted.
+        verifiers: Vec<u32>,
+        /// Signatures checked for this flight (0: all from the cache).
+        signatures_checked: usize,
+    },
+}
+
+/// The pre-decryption verdict of [`Admission::intake`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Intake {
+    /// Over a hard limit: answer Reject Busy (after the handshake).
+    Busy,
+    /// Decrypt the flight.
+    Decrypt {
+        /// False when a soft limit is exceeded: whatever proof the flight
+        /// carries, it is served after the handshake.
+        may_answer_early: bool,
+    },
+}
+
+impl Intake {
+    /// Whether the flight may be answered before the handshake if proven.
+    pub fn may_answer_early(self) -> bool {
+        matches!(
+            self,
+            Intake::Decrypt {
+                may_answer_early: true
+            }
+        )
+    }
+}
+
+/// The proofs an authenticated first flight carried, and its size.
+#[derive(Clone, Copy, Debug)]
+pub struct FlightEvidence<'a> {
+    /// The connection's source address.
+    pub peer: IpAddr,
+    /// Bytes of the first flight received (the frame).
+    pub received: usize,
+    /// The IK client static key (`None` for NK: tokens and certificates
+    /// need one).
+    pub client_static: Option<&'a [u8; 32]>,
+    /// The address token extension, if any.
+    pub token: Option<&'a [u8]>,
+    /// The provenance extension, if any.
+    pub provenance: Option<&'a [u8]>,
+}
+
+impl<'a> FlightEvidence<'a> {
+    /// The evidence of an accepted flight of `received` bytes from `peer`.
+    pub fn of(accepted: &'a Accepted, peer: IpAddr, received: usize) -> Self {
+        Self {
+            peer,
+            received,
+            client_static: accepted.client_static.as_ref(),
+            token: accepted.extensions.get(ext::ADDRESS_TOKEN),
+            provenance: accepted.extensions.get(ext::PROVENANCE),
+        }
+    }
+}
+
+/// How a provenance check ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProvenanceOutcome {
+    /// The quorum was met.
+    Accepted {
+        /// Signatures checked (0: all from the cache).
+        signatures_checked: usize,
+    },
+    /// The certificates do not prove the address (the reason).
+    Refused(ProvenanceError),
+    /// Not checked: the signature-check rate is used up (served as unproven).
+    Overloaded,
+}
+
+/// The verdict of [`Admission::decide`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// The proof of address, when it counts now.
+    pub proof: Option<Proof>,
+    /// The bytes that may reach the peer before its handshake completes;
+    /// `None`: nothing (not even a Reject) until the handshake completes,
+    /// and the early request is not forwarded before it either.
+    pub budget: Option<AmplificationBudget>,
+    /// The token check, when a token was presented and tokens are on.
+    pub token: Option<Result<(), TokenError>>,
+    /// The provenance check, when certificates were presented, a policy is
+    /// configured, and no earlier proof sufficed.
+    pub provenance: Option<ProvenanceOutcome>,
+    /// A proof was valid but a soft load limit forced the gated path.
+    pub forced_gating: bool,
+}
+
+impl Decision {
+    /// Whether the peer may be answered before its handshake completes.
+    pub fn answers_early(&self) -> bool {
+        self.budget.is_some()
+    }
+}
+
+/// The admission state of one gateway: its configuration, its rate limits
+/// and its cache of verified certificates. Methods take `&self` and lock
+/// only briefly (never across a signature check).
+#[derive(Debug)]
+pub struct Admission {
+    config: AdmissionConfig,
+    hard_decrypts: Mutex<TokenBucket>,
+    soft_decrypts: Mutex<TokenBucket>,
+    provenance_checks: Mutex<TokenBucket>,
+    verified: Mutex<VerifiedCache>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Admission {
+    /// Admission under `config`, with full rate buckets at `now`.
+    pub fn new(config: AdmissionConfig, now: Instant) -> Self {
+        let l = config.limits;
+        Self {
+            hard_decrypts: Mutex::new(TokenBucket::new(l.hard_decrypts_per_sec, now)),
+            soft_decrypts: Mutex::new(TokenBucket::new(l.decrypts_per_sec, now)),
+            provenance_checks: Mutex::new(TokenBucket::new(l.provenance_checks_per_sec, now)),
+            verified: Mutex::new(VerifiedCache::new(l.provenance_cache_capacity)),
+            config,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &AdmissionConfig {
+        &self.config
+    }
+
+    /// Before decrypting a first flight, with `connections` open (this one
+    /// included) at `now`.
+    pub fn intake(&self, connections: usize, now: Instant) -> Intake {
+        let l = &self.config.limits;
+        if connections > l.hard_max_connections || !lock(&self.hard_decrypts).try_take(now) {
+            return Intake::Busy;
+        }
+        let may_answer_early =
+            connections <= l.max_connections && lock(&self.soft_decrypts).try_take(now);
+        Intake::Decrypt { may_answer_early }
+    }
+
+    /// Whether the peer of an accepted flight is proven, and how many bytes
+    /// it may receive before its handshake completes. `intake` is what
+    /// [`Self::intake`] said for this flight; `provenance` the trust policy
+    /// in force (it may change while serving), `None` when provenance is
+    /// off; `now` the wall clock for token and certificate validity, `mono`
+    /// the monotonic clock for rate limits.
+    pub fn decide(
+        &self,
+        intake: Intake,
+        evidence: &FlightEvidence<'_>,
+        provenance: Option<&TrustPolicy>,
+        now: UnixTime,
+        mono: Instant,
+    ) -> Decision {
+        let peer = canonical_ip(evidence.peer);
+        let mut d = Decision {
+            proof: None,
+            budget: None,
+            token: None,
+            provenance: None,
+            forced_gating: false,
+        };
+        if self
+            .config
+            .trusted_networks
+            .iter()
+            .any(|n| n.contains(&peer))
+        {
+            d.proof = Some(Proof::TrustedNetwork);
+        }
+        if let (Some(key), Some(token)) = (&self.config.tokens, evidence.token) {
+            let checked = key.verify(token, peer, evidence.client_static, now);
+            if checked.is_ok() && d.proof.is_none() {
+                d.proof = Some(Proof::Token);
+            }
+            d.token = Some(checked);
+        }
+        let provenance = match (&d.proof, provenance, evidence.provenance) {
+            (None, Some(policy), Some(bytes)) if intake.may_answer_early() => Some((policy, bytes)),
+            // Under load, certificates that could only prove an address
+            // that will be gated anyway are not worth a signature check.
+            (None, Some(_), Some(_)) => {
+                d.forced_gating = true;
+                None
+            }
+            _ => None,
+        };
+        if let Some((policy, bytes)) = provenance {
+            let checked = decode_certificates(bytes).and_then(|certs| {
+                policy.verify_shared(
+                    &certs,
+                    peer,
+                    evidence.client_static,
+                    now,
+                    &self.verified,
+                    &mut || lock(&self.provenance_checks).try_take(mono),
+                )
+            });
+            d.provenance = Some(match checked {
+                Ok(q) => {
+                    let signatures_checked = q.signatures_checked;
+                    d.proof = Some(Proof::Provenance {
+                        verifiers: q.verifiers,
+                        signatures_checked,
+                    });
+                    ProvenanceOutcome::Accepted { signatures_checked }
+                }
+                Err(ProvenanceError::CheckRateExceeded) => ProvenanceOutcome::Overloaded,
+                Err(e) => ProvenanceOutcome::Refused(e),
+            });
+        }
+        if d.proof.is_some() {
+            if intake.may_answer_early() {
+                d.budget = Some(AmplificationBudget::for_flight(
+                    evidence.received,
+                    self.config.proven_window,
+                ));
+            } else {
+                d.forced_gating = true;
+                d.proof = None;
+            }
+        }
+        d
+    }
+}
+
+#[cfg(test)]
+mod tests;
