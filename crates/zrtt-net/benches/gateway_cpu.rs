@@ -47,9 +47,8 @@ use ring::{digest, hmac};
 use snow::params::{CipherChoice, DHChoice};
 use snow::resolvers::{CryptoResolver, DefaultResolver, RingResolver};
 use zrtt_net::client::ClientConfig;
-use zrtt_net::gateway::{tls_server_config, Gateway, GatewayConfig, IpNet, Limits, Timeouts};
-use zrtt_net::metrics::Metrics;
-use zrtt_net::tfo::ListenOptions;
+use zrtt_net::gateway::{tls_server_config, Gateway, GatewayConfig, Metrics};
+use zrtt_proto::admission::IpNet;
 use zrtt_proto::handshake::{
     read_frame, ClientHandshake, ClientParams, Expect, Extensions, ServerConfig, Transport,
 };
@@ -171,30 +170,23 @@ fn gateway_thread(
                 let chain =
                     vec![pki_types::CertificateDer::from_pem_slice(CERT_PEM.as_bytes()).unwrap()];
                 let key = pki_types::PrivateKeyDer::from_pem_slice(KEY_PEM.as_bytes()).unwrap();
-                let cfg = GatewayConfig {
-                    keys: Arc::new(RwLock::new(server_keys(&keys))),
-                    tls: tls_server_config(chain, key).unwrap(),
+                let mut cfg = GatewayConfig::new(
+                    Arc::new(RwLock::new(server_keys(&keys))),
+                    tls_server_config(chain, key).unwrap(),
                     backend,
-                    replay: Arc::new(Mutex::new(BloomReplayFilter::new(
-                        ReplayConfig::default(),
-                        [9; 32],
-                        zrtt_net::client::system_clock().saturating_sub(Duration::from_secs(5)),
-                    ))),
-                    tokens: None,
-                    provenance: None,
-                    trusted_networks: trusted,
-                    listen: ListenOptions::default(),
-                    limits: Limits {
-                        max_connections: 100_000,
-                        hard_max_connections: 100_000,
-                        decrypts_per_sec: 0.0,
-                        hard_decrypts_per_sec: 0.0,
-                        ..Limits::default()
-                    },
-                    timeouts: Timeouts::default(),
-                    rng: Arc::new(ring::rand::SystemRandom::new()),
-                    clock: zrtt_net::client::system_clock,
-                };
+                )
+                .unwrap();
+                cfg.replay = Arc::new(Mutex::new(BloomReplayFilter::new(
+                    ReplayConfig::default(),
+                    [9; 32],
+                    zrtt_net::client::system_clock().saturating_sub(Duration::from_secs(5)),
+                )));
+                cfg.admission.dangerous().set_trusted_networks(trusted);
+                let l = &mut cfg.admission.limits;
+                l.max_connections = 100_000;
+                l.hard_max_connections = 100_000;
+                l.decrypts_per_sec = 0.0;
+                l.hard_decrypts_per_sec = 0.0;
                 let gw = Gateway::bind("127.0.0.1:0".parse().unwrap(), cfg).unwrap();
                 let records = keys.iter().map(|(r, _)| r.clone()).collect::<Vec<_>>();
                 tx.send((gw.local_addr().unwrap(), gw.metrics(), cpu, records))

@@ -4,12 +4,12 @@
 //!   cookies), encrypted to the server's published key; TLS 1.3 fallback;
 //!   [`client::ZrttStream`] is an async byte stream for hyper;
 //! - [`gateway`]: a reverse proxy serving zrtt and TLS 1.3 on one Fast Open
-//!   port, with address gating, limits and metrics;
-//! - [`gate`]: holding every byte to an unproven address until its TCP
-//!   handshake completes;
+//!   port, with address gating ([`gateway::gate`]), limits and metrics;
 //! - [`proxy`]: a local HTTP forward proxy sending `http://` requests to
 //!   zrtt hosts over zrtt, everything else unchanged;
-//! - [`token`]: self-issued address tokens;
+//! - [`token`]: the client's address tokens and static keys;
+//! - [`http`]: hop-by-hop headers and generated answers, shared by the
+//!   gateway and the proxy;
 //! - [`stream`]: the zrtt channel as `AsyncRead + AsyncWrite`;
 //! - [`tfo`] and [`sys`]: Fast Open sockets and `TCP_INFO`.
 //!
@@ -20,9 +20,8 @@
 
 pub mod client;
 pub mod error;
-pub mod gate;
 pub mod gateway;
-pub mod metrics;
+pub mod http;
 pub mod proxy;
 pub mod pv;
 pub mod stream;

@@ -70,11 +70,7 @@ fn lab_syn_data_gating_and_round_trips() {
                 let env = start_gateway(GatewayOpts {
                     tokens: true,
                     addr: (server_ip, 0).into(),
-                    timeouts: Timeouts {
-                        gate: Duration::from_secs(3),
-                        shutdown_grace: Duration::from_millis(500),
-                        ..Timeouts::default()
-                    },
+                    timeouts: lab_timeouts(),
                     ..Default::default()
                 })
                 .await;
@@ -82,16 +78,9 @@ fn lab_syn_data_gating_and_round_trips() {
                 // without tokens, for the amplification bound.
                 let trusting = start_gateway(GatewayOpts {
                     trusted: vec![format!("{client_ip}/32").parse().unwrap()],
-                    limits: zrtt_net::gateway::Limits {
-                        proven_window: PROVEN_WINDOW,
-                        ..Default::default()
-                    },
+                    proven_window: PROVEN_WINDOW,
                     addr: (server_ip, 0).into(),
-                    timeouts: Timeouts {
-                        gate: Duration::from_secs(3),
-                        shutdown_grace: Duration::from_millis(500),
-                        ..Timeouts::default()
-                    },
+                    timeouts: lab_timeouts(),
                     ..Default::default()
                 })
                 .await;
@@ -324,4 +313,11 @@ fn lab_syn_data_gating_and_round_trips() {
     let _ = stop_tx.send(());
     server.join();
     lab.down().unwrap();
+}
+
+fn lab_timeouts() -> Timeouts {
+    let mut t = Timeouts::default();
+    t.gate = Duration::from_secs(3);
+    t.shutdown_grace = Duration::from_millis(500);
+    t
 }

@@ -14,7 +14,6 @@ use std::time::Duration;
 use common::*;
 use zrtt_lab::{Lab, Topology};
 use zrtt_net::client::Mode;
-use zrtt_net::gateway::ProvenanceConfig;
 use zrtt_net::pv::{self, ProvenanceStore, PvStats};
 use zrtt_proto::provenance::{IssuePolicy, TrustPolicy, VerifierSigner};
 
@@ -92,14 +91,13 @@ fn lab_first_contact_proven_by_verifiers() {
             rt().block_on(async move {
                 let env = start_gateway(GatewayOpts {
                     addr: (server_ip, 0).into(),
-                    provenance: Some(ProvenanceConfig::new(
+                    provenance: Some(Pv::new(
                         TrustPolicy {
                             keys: gw_keys.into_iter().map(Into::into).collect(),
                             quorum: 2,
                             skew_secs: 5,
                         },
                         0.0,
-                        1000,
                     )),
                     ..Default::default()
                 })

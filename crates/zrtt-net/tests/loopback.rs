@@ -20,7 +20,7 @@ use zrtt_proto::handshake::{
 };
 use zrtt_proto::record::VerifiedKeyRecord;
 
-fn trusted_loopback() -> Vec<zrtt_net::gateway::IpNet> {
+fn trusted_loopback() -> Vec<zrtt_proto::admission::IpNet> {
     vec!["127.0.0.0/8".parse().unwrap()]
 }
 
@@ -324,9 +324,10 @@ async fn token_makes_next_connection_early() {
 #[tokio::test]
 async fn hard_limit_sends_busy_and_client_falls_back() {
     let env = start_gateway(GatewayOpts {
-        limits: zrtt_net::gateway::Limits {
-            hard_max_connections: 0,
-            ..Default::default()
+        limits: {
+            let mut l = zrtt_proto::admission::AdmissionLimits::default();
+            l.hard_max_connections = 0;
+            l
         },
         ..Default::default()
     })
@@ -342,9 +343,10 @@ async fn hard_limit_sends_busy_and_client_falls_back() {
 async fn soft_limit_forces_gating() {
     let env = start_gateway(GatewayOpts {
         trusted: trusted_loopback(),
-        limits: zrtt_net::gateway::Limits {
-            max_connections: 0,
-            ..Default::default()
+        limits: {
+            let mut l = zrtt_proto::admission::AdmissionLimits::default();
+            l.max_connections = 0;
+            l
         },
         ..Default::default()
     })

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use zrtt_net::gateway::ProvenanceConfig;
 use zrtt_net::pv::{self, ProvenanceStore, PvStats};
 use zrtt_proto::provenance::{IssuePolicy, TrustPolicy, VerifierKey, VerifierKeys, VerifierSigner};
 
@@ -42,15 +41,14 @@ async fn start_pv() -> (
     (addr, key, stats, tx)
 }
 
-fn pv_config(keys: &[VerifierKey], quorum: usize, checks_per_sec: f64) -> ProvenanceConfig {
-    ProvenanceConfig::new(
+fn pv_config(keys: &[VerifierKey], quorum: usize, checks_per_sec: f64) -> Pv {
+    Pv::new(
         TrustPolicy {
             keys: keys.iter().map(|&k| k.into()).collect(),
             quorum,
             skew_secs: 5,
         },
         checks_per_sec,
-        1000,
     )
 }
 

@@ -10,9 +10,9 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use pki_types::pem::PemObject;
-use zrtt_net::gateway::{tls_server_config, Gateway, GatewayConfig, IpNet, Limits, Timeouts};
+use zrtt_net::gateway::{tls_server_config, Gateway, GatewayConfig};
 use zrtt_net::tfo::ListenOptions;
-use zrtt_net::token::TokenKey;
+use zrtt_proto::admission::{AdmissionConfig, IpNet, TokenKey};
 use zrtt_proto::handshake::{ServerConfig, ServerKey};
 use zrtt_proto::replay::{BloomReplayFilter, ReplayConfig};
 
@@ -151,6 +151,13 @@ struct VerifierDnsArgs {
     verifier_refresh: Duration,
 }
 
+/// A network in CIDR form, or one address (`/32`, `/128`).
+fn parse_net(s: &str) -> Result<IpNet> {
+    s.parse::<IpNet>()
+        .or_else(|_| s.parse::<std::net::IpAddr>().map(IpNet::from))
+        .map_err(|_| anyhow::anyhow!("--trust {s:?}: not an address or addr/prefix"))
+}
+
 fn read_token_key(path: &Path, lifetime: Duration) -> Result<TokenKey> {
     let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let text = std::str::from_utf8(&data).ok().map(str::trim);
@@ -270,7 +277,8 @@ fn provenance(a: &GatewayArgs, rt: &tokio::runtime::Runtime) -> Result<Option<Pv
             skew_secs: 5,
         },
     };
-    let shared: zrtt_net::gateway::SharedTrustPolicy = Arc::new(RwLock::new(Arc::new(initial)));
+    let shared: zrtt_net::gateway::SharedTrustPolicy =
+        zrtt_net::gateway::shared_trust_policy(initial);
     if let Some(d) = &dns {
         rt.block_on(refresh_verifiers(d, &shared));
     }
@@ -361,8 +369,8 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
     let trusted = a
         .trusted
         .iter()
-        .map(|s| s.parse::<IpNet>())
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|s| parse_net(s))
+        .collect::<Result<Vec<_>>>()?;
     let rng = ring::rand::SystemRandom::new();
     let mut secret = [0u8; 32];
     ring::rand::SecureRandom::fill(&rng, &mut secret)
@@ -386,6 +394,17 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
             a.proven_window
         );
     }
+    let mut admission = AdmissionConfig::default();
+    admission.tokens = tokens;
+    admission.limits.max_connections = a.max_connections;
+    admission.limits.hard_max_connections = a.hard_max_connections;
+    admission.limits.decrypts_per_sec = a.decrypts_per_sec;
+    admission.limits.hard_decrypts_per_sec = a.hard_decrypts_per_sec;
+    admission.limits.provenance_checks_per_sec = a.pv_checks_per_sec;
+    admission
+        .dangerous()
+        .set_trusted_networks(trusted)
+        .set_proven_window(a.proven_window);
     let shared_keys = Arc::new(RwLock::new(keys));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -394,39 +413,17 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
     // Provenance: configured keys, and keys learned from DNS (looked up once
     // before serving, then in the background).
     let pv_policy = provenance(&a, &runtime)?;
-    let cfg = GatewayConfig {
-        keys: shared_keys.clone(),
-        tls,
-        backend: a.backend,
-        replay: Arc::new(Mutex::new(replay)),
-        tokens,
-        trusted_networks: trusted,
-        provenance: pv_policy
-            .as_ref()
-            .map(|(policy, _)| zrtt_net::gateway::ProvenanceConfig {
-                policy: policy.clone(),
-                checks_per_sec: a.pv_checks_per_sec,
-                cache_capacity: 100_000,
-            }),
-        listen: ListenOptions {
-            backlog: 1024,
-            fast_open_queue: a.fast_open_queue,
-        },
-        limits: Limits {
-            max_connections: a.max_connections,
-            hard_max_connections: a.hard_max_connections,
-            decrypts_per_sec: a.decrypts_per_sec,
-            hard_decrypts_per_sec: a.hard_decrypts_per_sec,
-            proven_window: a.proven_window,
-        },
-        timeouts: Timeouts {
-            gate: a.gate_timeout,
-            backend_response: a.backend_timeout,
-            ..Timeouts::default()
-        },
-        rng: Arc::new(rng),
-        clock: zrtt_net::client::system_clock,
+    let mut cfg = GatewayConfig::new(shared_keys.clone(), tls, a.backend)?;
+    cfg.replay = Arc::new(Mutex::new(replay));
+    cfg.admission = admission;
+    cfg.provenance = pv_policy.as_ref().map(|(policy, _)| policy.clone());
+    cfg.listen = ListenOptions {
+        backlog: 1024,
+        fast_open_queue: a.fast_open_queue,
     };
+    cfg.timeouts.gate = a.gate_timeout;
+    cfg.timeouts.backend_response = a.backend_timeout;
+    cfg.rng = Arc::new(rng);
     runtime.block_on(async move {
         let gw = Gateway::bind(a.listen, cfg)?;
         let metrics = gw.metrics();

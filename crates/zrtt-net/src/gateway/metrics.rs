@@ -1,7 +1,13 @@
 //! Gateway counters: lock-free, rendered as `name value` lines
 //! (Prometheus text format without types).
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
 
 macro_rules! counters {
     ($($(#[doc = $doc:literal])* $name:ident,)*) => {
@@ -92,5 +98,37 @@ impl Metrics {
             out.push('\n');
         }
         out
+    }
+}
+
+/// Serve `GET /metrics` (any path) as text on `listener` until `shutdown`.
+pub async fn serve_metrics(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        let (mut tcp, _) = tokio::select! {
+            () = &mut shutdown => return,
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(_) => continue,
+            },
+        };
+        let body = metrics.render();
+        let _ = tokio::time::timeout(Duration::from_secs(2), async move {
+            let mut req = [0u8; 1024];
+            let _ = tcp.read(&mut req).await;
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\n\
+                 content-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = tcp.write_all(head.as_bytes()).await;
+            let _ = tcp.write_all(body.as_bytes()).await;
+            let _ = tcp.shutdown().await;
+        })
+        .await;
     }
 }

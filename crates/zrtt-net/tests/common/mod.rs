@@ -14,12 +14,14 @@ use pki_types::pem::PemObject;
 use zrtt_net::client::{
     tls_client_config, CertKeySource, ClientConfig, ConnInfo, Target, ZrttStream,
 };
-use zrtt_net::gateway::{tls_server_config, Gateway, GatewayConfig, IpNet, Limits, Timeouts};
-use zrtt_net::metrics::Metrics;
-use zrtt_net::tfo::ListenOptions;
-use zrtt_net::token::TokenKey;
+use zrtt_net::gateway::{
+    shared_trust_policy, tls_server_config, Gateway, GatewayConfig, Metrics, SharedTrustPolicy,
+    Timeouts,
+};
+use zrtt_proto::admission::{AdmissionLimits, IpNet, TokenKey};
 use zrtt_proto::crypto::X25519KeyPair;
 use zrtt_proto::handshake::{ServerConfig, ServerKey};
+use zrtt_proto::provenance::TrustPolicy;
 use zrtt_proto::record::KeyRecord;
 use zrtt_proto::replay::{BloomReplayFilter, ReplayConfig};
 use zrtt_proto::testing;
@@ -148,13 +150,29 @@ pub async fn start_backend() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
     (addr, seen)
 }
 
+/// Provenance verifiers a test gateway trusts, and its signature-check rate.
+pub struct Pv {
+    pub policy: SharedTrustPolicy,
+    pub checks_per_sec: f64,
+}
+
+impl Pv {
+    pub fn new(policy: TrustPolicy, checks_per_sec: f64) -> Self {
+        Self {
+            policy: shared_trust_policy(policy),
+            checks_per_sec,
+        }
+    }
+}
+
 pub struct GatewayOpts {
     pub keys: Vec<(KeyRecord, X25519KeyPair)>,
     pub backend: Option<SocketAddr>,
     pub trusted: Vec<IpNet>,
-    pub provenance: Option<zrtt_net::gateway::ProvenanceConfig>,
+    pub provenance: Option<Pv>,
     pub tokens: bool,
-    pub limits: Limits,
+    pub limits: AdmissionLimits,
+    pub proven_window: usize,
     pub timeouts: Timeouts,
     pub addr: SocketAddr,
 }
@@ -167,10 +185,12 @@ impl Default for GatewayOpts {
             trusted: Vec::new(),
             provenance: None,
             tokens: false,
-            limits: Limits::default(),
-            timeouts: Timeouts {
-                backend_response: Duration::from_secs(1),
-                ..Timeouts::default()
+            limits: AdmissionLimits::default(),
+            proven_window: 0,
+            timeouts: {
+                let mut t = Timeouts::default();
+                t.backend_response = Duration::from_secs(1);
+                t
             },
             addr: "127.0.0.1:0".parse().unwrap(),
         }
@@ -220,29 +240,33 @@ pub async fn start_gateway(opts: GatewayOpts) -> Env {
     let mut secret = [0u8; 32];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret).unwrap();
     let records = opts.keys.iter().map(|(r, _)| r.clone()).collect();
-    let cfg = GatewayConfig {
-        keys: Arc::new(RwLock::new(server_keys(&opts.keys))),
-        tls: tls_server_config(chain, key).unwrap(),
+    let mut cfg = GatewayConfig::new(
+        Arc::new(RwLock::new(server_keys(&opts.keys))),
+        tls_server_config(chain, key).unwrap(),
         backend,
-        // Started a few seconds in the past so that flights are accepted at
-        // once (the filter refuses `max_future` after its start).
-        replay: Arc::new(Mutex::new(BloomReplayFilter::new(
-            ReplayConfig {
-                capacity: 1 << 12,
-                ..ReplayConfig::default()
-            },
-            secret,
-            zrtt_net::client::system_clock().saturating_sub(Duration::from_secs(5)),
-        ))),
-        tokens: opts.tokens.then(token_key),
-        trusted_networks: opts.trusted,
-        provenance: opts.provenance,
-        listen: ListenOptions::default(),
-        limits: opts.limits,
-        timeouts: opts.timeouts,
-        rng: Arc::new(ring::rand::SystemRandom::new()),
-        clock: zrtt_net::client::system_clock,
-    };
+    )
+    .unwrap();
+    // Started a few seconds in the past so that flights are accepted at
+    // once (the filter refuses `max_future` after its start).
+    cfg.replay = Arc::new(Mutex::new(BloomReplayFilter::new(
+        ReplayConfig {
+            capacity: 1 << 12,
+            ..ReplayConfig::default()
+        },
+        secret,
+        zrtt_net::client::system_clock().saturating_sub(Duration::from_secs(5)),
+    )));
+    cfg.admission.tokens = opts.tokens.then(token_key);
+    cfg.admission.limits = opts.limits;
+    cfg.admission
+        .dangerous()
+        .set_trusted_networks(opts.trusted)
+        .set_proven_window(opts.proven_window);
+    if let Some(pv) = opts.provenance {
+        cfg.admission.limits.provenance_checks_per_sec = pv.checks_per_sec;
+        cfg.provenance = Some(pv.policy);
+    }
+    cfg.timeouts = opts.timeouts;
     let gw = Gateway::bind(opts.addr, cfg).unwrap();
     let addr = gw.local_addr().unwrap();
     let metrics = gw.metrics();

@@ -205,7 +205,11 @@ pub fn run(o: AsapOpts) -> Result<Report> {
     for (port, verifiers, window) in [
         (GW_PROVEN, pv_keys.clone(), None),
         (GW_PLAIN, Vec::new(), None),
-        (GW_WINDOW, pv_keys, Some(zrtt_net::gateway::INITIAL_WINDOW)),
+        (
+            GW_WINDOW,
+            pv_keys,
+            Some(zrtt_proto::admission::INITIAL_WINDOW),
+        ),
     ] {
         children.0.push(stack::spawn_gateway(
             &lab,

@@ -448,7 +448,7 @@ pub fn run(o: PltOpts) -> Result<Report> {
         children.0.push(nginx.spawn(&lab, &host, site, "nginx")?);
         for (port, window) in [
             (GW_PORT, None),
-            (GW_WINDOW_PORT, Some(zrtt_net::gateway::INITIAL_WINDOW)),
+            (GW_WINDOW_PORT, Some(zrtt_proto::admission::INITIAL_WINDOW)),
         ] {
             children.0.push(stack::spawn_gateway(
                 &lab,

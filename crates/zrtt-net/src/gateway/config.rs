@@ -1,0 +1,146 @@
+//! What a gateway serves and how: keys, TLS, backend, replay filter,
+//! admission (proofs of address, limits), time bounds.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use zrtt_proto::admission::AdmissionConfig;
+use zrtt_proto::crypto::SecureRandom;
+use zrtt_proto::handshake::ServerConfig;
+use zrtt_proto::provenance::TrustPolicy;
+use zrtt_proto::replay::{BloomReplayFilter, ReplayConfig, ReplayFilter};
+use zrtt_proto::UnixTime;
+
+use crate::error::{Error, Result};
+use crate::tfo::ListenOptions;
+
+/// Time bounds.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct Timeouts {
+    /// Reading the first byte and the first flight (or the TLS handshake).
+    pub first_flight: Duration,
+    /// Waiting for an unproven client's TCP handshake to complete.
+    pub gate: Duration,
+    /// Connecting to the backend.
+    pub backend_connect: Duration,
+    /// Backend response headers (then 504).
+    pub backend_response: Duration,
+    /// Waiting for a request's headers on a kept-alive connection.
+    pub idle: Duration,
+    /// Whole connection lifetime.
+    pub connection: Duration,
+    /// After shutdown, how long open connections may finish.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            first_flight: Duration::from_secs(5),
+            gate: Duration::from_secs(3),
+            backend_connect: Duration::from_secs(2),
+            backend_response: Duration::from_secs(15),
+            idle: Duration::from_secs(30),
+            connection: Duration::from_secs(600),
+            shutdown_grace: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A trust policy that can be replaced while the gateway serves (keys
+/// learned from DNS are refreshed in the background): readers take the
+/// `Arc` in force and check certificates without holding the lock.
+pub type SharedTrustPolicy = Arc<RwLock<Arc<TrustPolicy>>>;
+
+/// A [`SharedTrustPolicy`] holding `policy`.
+pub fn shared_trust_policy(policy: TrustPolicy) -> SharedTrustPolicy {
+    Arc::new(RwLock::new(Arc::new(policy)))
+}
+
+/// Gateway settings. [`GatewayConfig::new`] fills in the defaults; change
+/// the public fields after it.
+#[non_exhaustive]
+pub struct GatewayConfig {
+    /// The semi-static keys (replace the inner config to rotate keys).
+    pub keys: Arc<RwLock<ServerConfig>>,
+    /// TLS with the certificate that signs the key records.
+    pub tls: Arc<rustls::ServerConfig>,
+    /// The HTTP/1.1 backend.
+    pub backend: SocketAddr,
+    /// Replay filter shared by every connection (and every gateway that
+    /// shares the keys and answers early: docs/PROTOCOL.md §7).
+    pub replay: Arc<Mutex<dyn ReplayFilter>>,
+    /// Proofs of address and load limits (docs/PROTOCOL.md §8).
+    pub admission: AdmissionConfig,
+    /// Provenance verifiers whose certificates prove an address; `None`
+    /// disables them.
+    pub provenance: Option<SharedTrustPolicy>,
+    /// Listener options (Fast Open queue).
+    pub listen: ListenOptions,
+    /// Time bounds.
+    pub timeouts: Timeouts,
+    /// Randomness (server ephemerals, tokens).
+    pub rng: Arc<dyn SecureRandom>,
+    /// Wall clock.
+    pub clock: fn() -> UnixTime,
+}
+
+impl std::fmt::Debug for GatewayConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewayConfig")
+            .field("backend", &self.backend)
+            .field("admission", &self.admission)
+            .field("provenance", &self.provenance.is_some())
+            .field("timeouts", &self.timeouts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GatewayConfig {
+    /// Serve `keys` and `tls` in front of `backend`, with the defaults: a
+    /// fresh process-local replay filter (keyed from the OS RNG), no proof
+    /// of address configured (every answer waits for the handshake), the
+    /// default limits and time bounds, the OS RNG and the system clock.
+    pub fn new(
+        keys: Arc<RwLock<ServerConfig>>,
+        tls: Arc<rustls::ServerConfig>,
+        backend: SocketAddr,
+    ) -> Result<Self> {
+        let rng = ring::rand::SystemRandom::new();
+        let mut secret = [0u8; 32];
+        ring::rand::SecureRandom::fill(&rng, &mut secret)
+            .map_err(|_| Error::Config("OS random number generator failed".into()))?;
+        let clock: fn() -> UnixTime = crate::client::system_clock;
+        let replay = BloomReplayFilter::new(ReplayConfig::default(), secret, clock());
+        Ok(Self {
+            keys,
+            tls,
+            backend,
+            replay: Arc::new(Mutex::new(replay)),
+            admission: AdmissionConfig::default(),
+            provenance: None,
+            listen: ListenOptions::default(),
+            timeouts: Timeouts::default(),
+            rng: Arc::new(rng),
+            clock,
+        })
+    }
+}
+
+/// A rustls server config (ring, TLS 1.3 only, ALPN http/1.1).
+pub fn tls_server_config(
+    chain: Vec<pki_types::CertificateDer<'static>>,
+    key: pki_types::PrivateKeyDer<'static>,
+) -> Result<Arc<rustls::ServerConfig>> {
+    let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13])?
+    .with_no_client_auth()
+    .with_single_cert(chain, key)?;
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    cfg.send_tls13_tickets = 0;
+    Ok(Arc::new(cfg))
+}

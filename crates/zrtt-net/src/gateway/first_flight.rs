@@ -1,0 +1,186 @@
+//! Where a first flight is accepted: read it, let the admission policy
+//! decide whether to decrypt it, decrypt and check it for replay, then
+//! decide whether its address is proven and how many bytes it may get
+//! before the handshake (the policy itself is sans-IO:
+//! [`zrtt_proto::admission`]).
+
+use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use zrtt_proto::admission::{Decision, FlightEvidence, Intake, ProvenanceOutcome};
+use zrtt_proto::handshake::{encode_reject, read_frame, Expect, RejectReason, Transport};
+
+use super::early_answer::{EarlyAnswer, TokenIssue};
+use super::gate::Gate;
+use super::{lock, relay, Metrics, Shared};
+use crate::error::{Error, Result};
+
+async fn read_first_flight(tcp: &mut TcpStream, limit: Duration) -> Result<(Vec<u8>, usize)> {
+    let mut buf = Vec::with_capacity(2048);
+    let read = async {
+        loop {
+            match read_frame(&buf, Expect::FirstFlight) {
+                Ok(Some((_, used))) => return Ok(used),
+                Ok(None) => {}
+                Err(_) => return Err(Error::Protocol("not a first flight")),
+            }
+            let mut chunk = [0u8; 16 * 1024];
+            let n = tcp
+                .read(&mut chunk)
+                .await
+                .map_err(Error::io("reading first flight"))?;
+            if n == 0 {
+                return Err(Error::NoAnswer);
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    };
+    let used = tokio::time::timeout(limit, read)
+        .await
+        .map_err(|_| Error::Timeout("first flight"))??;
+    Ok((buf, used))
+}
+
+/// Send a refusal once the handshake has completed (an unproven address
+/// gets nothing before), then close.
+async fn send_gated(tcp: &mut TcpStream, gate: &Gate, bytes: &[u8], metrics: &Metrics) {
+    if gate.wait_to_send().await.is_err() {
+        Metrics::inc(&metrics.gate_timeouts);
+        return;
+    }
+    let _ = tcp.write_all(bytes).await;
+    let _ = tcp.shutdown().await;
+}
+
+/// Count what the admission decision checked and concluded.
+fn record(m: &Metrics, d: &Decision, peer: SocketAddr) {
+    match &d.token {
+        Some(Ok(())) => Metrics::inc(&m.tokens_accepted),
+        Some(Err(e)) => {
+            Metrics::inc(&m.tokens_refused);
+            tracing::debug!("token from {peer} refused: {e}");
+        }
+        None => {}
+    }
+    match &d.provenance {
+        Some(ProvenanceOutcome::Accepted { signatures_checked }) => {
+            Metrics::inc(&m.provenance_accepted);
+            if *signatures_checked == 0 {
+                Metrics::inc(&m.provenance_cache_hits);
+            }
+        }
+        Some(ProvenanceOutcome::Refused(e)) => {
+            Metrics::inc(&m.provenance_refused);
+            tracing::debug!("provenance from {peer} refused: {e}");
+        }
+        Some(ProvenanceOutcome::Overloaded) => {
+            // Overload defence: served on the gated path, never refused.
+            Metrics::inc(&m.provenance_overload);
+            tracing::debug!("provenance check rate exceeded: {peer} answered after the handshake");
+        }
+        None => {}
+    }
+    if d.forced_gating {
+        Metrics::inc(&m.zrtt_forced_gating);
+    }
+}
+
+/// Serve one zrtt connection (`active` connections open, this one included).
+pub(super) async fn serve(
+    shared: &Arc<Shared>,
+    mut tcp: TcpStream,
+    peer: SocketAddr,
+    gate_fd: OwnedFd,
+    active: usize,
+) -> Result<()> {
+    let m = &shared.metrics;
+    let t = shared.cfg.timeouts;
+    let (buf, used) = match read_first_flight(&mut tcp, t.first_flight).await {
+        Ok(v) => v,
+        Err(e) => {
+            Metrics::inc(&m.zrtt_silent_drops);
+            return Err(e);
+        }
+    };
+    Metrics::inc(&m.zrtt_flights);
+    let frame = match read_frame(&buf[..used], Expect::FirstFlight) {
+        Ok(Some((f, _))) => f,
+        _ => return Err(Error::Protocol("first flight")),
+    };
+    let intake = shared.admission.intake(active, Instant::now());
+    if intake == Intake::Busy {
+        Metrics::inc(&m.zrtt_busy);
+        let gate = Gate::new(gate_fd, false, t.gate);
+        send_gated(&mut tcp, &gate, &encode_reject(RejectReason::Busy, &[]), m).await;
+        return Ok(());
+    }
+    let now = (shared.cfg.clock)();
+    let result = {
+        let keys = shared.cfg.keys.read().unwrap_or_else(|p| p.into_inner());
+        let mut replay = lock(&shared.cfg.replay);
+        keys.accept(
+            &frame,
+            Transport::Tcp,
+            now,
+            &mut *replay,
+            shared.cfg.rng.as_ref(),
+        )
+    };
+    let accepted = match result {
+        Ok(a) => a,
+        Err(refusal) => {
+            tracing::debug!("first flight from {peer} refused: {}", refusal.error);
+            match refusal.reply {
+                Some(bytes) => {
+                    Metrics::inc(&m.zrtt_rejects_sent);
+                    let gate = Gate::new(gate_fd, false, t.gate);
+                    send_gated(&mut tcp, &gate, &bytes, m).await;
+                }
+                None => Metrics::inc(&m.zrtt_silent_drops),
+            }
+            return Ok(());
+        }
+    };
+    Metrics::inc(&m.zrtt_accepted);
+    let policy = shared
+        .cfg
+        .provenance
+        .as_ref()
+        .map(|p| p.read().unwrap_or_else(|p| p.into_inner()).clone());
+    let decision = shared.admission.decide(
+        intake,
+        &FlightEvidence::of(&accepted, peer.ip(), used),
+        policy.as_deref(),
+        now,
+        Instant::now(),
+    );
+    record(m, &decision, peer);
+    let gate = Arc::new(Gate::new(gate_fd, decision.answers_early(), t.gate));
+    let issue = match (&shared.cfg.admission.tokens, accepted.client_static) {
+        (Some(key), Some(client_static)) => Some(TokenIssue {
+            key: key.clone(),
+            ip: peer.ip(),
+            client_static,
+            rng: shared.cfg.rng.clone(),
+            clock: shared.cfg.clock,
+        }),
+        _ => None,
+    };
+    let early = !accepted.early_data.is_empty();
+    let leftover = buf[used..].to_vec();
+    let stream = EarlyAnswer::new(
+        tcp,
+        accepted,
+        leftover,
+        gate.clone(),
+        m.clone(),
+        issue,
+        decision.budget,
+    );
+    relay::serve_http(shared.clone(), stream, peer, gate, early).await;
+    Ok(())
+}

@@ -1,0 +1,158 @@
+//! The accept loop and the dispatch on a connection's first byte.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+use zrtt_proto::admission::Admission;
+use zrtt_proto::handshake::FRAME_FIRST_FLIGHT;
+
+use super::{first_flight, tls, GatewayConfig, Metrics, Shared};
+use crate::error::{Error, Result};
+use crate::tfo;
+
+/// A bound gateway; [`Gateway::run`] serves it.
+pub struct Gateway {
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    fast_open: bool,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("local_addr", &self.listener.local_addr().ok())
+            .field("fast_open", &self.fast_open)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Gateway {
+    /// Bind `addr` (port 0 for any) with a Fast Open listener.
+    pub fn bind(addr: SocketAddr, cfg: GatewayConfig) -> Result<Self> {
+        let (listener, fast_open) = tfo::bind_listener(addr, cfg.listen)?;
+        if fast_open && tfo::fast_open_sysctl().is_some_and(|v| v & 2 == 0) {
+            tracing::warn!(
+                "net.ipv4.tcp_fastopen lacks bit 0x2: SYN data will be ignored \
+                 (set it to 3 in this network namespace)"
+            );
+        }
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(cfg.timeouts.backend_connect));
+        connector.set_nodelay(true);
+        let backend = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(60))
+            .pool_timer(TokioTimer::new())
+            .build(connector);
+        let shared = Arc::new(Shared {
+            admission: Admission::new(cfg.admission.clone(), Instant::now()),
+            cfg,
+            metrics: Arc::new(Metrics::default()),
+            backend,
+            active: AtomicUsize::new(0),
+        });
+        Ok(Self {
+            listener,
+            shared,
+            fast_open,
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> Result<SocketAddr> {
+        self.listener
+            .local_addr()
+            .map_err(Error::io("local address"))
+    }
+
+    /// Whether the listener accepted the Fast Open options.
+    pub fn fast_open(&self) -> bool {
+        self.fast_open
+    }
+
+    /// The gateway's counters.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.shared.metrics.clone()
+    }
+
+    /// Serve until `shutdown` resolves, then give open connections
+    /// `timeouts.shutdown_grace` to finish and abort the rest.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<()> {
+        let mut tasks = JoinSet::new();
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                () = &mut shutdown => break,
+                r = self.listener.accept() => match r {
+                    Ok((tcp, peer)) => {
+                        let shared = self.shared.clone();
+                        tasks.spawn(async move {
+                            let limit = shared.cfg.timeouts.connection;
+                            let _ = tokio::time::timeout(limit, handle(shared, tcp, peer)).await;
+                        });
+                    }
+                    Err(e) => {
+                        tracing::warn!("accept: {e}");
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                },
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            }
+        }
+        drop(self.listener);
+        let grace = self.shared.cfg.timeouts.shutdown_grace;
+        let _ =
+            tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
+        tasks.shutdown().await;
+        Ok(())
+    }
+}
+
+struct ActiveGuard<'a>(&'a AtomicUsize);
+
+impl Drop for ActiveGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+async fn handle(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
+    let active = shared.active.fetch_add(1, Ordering::Relaxed) + 1;
+    let _guard = ActiveGuard(&shared.active);
+    Metrics::inc(&shared.metrics.connections);
+    let _ = tcp.set_nodelay(true);
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(shared.cfg.timeouts.first_flight, tcp.peek(&mut first)).await {
+        Ok(Ok(1)) => {}
+        _ => return,
+    }
+    let gate_fd = match tcp.as_fd().try_clone_to_owned() {
+        Ok(fd) => fd,
+        Err(e) => {
+            tracing::warn!("dup: {e}");
+            return;
+        }
+    };
+    match first[0] {
+        FRAME_FIRST_FLIGHT => {
+            if let Err(e) = first_flight::serve(&shared, tcp, peer, gate_fd, active).await {
+                tracing::debug!("zrtt {peer}: {e}");
+            }
+        }
+        0x14..=0x18 => {
+            if active > shared.cfg.admission.limits.hard_max_connections {
+                return;
+            }
+            tls::serve(&shared, tcp, peer, gate_fd).await;
+        }
+        _ => Metrics::inc(&shared.metrics.other_refused),
+    }
+}

@@ -1,0 +1,64 @@
+//! `zrtt gateway`: a reverse proxy in front of an unmodified HTTP/1.1
+//! backend, serving zrtt and TLS 1.3 on one Fast Open port.
+//!
+//! One job per file, in the order a connection meets them:
+//! - [`config`]: what a gateway serves and how ([`GatewayConfig`]);
+//! - `listener`: the accept loop and the dispatch on a connection's first
+//!   byte (`0xD7` zrtt, `0x14`-`0x18` TLS, anything else is closed);
+//! - `first_flight`: **where a first flight is accepted**: read it (bounded
+//!   size and time), the admission intake, [`ServerConfig::accept`] with the
+//!   shared replay filter, then the admission decision (proof of address,
+//!   byte budget) from the sans-IO core ([`zrtt_proto::admission`]);
+//! - `early_answer`: **where the answer is held until the handshake**: the
+//!   stream hyper serves over, which hands out the early request first and
+//!   turns the first response bytes into the Reply, sent at once within the
+//!   budget to a proven address, else when the handshake completes;
+//! - [`gate`]: whether the TCP handshake has completed (`TCP_INFO`);
+//! - `tls`: the TLS path on the same port;
+//! - `relay`: the HTTP relay to the backend (early-data marking, 425);
+//! - [`metrics`]: counters and their text exposition.
+//!
+//! **Gating** (docs/PROTOCOL.md §8): a reply goes out before the TCP
+//! handshake completes only to a proven address, and then only within the
+//! connection's [`AmplificationBudget`](zrtt_proto::admission::AmplificationBudget).
+//! Otherwise the early request is held, not forwarded to the backend, and
+//! every byte to the client (Reject frames included) waits until the
+//! handshake completes; TLS and anything else wait too.
+//!
+//! [`ServerConfig::accept`]: zrtt_proto::handshake::ServerConfig::accept
+
+pub mod config;
+mod early_answer;
+mod first_flight;
+pub mod gate;
+mod listener;
+pub mod metrics;
+mod relay;
+mod tls;
+
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use zrtt_proto::admission::Admission;
+
+pub use crate::http::Body;
+pub use config::{
+    shared_trust_policy, tls_server_config, GatewayConfig, SharedTrustPolicy, Timeouts,
+};
+pub use listener::Gateway;
+pub use metrics::{serve_metrics, Metrics};
+
+/// What every connection of one gateway shares.
+struct Shared {
+    cfg: GatewayConfig,
+    admission: Admission,
+    metrics: Arc<Metrics>,
+    backend: Client<HttpConnector, Body>,
+    active: AtomicUsize,
+}
+
+fn lock<T: ?Sized>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

@@ -1,0 +1,34 @@
+//! The TLS path on the zrtt port: TLS clients (and zrtt clients that fell
+//! back) get the same backend after a normal handshake.
+
+use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+
+use tokio::net::TcpStream;
+
+use super::gate::Gate;
+use super::{relay, Metrics, Shared};
+
+/// Serve one TLS connection: wait for the TCP handshake (a ClientHello
+/// that rode in the SYN gets no certificate flight before it), then the
+/// TLS handshake, then HTTP to the backend.
+pub(super) async fn serve(
+    shared: &Arc<Shared>,
+    tcp: TcpStream,
+    peer: SocketAddr,
+    gate_fd: OwnedFd,
+) {
+    let t = &shared.cfg.timeouts;
+    Metrics::inc(&shared.metrics.tls_connections);
+    let gate = Arc::new(Gate::new(gate_fd, false, t.gate));
+    if gate.wait_to_send().await.is_err() {
+        Metrics::inc(&shared.metrics.gate_timeouts);
+        return;
+    }
+    let acceptor = tokio_rustls::TlsAcceptor::from(shared.cfg.tls.clone());
+    let Ok(Ok(tls)) = tokio::time::timeout(t.first_flight, acceptor.accept(tcp)).await else {
+        return;
+    };
+    relay::serve_http(shared.clone(), tls, peer, gate, false).await;
+}
