@@ -495,7 +495,14 @@ async fn attempt_zrtt(
     stream
         .process_buffered()
         .map_err(Error::io("reading after the reply"))?;
-    if !early {
+    if early {
+        // Confirm at once that the flight was ours: a server may hold an
+        // early request until then, and only then retry one its backend
+        // answered 425 Too Early (docs/PROTOCOL.md §7).
+        stream.confirm().map_err(Error::io("confirming"))?;
+        stream.flush().await.map_err(Error::io("confirming"))?;
+    } else {
+        // The request itself is the confirmation.
         stream
             .write_all(request)
             .await

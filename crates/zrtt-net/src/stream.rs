@@ -3,8 +3,14 @@
 //!
 //! Reading opens transport records (docs/PROTOCOL.md §4.5): data records
 //! become bytes, an authenticated `Close` is the end of stream (a stream that
-//! ends without one is an error: truncation), token records go to a callback.
+//! ends without one is an error: truncation), token records go to a callback,
+//! a `Confirm` record only counts (see [`ChannelStream::records_received`]).
 //! Writing seals bytes into data records; shutdown sends `Close`.
+//!
+//! Memory is bounded per connection: at most [`MAX_PENDING_WRITE`] sealed
+//! bytes wait for the socket (further writes wait: backpressure to
+//! whatever produces them), and at most one read chunk plus 64 KiB of
+//! plaintext waits for the reader.
 
 use std::io;
 use std::pin::Pin;
@@ -17,7 +23,10 @@ use zrtt_proto::handshake::{read_frame, Channel, Expect, Frame, RecordKind};
 pub type TokenSink = Box<dyn FnMut(Vec<u8>) + Send>;
 
 /// Largest amount of sealed bytes buffered before writes wait for the socket.
-const MAX_PENDING_WRITE: usize = 256 * 1024;
+pub const MAX_PENDING_WRITE: usize = 64 * 1024;
+
+/// Most plaintext sealed per write call (one record).
+const MAX_WRITE_CHUNK: usize = 16 * 1024;
 
 /// A [`Channel`] over a byte stream `S`.
 pub struct ChannelStream<S> {
@@ -102,6 +111,25 @@ impl<S> ChannelStream<S> {
     pub fn has_pending_write(&self) -> bool {
         self.wpos < self.wbuf.len()
     }
+
+    /// Queue the client's confirmation (a `Confirm` record): sent with the
+    /// next write, flush or read. A server takes any authenticated record
+    /// from the client as proof that the first flight was not replayed.
+    pub fn confirm(&mut self) -> io::Result<()> {
+        self.queue_record(RecordKind::Confirm, &[])
+    }
+
+    /// Records opened from the peer so far (any kind). Non-zero means the
+    /// peer holds the handshake's keys: for a server, that the client of the
+    /// first flight is live on this connection.
+    pub fn records_received(&self) -> u64 {
+        self.channel.received()
+    }
+
+    /// Whether the peer sent an authenticated `Close`.
+    pub fn peer_closed(&self) -> bool {
+        self.peer_closed
+    }
 }
 
 fn invalid(msg: &'static str) -> io::Error {
@@ -147,6 +175,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> ChannelStream<S> {
                     self.plain.extend_from_slice(&rec.body);
                 }
                 RecordKind::Close => self.peer_closed = true,
+                RecordKind::Confirm => {}
                 RecordKind::Token => {
                     if let Some(sink) = self.on_token.as_mut() {
                         sink(rec.body);
@@ -169,6 +198,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for ChannelStream<S> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        // Queued records (a confirmation, a token) go out without waiting
+        // for a write; a full socket leaves them for later.
+        if this.has_pending_write() {
+            if let Poll::Ready(Err(e)) = this.poll_write_pending(cx) {
+                return Poll::Ready(Err(e));
+            }
+        }
         loop {
             if this.plain_pos < this.plain.len() {
                 let n = buf.remaining().min(this.plain.len() - this.plain_pos);
@@ -206,10 +242,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for ChannelStream<S> {
         if this.close_sent {
             return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
         }
-        if this.wbuf.len() - this.wpos >= MAX_PENDING_WRITE {
-            ready!(this.poll_write_pending(cx))?;
+        // Make room: what is already sealed goes first. Beyond the limit,
+        // wait for the socket (backpressure on a slow reader).
+        if this.has_pending_write()
+            && this.poll_write_pending(cx)?.is_pending()
+            && this.wbuf.len() - this.wpos >= MAX_PENDING_WRITE
+        {
+            return Poll::Pending;
         }
-        let n = buf.len().min(MAX_PENDING_WRITE);
+        if this.wpos > 0 {
+            // Drop what the socket took, so the buffer holds only what waits.
+            this.wbuf.drain(..this.wpos);
+            this.wpos = 0;
+        }
+        let n = buf.len().min(MAX_WRITE_CHUNK);
         this.channel
             .seal_data(&buf[..n], &mut this.wbuf)
             .map_err(io::Error::other)?;

@@ -92,3 +92,15 @@ pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<TcpInfo> {
         rtt_us: info.tcpi_rtt,
     })
 }
+
+/// Register an owned socket with the tokio reactor for `interest` (call
+/// inside a runtime).
+pub fn register(
+    fd: std::os::fd::OwnedFd,
+    interest: tokio::io::Interest,
+) -> io::Result<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
+    // SAFETY: an `OwnedFd` is an open descriptor that stays open, refers to
+    // the same file description and returns the same number from
+    // `as_raw_fd` for as long as it is owned, and the `AsyncFd` owns it.
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, interest) }.map_err(Into::into)
+}

@@ -4,16 +4,27 @@
 //! (and what follows) goes out at once, within the connection's
 //! [`AmplificationBudget`]; the rest, and everything to an unproven
 //! address, waits until the TCP handshake completes.
+//!
+//! Early data that is not one safe request ([`EarlyUse::Hold`]) is not
+//! handed to hyper until the client confirms the handshake (its first
+//! authenticated record, which a replayer cannot produce): the Reply goes
+//! out without data, and the held bytes follow the confirmation as
+//! ordinary, non-replayable bytes (docs/PROTOCOL.md §7). The peer's close
+//! is noticed in every state.
 
 use std::future::Future;
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll, Waker};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::sync::Notify;
+use tokio::time::Sleep;
 use zrtt_proto::admission::{AmplificationBudget, TokenKey};
 use zrtt_proto::crypto::SecureRandom;
 use zrtt_proto::handshake::{Accepted, Extensions, RecordKind};
@@ -49,6 +60,69 @@ impl TokenIssue {
 
 type GateFuture = Pin<Box<dyn Future<Output = Result<()>> + Send>>;
 
+/// How the early data of an accepted flight is used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum EarlyUse {
+    /// One safe request: served at once, marked as early data.
+    Serve,
+    /// Anything else (a body, an unsafe method, pipelining, a partial
+    /// request): held until the client confirms the handshake.
+    Hold,
+}
+
+/// What the HTTP relay and the stream share about a connection's early
+/// data: whether the client has confirmed the handshake, and a way to ask
+/// for the Reply before any response exists (to get that confirmation).
+#[derive(Debug, Default)]
+pub(super) struct EarlyCtl {
+    confirmed: AtomicBool,
+    confirmed_notify: Notify,
+    reply_now: AtomicBool,
+    reader: Mutex<Option<Waker>>,
+}
+
+impl EarlyCtl {
+    /// Whether the client has confirmed the handshake.
+    pub(super) fn is_confirmed(&self) -> bool {
+        self.confirmed.load(Ordering::Acquire)
+    }
+
+    fn set_confirmed(&self) {
+        if !self.confirmed.swap(true, Ordering::AcqRel) {
+            self.confirmed_notify.notify_waiters();
+        }
+    }
+
+    /// Send the Reply now, even without response data (the client cannot
+    /// confirm before it has the Reply).
+    pub(super) fn release_reply(&self) {
+        self.reply_now.store(true, Ordering::Release);
+        if let Some(w) = self.reader.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            w.wake();
+        }
+    }
+
+    /// Wait at most `limit` for the client's confirmation.
+    pub(super) async fn wait_confirmed(&self, limit: Duration) -> bool {
+        let wait = async {
+            loop {
+                let notified = self.confirmed_notify.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if self.is_confirmed() {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        tokio::time::timeout(limit, wait).await.is_ok()
+    }
+
+    fn park_reader(&self, cx: &Context<'_>) {
+        *self.reader.lock().unwrap_or_else(|p| p.into_inner()) = Some(cx.waker().clone());
+    }
+}
+
 struct Pending {
     tcp: TcpStream,
     accepted: Accepted,
@@ -80,21 +154,38 @@ pub(super) struct EarlyAnswer {
     /// Response bytes over the budget, sealed only once the handshake completes.
     held: Vec<u8>,
     held_wait: Option<GateFuture>,
+    ctl: Arc<EarlyCtl>,
+    /// [`EarlyUse::Hold`]: the early bytes, then anything that arrived
+    /// through the channel, until the client confirms.
+    unconfirmed: Option<Vec<u8>>,
+    /// Confirmed bytes not yet handed to the reader.
+    released: Vec<u8>,
+    released_pos: usize,
+    /// How long a held request waits for the confirmation after the Reply.
+    confirm_limit: Duration,
+    confirm_deadline: Option<Pin<Box<Sleep>>>,
 }
 
-/// Largest response buffered before the reply is forced out.
-const MAX_REPLY_BUFFER: usize = 256 * 1024;
+/// Largest response buffered before the reply is forced out (more than any
+/// pre-handshake budget, which is at most one record).
+const MAX_REPLY_BUFFER: usize = 64 * 1024;
 
 impl EarlyAnswer {
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         tcp: TcpStream,
-        accepted: Accepted,
+        mut accepted: Accepted,
         leftover: Vec<u8>,
         gate: Arc<Gate>,
         metrics: Arc<Metrics>,
         token: Option<TokenIssue>,
         budget: Option<AmplificationBudget>,
+        early_use: EarlyUse,
+        ctl: Arc<EarlyCtl>,
+        confirm_limit: Duration,
     ) -> Self {
+        let unconfirmed =
+            (early_use == EarlyUse::Hold).then(|| std::mem::take(&mut accepted.early_data));
         Self {
             state: State::Pending(Box::new(Pending {
                 tcp,
@@ -111,6 +202,77 @@ impl EarlyAnswer {
             budget,
             held: Vec::new(),
             held_wait: None,
+            ctl,
+            unconfirmed,
+            released: Vec::new(),
+            released_pos: 0,
+            confirm_limit,
+            confirm_deadline: None,
+        }
+    }
+
+    /// Reading before the Reply, once the early request has been handed
+    /// out: the client sends nothing before our Reply, so wait for the
+    /// response (or for [`EarlyCtl::release_reply`]), but notice the client
+    /// leaving (end of stream, reset) and refuse bytes it may not send yet.
+    fn poll_peer_before_reply(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let State::Pending(p) = &mut self.state else {
+            return Poll::Ready(Ok(()));
+        };
+        let mut probe = [0u8; 1];
+        let mut rb = ReadBuf::new(&mut probe);
+        match p.tcp.poll_peek(cx, &mut rb) {
+            Poll::Ready(Ok(0)) => Poll::Ready(Ok(())),
+            Poll::Ready(Ok(_)) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "client sent bytes before the reply",
+            ))),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => {
+                self.read_waker = Some(cx.waker().clone());
+                self.ctl.park_reader(cx);
+                Poll::Pending
+            }
+        }
+    }
+
+    /// [`EarlyUse::Hold`]: read the channel until the client's first
+    /// record confirms the handshake, then release the held bytes. Ends
+    /// the connection if the client leaves or takes longer than the limit.
+    fn poll_confirmation(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let State::Open(s) = &mut self.state else {
+            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+        };
+        let Some(held) = self.unconfirmed.as_mut() else {
+            return Poll::Ready(Ok(()));
+        };
+        loop {
+            if s.records_received() > 0 {
+                self.ctl.set_confirmed();
+                self.released = self.unconfirmed.take().unwrap_or_default();
+                self.released_pos = 0;
+                self.confirm_deadline = None;
+                return Poll::Ready(Ok(()));
+            }
+            let limit = self.confirm_limit;
+            let deadline = self
+                .confirm_deadline
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+            if deadline.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "client did not confirm the handshake",
+                )));
+            }
+            let mut chunk = [0u8; 4096];
+            let mut rb = ReadBuf::new(&mut chunk);
+            ready!(Pin::new(&mut *s).poll_read(cx, &mut rb))?;
+            if rb.filled().is_empty() && s.records_received() == 0 {
+                // Closed before confirming: nothing held ever runs.
+                held.clear();
+                return Poll::Ready(Ok(()));
+            }
+            held.extend_from_slice(rb.filled());
         }
     }
 
@@ -250,6 +412,7 @@ impl EarlyAnswer {
             self.issue_token(&mut stream)?;
         }
         self.state = State::Open(stream);
+        self.confirm_deadline = None;
         if let Some(w) = self.read_waker.take() {
             w.wake();
         }
@@ -295,18 +458,32 @@ impl AsyncRead for EarlyAnswer {
                 p.early_pos += n;
                 return Poll::Ready(Ok(()));
             }
-            if !early.is_empty() {
-                // The client sends nothing more before our reply.
-                this.read_waker = Some(cx.waker().clone());
-                return Poll::Pending;
+            if !early.is_empty() && !this.ctl.reply_now.load(Ordering::Acquire) {
+                return this.poll_peer_before_reply(cx);
             }
-            // No early request (e.g. a POST waiting for the reply): answer now.
+            // No early request to serve (none, or held), or the relay
+            // needs the client's confirmation: answer now.
             ready!(this.poll_reply(cx))?;
         }
-        match &mut this.state {
-            State::Open(s) => Pin::new(s).poll_read(cx, buf),
-            _ => Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
+        ready!(this.poll_confirmation(cx))?;
+        if this.released_pos < this.released.len() {
+            let n = buf.remaining().min(this.released.len() - this.released_pos);
+            buf.put_slice(&this.released[this.released_pos..this.released_pos + n]);
+            this.released_pos += n;
+            if this.released_pos == this.released.len() {
+                this.released = Vec::new();
+                this.released_pos = 0;
+            }
+            return Poll::Ready(Ok(()));
         }
+        let State::Open(s) = &mut this.state else {
+            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+        };
+        let r = Pin::new(&mut *s).poll_read(cx, buf);
+        if s.records_received() > 0 {
+            this.ctl.set_confirmed();
+        }
+        r
     }
 }
 

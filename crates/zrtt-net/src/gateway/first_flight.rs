@@ -14,7 +14,7 @@ use tokio::net::TcpStream;
 use zrtt_proto::admission::{Decision, FlightEvidence, Intake, ProvenanceOutcome};
 use zrtt_proto::handshake::{encode_reject, read_frame, Expect, RejectReason, Transport};
 
-use super::early_answer::{EarlyAnswer, TokenIssue};
+use super::early_answer::{EarlyAnswer, EarlyCtl, EarlyUse, TokenIssue};
 use super::gate::Gate;
 use super::{lock, relay, Metrics, Shared};
 use crate::error::{Error, Result};
@@ -114,7 +114,7 @@ pub(super) async fn serve(
     let intake = shared.admission.intake(active, Instant::now());
     if intake == Intake::Busy {
         Metrics::inc(&m.zrtt_busy);
-        let gate = Gate::new(gate_fd, false, t.gate);
+        let gate = Gate::new(gate_fd, false, t.gate)?;
         send_gated(&mut tcp, &gate, &encode_reject(RejectReason::Busy, &[]), m).await;
         return Ok(());
     }
@@ -137,7 +137,7 @@ pub(super) async fn serve(
             match refusal.reply {
                 Some(bytes) => {
                     Metrics::inc(&m.zrtt_rejects_sent);
-                    let gate = Gate::new(gate_fd, false, t.gate);
+                    let gate = Gate::new(gate_fd, false, t.gate)?;
                     send_gated(&mut tcp, &gate, &bytes, m).await;
                 }
                 None => Metrics::inc(&m.zrtt_silent_drops),
@@ -159,7 +159,7 @@ pub(super) async fn serve(
         Instant::now(),
     );
     record(m, &decision, peer);
-    let gate = Arc::new(Gate::new(gate_fd, decision.answers_early(), t.gate));
+    let gate = Arc::new(Gate::new(gate_fd, decision.answers_early(), t.gate)?);
     let issue = match (&shared.cfg.admission.tokens, accepted.client_static) {
         (Some(key), Some(client_static)) => Some(TokenIssue {
             key: key.clone(),
@@ -170,7 +170,12 @@ pub(super) async fn serve(
         }),
         _ => None,
     };
-    let early = !accepted.early_data.is_empty();
+    let early_use = relay::early_use(&accepted.early_data);
+    let early = !accepted.early_data.is_empty() && early_use == EarlyUse::Serve;
+    if !accepted.early_data.is_empty() && early_use == EarlyUse::Hold {
+        Metrics::inc(&m.early_data_held);
+    }
+    let ctl = Arc::new(EarlyCtl::default());
     let leftover = buf[used..].to_vec();
     let stream = EarlyAnswer::new(
         tcp,
@@ -180,7 +185,10 @@ pub(super) async fn serve(
         m.clone(),
         issue,
         decision.budget,
+        early_use,
+        ctl.clone(),
+        t.first_flight,
     );
-    relay::serve_http(shared.clone(), stream, peer, gate, early).await;
+    relay::serve_http(shared.clone(), stream, peer, gate, early, Some(ctl)).await;
     Ok(())
 }

@@ -1,45 +1,56 @@
 //! Address gating: nothing but the SYN-ACK goes to an unproven client
 //! address before its TCP handshake completes (docs/PROTOCOL.md §8).
 //!
-//! Linux gives no notification when a Fast Open child socket leaves
-//! `SYN_RECV`, so [`Gate::wait_complete`] polls `TCP_INFO` with a bounded
-//! exponential back-off and a bounded total wait.
+//! Linux has no readiness event that means "this Fast Open child socket
+//! left `SYN_RECV`", but the transition calls the socket's state-change
+//! callback, which wakes every epoll registration of the socket; with
+//! edge-triggered epoll (tokio's) that reports the socket's current
+//! readiness again. So [`Gate::wait_complete`] clears the write readiness
+//! of its own registration, checks `TCP_INFO`, and sleeps until the next
+//! event on the socket: no polling while a spoofed source stays silent,
+//! one `getsockopt` per event otherwise. A slow safety poll (backing off
+//! to [`MAX_SAFETY_POLL`]) covers kernels that would not report it.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::sys::{self, state};
 
-/// Back-off bounds for polling `TCP_INFO`.
-const FIRST_POLL: Duration = Duration::from_micros(100);
-// At most 1 ms late noticing a completed handshake (0.05 RTT at 20 ms);
-// a getsockopt per millisecond per gated connection is cheap.
-const MAX_POLL: Duration = Duration::from_millis(1);
+/// First safety poll after a wait starts, doubling up to [`MAX_SAFETY_POLL`].
+const FIRST_SAFETY_POLL: Duration = Duration::from_millis(2);
+/// Longest pause between two safety polls.
+const MAX_SAFETY_POLL: Duration = Duration::from_millis(250);
 
 /// Whether and when a connection may send bytes to its peer.
 #[derive(Debug)]
 pub struct Gate {
-    fd: OwnedFd,
+    fd: AsyncFd<OwnedFd>,
     proven: bool,
     complete: AtomicBool,
     max_wait: Duration,
+    /// One waiter at a time watches the socket; others wait for it.
+    watch: tokio::sync::Mutex<()>,
 }
 
 impl Gate {
-    /// A gate for the socket `fd` (a duplicate the gate owns). `proven`:
-    /// the peer's address is proven (token, provenance, trusted network),
-    /// so sending before the handshake completes is allowed.
-    pub fn new(fd: OwnedFd, proven: bool, max_wait: Duration) -> Self {
-        Self {
-            fd,
+    /// A gate for the socket `fd` (a duplicate the gate owns and registers
+    /// with the runtime; call inside one). `proven`: the peer's address is
+    /// proven (token, provenance, trusted network), so sending before the
+    /// handshake completes is allowed.
+    pub fn new(fd: OwnedFd, proven: bool, max_wait: Duration) -> Result<Self> {
+        Ok(Self {
+            fd: sys::register(fd, Interest::WRITABLE).map_err(Error::io("registering the gate"))?,
             proven,
             complete: AtomicBool::new(false),
             max_wait,
-        }
+            watch: tokio::sync::Mutex::new(()),
+        })
     }
 
     /// Whether the address was proven.
@@ -53,7 +64,7 @@ impl Gate {
         if self.complete.load(Ordering::Acquire) {
             return Ok(true);
         }
-        let info = sys::tcp_info(self.fd.as_fd()).map_err(Error::io("TCP_INFO"))?;
+        let info = sys::tcp_info(self.fd.get_ref().as_fd()).map_err(Error::io("TCP_INFO"))?;
         match info.state {
             state::SYN_RECV | state::SYN_SENT => Ok(false),
             state::CLOSE => Err(Error::NoAnswer),
@@ -75,18 +86,30 @@ impl Gate {
 
     /// Wait until the TCP handshake completes, whatever the address.
     pub async fn wait_complete(&self) -> Result<()> {
+        if self.handshake_complete()? {
+            return Ok(());
+        }
         let deadline = Instant::now() + self.max_wait;
-        let mut pause = FIRST_POLL;
+        let _watching = tokio::time::timeout_at(deadline, self.watch.lock())
+            .await
+            .map_err(|_| Error::HandshakeIncomplete(self.max_wait))?;
+        let mut pause = FIRST_SAFETY_POLL;
         loop {
+            // The registration reports the socket writable at once, then
+            // again on every state change. Clear it before checking, so a
+            // change after the check ends the next wait.
+            let wake = deadline.min(Instant::now() + pause);
+            match tokio::time::timeout_at(wake, self.fd.writable()).await {
+                Ok(Ok(mut ready)) => ready.clear_ready(),
+                Ok(Err(e)) => return Err(Error::io("waiting for the handshake")(e)),
+                Err(_) => pause = (pause * 2).min(MAX_SAFETY_POLL),
+            }
             if self.handshake_complete()? {
                 return Ok(());
             }
-            let now = Instant::now();
-            if now >= deadline {
+            if Instant::now() >= deadline {
                 return Err(Error::HandshakeIncomplete(self.max_wait));
             }
-            tokio::time::sleep(pause.min(deadline - now)).await;
-            pause = (pause * 2).min(MAX_POLL);
         }
     }
 }

@@ -93,10 +93,17 @@ impl Gateway {
                 () = &mut shutdown => break,
                 r = self.listener.accept() => match r {
                     Ok((tcp, peer)) => {
+                        if !self.shared.admission.open_connection(peer.ip()) {
+                            // One source may not fill the connection limit.
+                            Metrics::inc(&self.shared.metrics.source_limited);
+                            drop(tcp);
+                            continue;
+                        }
                         let shared = self.shared.clone();
                         tasks.spawn(async move {
+                            let _source = SourceGuard(&shared, peer);
                             let limit = shared.cfg.timeouts.connection;
-                            let _ = tokio::time::timeout(limit, handle(shared, tcp, peer)).await;
+                            let _ = tokio::time::timeout(limit, handle(shared.clone(), tcp, peer)).await;
                         });
                     }
                     Err(e) => {
@@ -113,6 +120,15 @@ impl Gateway {
             tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
         tasks.shutdown().await;
         Ok(())
+    }
+}
+
+/// Releases a connection's place in its source's count.
+struct SourceGuard<'a>(&'a Shared, SocketAddr);
+
+impl Drop for SourceGuard<'_> {
+    fn drop(&mut self) {
+        self.0.admission.close_connection(self.1.ip());
     }
 }
 

@@ -59,8 +59,15 @@ counters! {
     requests,
     /// Of those, requests that arrived as early data (sent with `Early-Data: 1`).
     early_requests,
-    /// Backend 425 Too Early answers retried after the handshake.
+    /// Backend 425 Too Early answers retried after the client confirmed the handshake.
     backend_425_retries,
+    /// Backend 425 Too Early answers passed to the client (no confirmation in time).
+    backend_425_unconfirmed,
+    /// First flights whose early data waited for the client's confirmation
+    /// (not one safe request).
+    early_data_held,
+    /// Connections closed at once: their source address or prefix was at its cap.
+    source_limited,
     /// 502 answers (backend unreachable or failed).
     backend_errors,
     /// 504 answers (backend too slow).

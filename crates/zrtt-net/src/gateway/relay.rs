@@ -1,7 +1,13 @@
 //! The HTTP relay to the backend: HTTP/1.1 served with hyper over the zrtt
-//! channel or TLS, each request forwarded with hop-by-hop fields removed,
-//! early data marked `Early-Data: 1` (RFC 8470) and a 425 answered by
-//! sending the request again once the handshake has completed.
+//! channel or TLS, each request forwarded with hop-by-hop fields removed.
+//!
+//! Early data (RFC 8470): only one safe request (GET, HEAD, OPTIONS, no
+//! body, nothing after it) is served from a first flight before the client
+//! confirms the handshake ([`early_use`]), and it reaches the backend with
+//! `Early-Data: 1`. If the backend answers 425 Too Early, the request is
+//! sent again without the mark only once the client has confirmed the
+//! handshake over the forward-secret channel (which a replayer cannot do);
+//! without that confirmation the 425 goes back to the client.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -16,25 +22,55 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use super::early_answer::{EarlyCtl, EarlyUse};
 use super::gate::Gate;
 use super::{Body, Metrics, Shared};
 use crate::http::{strip_hop_by_hop, text_response};
+
+/// How a first flight's early data may be used: [`EarlyUse::Serve`] only
+/// for exactly one complete request with a safe method (RFC 9110 §9.2.1:
+/// GET, HEAD, OPTIONS), no body and nothing after it, which is all a zrtt
+/// client sends early; anything else waits for the client's confirmation.
+pub(super) fn early_use(early: &[u8]) -> EarlyUse {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut req = httparse::Request::new(&mut headers);
+    let Ok(httparse::Status::Complete(n)) = req.parse(early) else {
+        return EarlyUse::Hold;
+    };
+    let safe = matches!(req.method, Some("GET" | "HEAD" | "OPTIONS"));
+    let no_body = req.headers.iter().all(|h| {
+        !(h.name.eq_ignore_ascii_case("transfer-encoding")
+            || (h.name.eq_ignore_ascii_case("content-length") && h.value.trim_ascii() != b"0"))
+    });
+    if n == early.len() && safe && no_body {
+        EarlyUse::Serve
+    } else {
+        EarlyUse::Hold
+    }
+}
+
+/// hyper's read and write buffer per client connection.
+const MAX_HTTP_BUFFER: usize = 64 * 1024;
 
 struct ConnCtx {
     gate: Arc<Gate>,
     peer: SocketAddr,
     /// The next request is the one that arrived in the first flight.
     early_pending: AtomicBool,
+    /// The zrtt connection's confirmation state (`None` for TLS).
+    early: Option<Arc<EarlyCtl>>,
 }
 
 /// Serve HTTP/1.1 on `io` (a zrtt channel or TLS) until the client closes
-/// or stays idle; `early`: the first request arrived as early data.
+/// or stays idle; `early`: the first request is a served early request,
+/// `ctl` the connection's confirmation state (zrtt only).
 pub(super) async fn serve_http<S>(
     shared: Arc<Shared>,
     io: S,
     peer: SocketAddr,
     gate: Arc<Gate>,
     early: bool,
+    ctl: Option<Arc<EarlyCtl>>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -43,6 +79,7 @@ pub(super) async fn serve_http<S>(
         gate,
         peer,
         early_pending: AtomicBool::new(early),
+        early: ctl,
     });
     let svc = hyper::service::service_fn(move |req| {
         let shared = shared.clone();
@@ -52,7 +89,11 @@ pub(super) async fn serve_http<S>(
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .keep_alive(true)
-        .header_read_timeout(idle_timeout);
+        .header_read_timeout(idle_timeout)
+        // Bounded buffering per connection: a slow reader costs at most
+        // this plus the channel's own bound (stream.rs), never the whole
+        // answer: hyper stops reading the backend until the client reads.
+        .max_buf_size(MAX_HTTP_BUFFER);
     if let Err(e) = http.serve_connection(TokioIo::new(io), svc).await {
         tracing::debug!("http {peer}: {e}");
     }
@@ -79,7 +120,10 @@ async fn forward(shared: &Shared, ctx: &ConnCtx, req: Request<Incoming>) -> Resp
         return text_response(StatusCode::GATEWAY_TIMEOUT, "handshake incomplete");
     }
     Metrics::inc(&m.requests);
-    let early = ctx.early_pending.swap(false, Ordering::AcqRel);
+    // Early unless the client confirmed the handshake before we forward
+    // it (then it is the client's own request, not a replay).
+    let early = ctx.early_pending.swap(false, Ordering::AcqRel)
+        && !ctx.early.as_ref().is_some_and(|c| c.is_confirmed());
     if early {
         Metrics::inc(&m.early_requests);
     }
@@ -139,19 +183,66 @@ async fn forward(shared: &Shared, ctx: &ConnCtx, req: Request<Incoming>) -> Resp
             Ok(Ok(r)) => r,
         };
         if attempt_early && resp.status() == StatusCode::TOO_EARLY {
-            if let Some(b) = &saved {
-                Metrics::inc(&m.backend_425_retries);
-                if ctx.gate.wait_complete().await.is_err() {
-                    Metrics::inc(&m.gate_timeouts);
-                    return text_response(StatusCode::GATEWAY_TIMEOUT, "handshake incomplete");
+            // RFC 8470 §5.2: only the client's confirmation (its first
+            // record over the forward-secret channel) makes the request
+            // non-replayable. A completed TCP handshake does not: a replayer
+            // completes its own.
+            if let (Some(b), Some(ctl)) = (&saved, &ctx.early) {
+                ctl.release_reply();
+                if ctl.wait_confirmed(shared.cfg.timeouts.first_flight).await {
+                    Metrics::inc(&m.backend_425_retries);
+                    attempt_early = false;
+                    body = full(b.clone());
+                    continue;
                 }
-                attempt_early = false;
-                body = full(b.clone());
-                continue;
+                Metrics::inc(&m.backend_425_unconfirmed);
             }
         }
         let (mut rparts, rbody) = resp.into_parts();
         strip_hop_by_hop(&mut rparts.headers);
         return Response::from_parts(rparts, rbody.boxed());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_one_safe_bodiless_request_is_served_early() {
+        for ok in [
+            &b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"[..],
+            b"HEAD /x HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n",
+            b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n",
+        ] {
+            assert_eq!(
+                early_use(ok),
+                EarlyUse::Serve,
+                "{}",
+                String::from_utf8_lossy(ok)
+            );
+        }
+        for held in [
+            // unsafe methods, even without a body
+            &b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n"[..],
+            b"DELETE /x HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"PUT /x HTTP/1.1\r\nHost: a\r\n\r\n",
+            // a body, declared or chunked
+            b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc",
+            b"GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            // pipelining: a second request after the first
+            b"GET /1 HTTP/1.1\r\nHost: a\r\n\r\nPOST /2 HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"GET /1 HTTP/1.1\r\nHost: a\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\n\r\n",
+            // partial or malformed
+            b"GET / HTTP/1.1\r\nHost: a\r\n",
+            b"\x00\x01garbage",
+        ] {
+            assert_eq!(
+                early_use(held),
+                EarlyUse::Hold,
+                "{}",
+                String::from_utf8_lossy(held)
+            );
+        }
     }
 }

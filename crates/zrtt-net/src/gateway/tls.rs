@@ -21,7 +21,13 @@ pub(super) async fn serve(
 ) {
     let t = &shared.cfg.timeouts;
     Metrics::inc(&shared.metrics.tls_connections);
-    let gate = Arc::new(Gate::new(gate_fd, false, t.gate));
+    let gate = match Gate::new(gate_fd, false, t.gate) {
+        Ok(g) => Arc::new(g),
+        Err(e) => {
+            tracing::warn!("TLS {peer}: {e}");
+            return;
+        }
+    };
     if gate.wait_to_send().await.is_err() {
         Metrics::inc(&shared.metrics.gate_timeouts);
         return;
@@ -30,5 +36,5 @@ pub(super) async fn serve(
     let Ok(Ok(tls)) = tokio::time::timeout(t.first_flight, acceptor.accept(tcp)).await else {
         return;
     };
-    relay::serve_http(shared.clone(), tls, peer, gate, false).await;
+    relay::serve_http(shared.clone(), tls, peer, gate, false, None).await;
 }

@@ -87,7 +87,7 @@ impl hyper::body::Body for Trickle {
 }
 
 /// Backend: echoes path and Early-Data; `/425` answers 425 to early requests;
-/// `/slow` waits 3 s; `/big` answers 100,000 bytes, `/big-trickle` too, with
+/// `/slow` waits 3 s; `/hang` never answers; `/big` answers 100,000 bytes, `/big-trickle` too, with
 /// a pause after the first 100.
 pub async fn start_backend() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -117,6 +117,9 @@ pub async fn start_backend() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
                             .push(format!("{method} {path} early={early}"));
                         if path == "/slow" {
                             tokio::time::sleep(Duration::from_secs(3)).await;
+                        }
+                        if path == "/hang" {
+                            std::future::pending::<()>().await;
                         }
                         if path == "/big-trickle" {
                             let body = Trickle {

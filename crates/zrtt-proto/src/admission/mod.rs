@@ -20,6 +20,7 @@
 
 mod budget;
 mod rate;
+mod sources;
 mod token;
 
 use std::net::IpAddr;
@@ -31,6 +32,7 @@ pub use budget::{
 };
 pub use ipnet::IpNet;
 pub use rate::TokenBucket;
+pub use sources::{source_prefix, SourceCounts, IPV4_PREFIX, IPV6_PREFIX};
 pub use token::{TokenError, TokenKey};
 
 use crate::handshake::{ext, Accepted};
@@ -55,6 +57,12 @@ pub struct AdmissionLimits {
     pub max_connections: usize,
     /// Concurrent connections beyond which first flights get Reject Busy.
     pub hard_max_connections: usize,
+    /// Concurrent connections from one source address (0: no cap); beyond
+    /// it new connections are closed at once.
+    pub max_connections_per_address: usize,
+    /// Concurrent connections from one source prefix ([`IPV4_PREFIX`],
+    /// [`IPV6_PREFIX`]; 0: no cap).
+    pub max_connections_per_prefix: usize,
     /// First-flight decryptions per second that may be answered early.
     pub decrypts_per_sec: f64,
     /// First-flight decryptions per second beyond which flights get Reject Busy.
@@ -72,6 +80,8 @@ impl Default for AdmissionLimits {
         Self {
             max_connections: 10_000,
             hard_max_connections: 20_000,
+            max_connections_per_address: 512,
+            max_connections_per_prefix: 2_048,
             decrypts_per_sec: 5_000.0,
             hard_decrypts_per_sec: 20_000.0,
             provenance_checks_per_sec: 20_000.0,
@@ -268,6 +278,7 @@ pub struct Admission {
     soft_decrypts: Mutex<TokenBucket>,
     provenance_checks: Mutex<TokenBucket>,
     verified: Mutex<VerifiedCache>,
+    sources: Mutex<SourceCounts>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -283,6 +294,7 @@ impl Admission {
             soft_decrypts: Mutex::new(TokenBucket::new(l.decrypts_per_sec, now)),
             provenance_checks: Mutex::new(TokenBucket::new(l.provenance_checks_per_sec, now)),
             verified: Mutex::new(VerifiedCache::new(l.provenance_cache_capacity)),
+            sources: Mutex::new(SourceCounts::default()),
             config,
         }
     }
@@ -290,6 +302,23 @@ impl Admission {
     /// The configuration.
     pub fn config(&self) -> &AdmissionConfig {
         &self.config
+    }
+
+    /// A new connection from `peer`: false if its address or prefix already
+    /// has as many open connections as allowed (close it at once). Every
+    /// `true` must be matched by one [`Self::close_connection`].
+    pub fn open_connection(&self, peer: IpAddr) -> bool {
+        let l = &self.config.limits;
+        lock(&self.sources).try_open(
+            peer,
+            l.max_connections_per_address,
+            l.max_connections_per_prefix,
+        )
+    }
+
+    /// A connection admitted by [`Self::open_connection`] ended.
+    pub fn close_connection(&self, peer: IpAddr) {
+        lock(&self.sources).close(peer);
     }
 
     /// Before decrypting a first flight, with `connections` open (this one

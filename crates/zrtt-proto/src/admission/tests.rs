@@ -363,3 +363,22 @@ fn proven_window_raises_the_budget_for_proven_peers_only() {
     assert_eq!(d.budget.map(|b| b.limit()), Some(INITIAL_WINDOW));
     assert_eq!(decide(&a, &evidence(None, None), None).budget, None);
 }
+
+#[test]
+fn connections_are_capped_per_source() {
+    let mut cfg = AdmissionConfig::default();
+    cfg.limits.max_connections_per_address = 2;
+    cfg.limits.max_connections_per_prefix = 3;
+    let a = Admission::new(cfg, Instant::now());
+    assert!(a.open_connection(PEER));
+    assert!(a.open_connection(PEER));
+    assert!(!a.open_connection(PEER));
+    assert!(a.open_connection(OTHER));
+    assert!(
+        !a.open_connection("198.18.0.77".parse().unwrap()),
+        "same /24"
+    );
+    assert!(a.open_connection("198.18.1.77".parse().unwrap()));
+    a.close_connection(PEER);
+    assert!(a.open_connection(PEER));
+}

@@ -27,6 +27,12 @@ pub enum RecordKind {
     Close = 1,
     /// An address token from the server (opaque to the channel).
     Token = 2,
+    /// The client's confirmation, sent as its first record when it has
+    /// nothing else to send: any authenticated record from the client
+    /// proves the server is talking to the holder of the flight's
+    /// ephemeral key, which a replayer of the first flight is not
+    /// (docs/PROTOCOL.md §4.5, §7). Its body is empty.
+    Confirm = 3,
 }
 
 /// One decrypted record.
@@ -122,6 +128,8 @@ impl Channel {
                 RecordKind::Close
             }
             2 => RecordKind::Token,
+            3 if body.is_empty() => RecordKind::Confirm,
+            3 => return Err(InvalidMessage::InvalidField("confirm record with a body").into()),
             _ => return Err(InvalidMessage::InvalidField("channel record kind").into()),
         };
         Ok(Record {
