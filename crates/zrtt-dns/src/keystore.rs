@@ -1302,7 +1302,12 @@ pub(crate) fn load_signer(
         })?;
     let probe = RecordBody {
         key_id: 0,
-        public_key: [0; 32],
+        // The X25519 base point: any strong key would do for the probe.
+        public_key: {
+            let mut base = [0u8; 32];
+            base[0] = 9;
+            base
+        },
         not_before: cert_nb,
         not_after: cert_nb + 1,
         max_early_data_bytes: 0,

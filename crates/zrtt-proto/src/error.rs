@@ -170,6 +170,10 @@ pub enum RecordError {
     /// A signature algorithm this implementation does not know.
     #[error("unsupported signature algorithm {0}")]
     UnsupportedSignatureAlgorithm(u8),
+    /// The published key is a point of small order (all-zero and the like):
+    /// no shared secret or signature under it means anything.
+    #[error("the published key is of small order")]
+    WeakKey,
     /// The signing key is of a type zrtt cannot use.
     #[error("unsupported signing key: {0}")]
     UnsupportedKey(&'static str),

@@ -184,14 +184,17 @@ impl ReplayFilter for BloomReplayFilter {
     ) -> Result<(), ReplayError> {
         let now = now.max(self.max_now);
         self.max_now = now;
-        if timestamp <= self.start.saturating_add(self.config.max_future) {
-            return Err(ReplayError::BeforeFilterStart);
-        }
+        // The window first: a flight outside it is the client's clock (it
+        // should fix it), whatever this process's age; only a flight inside
+        // it that a predecessor could have accepted is refused for the restart.
         if timestamp < now.saturating_sub(self.config.max_age) {
             return Err(ReplayError::TooOld);
         }
         if timestamp > now.saturating_add(self.config.max_future) {
             return Err(ReplayError::InFuture);
+        }
+        if timestamp <= self.start.saturating_add(self.config.max_future) {
+            return Err(ReplayError::BeforeFilterStart);
         }
         let idx: Vec<u64> = self.indices(key_id, ephemeral).collect();
         if self
@@ -314,6 +317,19 @@ mod tests {
         );
         let ts = start.saturating_add(Duration::from_millis(2_001));
         assert_eq!(f.check_and_insert(1, &e(1), ts, ts), Ok(()));
+    }
+
+    #[test]
+    fn a_flight_outside_the_window_is_the_clients_clock_even_after_a_restart() {
+        // Stamped long before this process started: the client's clock is
+        // wrong (Reject 4, fix the clock), not a restart (Reject 7, retry later).
+        let mut f = filter(1000);
+        let start = UnixTime::from_millis(T0);
+        let old = UnixTime::from_millis(T0 - 60_000);
+        assert_eq!(
+            f.check_and_insert(1, &e(1), old, start),
+            Err(ReplayError::TooOld)
+        );
     }
 
     #[test]

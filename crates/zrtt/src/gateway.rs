@@ -14,7 +14,6 @@ use zrtt_net::gateway::{tls_server_config, Gateway, GatewayConfig};
 use zrtt_net::tfo::ListenOptions;
 use zrtt_proto::admission::{AdmissionConfig, IpNet, TokenKey};
 use zrtt_proto::handshake::{ServerConfig, ServerKey};
-use zrtt_proto::replay::{BloomReplayFilter, ReplayConfig};
 
 use crate::{keys, util};
 use zrtt_dns::KeyStore;
@@ -343,17 +342,28 @@ fn next_lookup(every: Duration, failed: bool) -> Duration {
 pub fn run(a: GatewayArgs) -> Result<ExitCode> {
     crate::dns::init_logging(a.log_level);
     let mut store = a.keystore.as_deref().map(KeyStore::open).transpose()?;
-    let (keys, cert_path, cert_key_path) = match store.as_mut() {
+    let (keys, cert_path, cert_key_path, names) = match store.as_mut() {
         Some(ks) => (
             keystore_keys(ks, a.rotate)?,
             ks.cert_pem_path(),
             ks.cert_key_path(),
+            vec![ks.name().to_owned()],
         ),
-        None => (
-            server_keys(&a)?,
-            a.cert.clone().unwrap_or_default(),
-            a.cert_key.clone().unwrap_or_default(),
-        ),
+        None => {
+            let keys = server_keys(&a)?;
+            let mut names: Vec<String> = keys
+                .keys()
+                .iter()
+                .map(|k| k.record.body.name.clone())
+                .collect();
+            names.dedup();
+            (
+                keys,
+                a.cert.clone().unwrap_or_default(),
+                a.cert_key.clone().unwrap_or_default(),
+                names,
+            )
+        }
     };
     let chain = pki_types::CertificateDer::pem_file_iter(&cert_path)
         .with_context(|| format!("reading {}", cert_path.display()))?
@@ -371,11 +381,6 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         .iter()
         .map(|s| parse_net(s))
         .collect::<Result<Vec<_>>>()?;
-    let rng = ring::rand::SystemRandom::new();
-    let mut secret = [0u8; 32];
-    ring::rand::SecureRandom::fill(&rng, &mut secret)
-        .map_err(|_| anyhow::anyhow!("OS random number generator failed"))?;
-    let replay = BloomReplayFilter::new(ReplayConfig::default(), secret, util::now());
     let answers_early = a.token_key.is_some()
         || !trusted.is_empty()
         || !a.verifiers.is_empty()
@@ -413,9 +418,11 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
     // Provenance: configured keys, and keys learned from DNS (looked up once
     // before serving, then in the background).
     let pv_policy = provenance(&a, &runtime)?;
+    // The replay filter's restart guard starts now, after every lookup:
+    // as late as possible before the listener is bound (docs/PROTOCOL.md §7).
     let mut cfg = GatewayConfig::new(shared_keys.clone(), tls, a.backend)?;
-    cfg.replay = Arc::new(Mutex::new(replay));
     cfg.admission = admission;
+    cfg.server_names = names;
     cfg.provenance = pv_policy.as_ref().map(|(policy, _)| policy.clone());
     cfg.listen = ListenOptions {
         backlog: 1024,
@@ -423,7 +430,6 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
     };
     cfg.timeouts.gate = a.gate_timeout;
     cfg.timeouts.backend_response = a.backend_timeout;
-    cfg.rng = Arc::new(rng);
     runtime.block_on(async move {
         let gw = Gateway::bind(a.listen, cfg)?;
         let metrics = gw.metrics();

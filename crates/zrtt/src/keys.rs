@@ -303,7 +303,17 @@ pub fn run(cmd: KeysCommand) -> Result<ExitCode> {
                 .map(zrtt_proto::UnixTime::from_secs)
                 .unwrap_or_else(util::now);
             let mut ok = true;
-            for r in load_records(&record)? {
+            // Unreadable: an error (exit 1). Malformed: refused (exit 2).
+            let data =
+                std::fs::read(&record).with_context(|| format!("reading {}", record.display()))?;
+            let records = match parse_records(&data) {
+                Ok(r) => r,
+                Err(e) => {
+                    println!("{}: refused: malformed record: {e:#}", record.display());
+                    return Ok(ExitCode::from(2));
+                }
+            };
+            for r in records {
                 match r.verify(&cert, &name, at) {
                     Ok(_) => println!(
                         "key {:08x}: valid for {name} until {}",

@@ -158,6 +158,33 @@ fn refusals_exit_2_with_the_reason() {
     );
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stdout).contains("bad signature"));
+    // A malformed record is refused (2) with its reason; a missing file is
+    // an error (1).
+    std::fs::write(p.join("junk.record"), b"not a record at all").unwrap();
+    for (file, code, says) in [
+        ("junk.record", 2, "malformed record"),
+        ("missing.record", 1, "reading missing.record"),
+    ] {
+        let out = zrtt(
+            p,
+            &[
+                "keys",
+                "verify",
+                file,
+                "--cert",
+                "pki/cert.pem",
+                "--name",
+                "www.example.com",
+            ],
+        );
+        assert_eq!(out.status.code(), Some(code), "{out:?}");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains(says), "{text}");
+    }
     // Another certificate: mismatch.
     ok(
         p,

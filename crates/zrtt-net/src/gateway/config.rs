@@ -69,6 +69,10 @@ pub struct GatewayConfig {
     pub tls: Arc<rustls::ServerConfig>,
     /// The HTTP/1.1 backend.
     pub backend: SocketAddr,
+    /// Host names served (the key records' and certificate's names);
+    /// requests for any other host get 421 Misdirected Request. Empty:
+    /// every host is passed to the backend.
+    pub server_names: Vec<String>,
     /// Replay filter shared by every connection (and every gateway that
     /// shares the keys and answers early: docs/PROTOCOL.md §7).
     pub replay: Arc<Mutex<dyn ReplayFilter>>,
@@ -100,7 +104,9 @@ impl std::fmt::Debug for GatewayConfig {
 
 impl GatewayConfig {
     /// Serve `keys` and `tls` in front of `backend`, with the defaults: a
-    /// fresh process-local replay filter (keyed from the OS RNG), no proof
+    /// fresh process-local replay filter (keyed from the OS RNG, its
+    /// restart guard starting now: call this right before
+    /// [`Gateway::bind`](super::Gateway::bind), after any slow set-up), no proof
     /// of address configured (every answer waits for the handshake), the
     /// default limits and time bounds, the OS RNG and the system clock.
     pub fn new(
@@ -118,6 +124,7 @@ impl GatewayConfig {
             keys,
             tls,
             backend,
+            server_names: Vec::new(),
             replay: Arc::new(Mutex::new(replay)),
             admission: AdmissionConfig::default(),
             provenance: None,

@@ -99,12 +99,65 @@ pub(super) async fn serve_http<S>(
     }
 }
 
-/// Remove what the client may not decide for the backend: hop-by-hop
-/// fields, and an `Early-Data` field (only the gateway knows whether a
-/// request was early data).
-fn strip_client_fields(headers: &mut hyper::HeaderMap) {
+/// Fields a client may not decide for the backend: whether the request was
+/// early data, and who the client is (RFC 7239 and its predecessors: only
+/// the gateway knows the address it saw).
+const GATEWAY_FIELDS: [&str; 6] = [
+    "early-data",
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "x-forwarded-host",
+    "x-real-ip",
+];
+
+/// Remove hop-by-hop fields and [`GATEWAY_FIELDS`], then say who the
+/// client is: `Forwarded: for=...;proto=https` (RFC 7239) and the
+/// `X-Forwarded-For`/`X-Forwarded-Proto` most backends read.
+fn forwarding_fields(headers: &mut hyper::HeaderMap, peer: SocketAddr) {
     strip_hop_by_hop(headers);
-    headers.remove("early-data");
+    for f in GATEWAY_FIELDS {
+        headers.remove(f);
+    }
+    let ip = zrtt_proto::admission::canonical_ip(peer.ip());
+    // RFC 7239 §6: IPv6 addresses are quoted and bracketed.
+    let node = match ip {
+        std::net::IpAddr::V4(a) => a.to_string(),
+        std::net::IpAddr::V6(a) => format!("\"[{a}]\""),
+    };
+    for (name, value) in [
+        ("forwarded", format!("for={node};proto=https")),
+        ("x-forwarded-for", ip.to_string()),
+        ("x-forwarded-proto", "https".to_owned()),
+    ] {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            headers.insert(HeaderName::from_static(name), v);
+        }
+    }
+}
+
+/// Whether the request is for a name this gateway serves (`names` empty:
+/// any). The authority comes from the request target or `Host`.
+fn serves_host(names: &[String], parts: &hyper::http::request::Parts) -> bool {
+    if names.is_empty() {
+        return true;
+    }
+    let authority = parts
+        .uri
+        .authority()
+        .map(|a| a.host().to_owned())
+        .or_else(|| {
+            parts
+                .headers
+                .get(hyper::header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .and_then(|h| h.parse::<hyper::http::uri::Authority>().ok())
+                .map(|a| a.host().to_owned())
+        });
+    authority.is_some_and(|h| {
+        let h = h.trim_end_matches('.');
+        names.iter().any(|n| n.eq_ignore_ascii_case(h))
+    })
 }
 
 fn full(b: Bytes) -> Body {
@@ -128,6 +181,16 @@ async fn forward(shared: &Shared, ctx: &ConnCtx, req: Request<Incoming>) -> Resp
         Metrics::inc(&m.early_requests);
     }
     let (parts, body) = req.into_parts();
+    if parts.method == hyper::Method::CONNECT {
+        // A reverse proxy opens no tunnels.
+        return text_response(StatusCode::METHOD_NOT_ALLOWED, "CONNECT is not served here");
+    }
+    if !serves_host(&shared.cfg.server_names, &parts) {
+        return text_response(
+            StatusCode::MISDIRECTED_REQUEST,
+            "this gateway does not serve that host",
+        );
+    }
     let path = parts
         .uri
         .path_and_query()
@@ -136,11 +199,8 @@ async fn forward(shared: &Shared, ctx: &ConnCtx, req: Request<Incoming>) -> Resp
     let Ok(uri) = hyper::Uri::try_from(format!("http://{}{}", shared.cfg.backend, path)) else {
         return text_response(StatusCode::BAD_REQUEST, "bad request target");
     };
-    let mut headers = parts.headers;
-    strip_client_fields(&mut headers);
-    if let Ok(v) = HeaderValue::from_str(&ctx.peer.ip().to_string()) {
-        headers.insert(HeaderName::from_static("x-forwarded-for"), v);
-    }
+    let mut headers = parts.headers.clone();
+    forwarding_fields(&mut headers, ctx.peer);
     // An early request may have to be sent twice (425): keep its body.
     let (mut body, saved): (Body, Option<Bytes>) = if early {
         match Limited::new(body, 64 * 1024).collect().await {
@@ -206,7 +266,47 @@ async fn forward(shared: &Shared, ctx: &ConnCtx, req: Request<Incoming>) -> Resp
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn clients_cannot_choose_forwarding_fields() {
+        let mut h = hyper::HeaderMap::new();
+        for f in GATEWAY_FIELDS {
+            h.insert(f, HeaderValue::from_static("1.2.3.4"));
+        }
+        h.insert("connection", HeaderValue::from_static("x-keep"));
+        h.insert("x-keep", HeaderValue::from_static("1"));
+        h.insert("accept", HeaderValue::from_static("*/*"));
+        forwarding_fields(&mut h, "[::ffff:198.18.0.1]:4000".parse().unwrap());
+        assert_eq!(h["forwarded"], "for=198.18.0.1;proto=https");
+        assert_eq!(h["x-forwarded-for"], "198.18.0.1");
+        assert_eq!(h["x-forwarded-proto"], "https");
+        assert!(!h.contains_key("early-data") && !h.contains_key("x-real-ip"));
+        assert!(!h.contains_key("x-keep") && !h.contains_key("x-forwarded-host"));
+        assert!(h.contains_key("accept"));
+        let mut h = hyper::HeaderMap::new();
+        forwarding_fields(&mut h, "[2001:db8::1]:4000".parse().unwrap());
+        assert_eq!(h["forwarded"], "for=\"[2001:db8::1]\";proto=https");
+    }
+
+    #[test]
+    fn only_served_hosts() {
+        let req = |uri: &str, host: Option<&str>| {
+            let mut b = hyper::Request::builder().uri(uri);
+            if let Some(h) = host {
+                b = b.header("host", h);
+            }
+            b.body(()).unwrap().into_parts().0
+        };
+        let names = vec!["www.example.com".to_owned()];
+        assert!(serves_host(&names, &req("/", Some("www.example.com"))));
+        assert!(serves_host(&names, &req("/", Some("WWW.Example.com.:443"))));
+        assert!(serves_host(&names, &req("https://www.example.com/x", None)));
+        assert!(!serves_host(&names, &req("/", Some("evil.example"))));
+        assert!(!serves_host(&names, &req("/", None)));
+        assert!(serves_host(&[], &req("/", Some("anything"))));
+    }
 
     #[test]
     fn only_one_safe_bodiless_request_is_served_early() {

@@ -220,10 +220,13 @@ impl Extensions {
         while !r.is_empty() {
             let t = r.u16()?;
             let v = r.vec_u16()?;
-            if out.iter().any(|(o, _)| *o == t) {
-                return Err(InvalidMessage::InvalidField("duplicate extension"));
-            }
             out.push((t, v.to_vec()));
+        }
+        // Duplicates in O(n log n): up to 1024 empty extensions fit.
+        let mut types: Vec<u16> = out.iter().map(|(t, _)| *t).collect();
+        types.sort_unstable();
+        if types.windows(2).any(|w| w[0] == w[1]) {
+            return Err(InvalidMessage::InvalidField("duplicate extension"));
         }
         Ok(Self(out))
     }

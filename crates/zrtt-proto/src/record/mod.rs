@@ -276,6 +276,9 @@ pub trait RecordKind: sealed::Sealed + Clone + fmt::Debug + PartialEq + Eq {
     fn cert_sha256(&self) -> &[u8; 32];
     /// `(not_before, not_after)`, seconds; `not_after` exclusive.
     fn window(&self) -> (u64, u64);
+    /// Whether the published public key is usable: not a point of small
+    /// order (with which no secret, or no signature, means anything).
+    fn key_is_strong(&self) -> bool;
 }
 
 /// `SIGNATURE_CONTEXT || byte 0 || fields || sig_alg`: what a record of
@@ -401,6 +404,15 @@ impl RecordKind for RecordBody {
 
     fn window(&self) -> (u64, u64) {
         (self.not_before, self.not_after)
+    }
+
+    fn key_is_strong(&self) -> bool {
+        // Clamped scalars are multiples of the cofactor 8, so the product
+        // is zero exactly for the points of order 1, 2, 4 or 8.
+        let product = curve25519_dalek::montgomery::MontgomeryPoint(self.public_key)
+            .mul_clamped([0x5a; 32])
+            .to_bytes();
+        product.iter().any(|&b| b != 0)
     }
 }
 
@@ -534,6 +546,9 @@ impl<B: RecordKind> SignedRecord<B> {
             &self.signature,
         )
         .map_err(|_| RecordError::BadSignature)?;
+        if !self.body.key_is_strong() {
+            return Err(RecordError::WeakKey);
+        }
         let (not_before, not_after) = self.body.window();
         let lifetime = not_after - not_before;
         if lifetime > B::MAX_LIFETIME_SECS {

@@ -183,4 +183,10 @@ impl RecordKind for VerifierKeyBody {
     fn window(&self) -> (u64, u64) {
         (self.not_before, self.not_after)
     }
+
+    fn key_is_strong(&self) -> bool {
+        curve25519_dalek::edwards::CompressedEdwardsY(self.public_key)
+            .decompress()
+            .is_some_and(|p| !p.is_small_order())
+    }
 }

@@ -364,3 +364,37 @@ proptest! {
         testing::encodings(&data);
     }
 }
+
+#[test]
+fn small_order_keys_are_refused_even_when_signed() {
+    let cert = testing::ecdsa_cert();
+    let key = testing::semi_static("k");
+    // 0, 1, the two points of order 8, and p - 1 (order 2).
+    let mut order8 = [0u8; 32];
+    order8.copy_from_slice(
+        &crate::record::unhex("e0eb7a7c3b41b8ae1656e3faf19fc46ada098deb9c32b1fd866205165f49b800")
+            .unwrap(),
+    );
+    let mut order8b = [0u8; 32];
+    order8b.copy_from_slice(
+        &crate::record::unhex("5f9c95bca3508c24b1d0b1559c83ef5b04445cc4581c8e86d8224eddd09f1157")
+            .unwrap(),
+    );
+    let mut p_minus_1 = [0xff; 32];
+    p_minus_1[0] = 0xec;
+    p_minus_1[31] = 0x7f;
+    let mut one = [0u8; 32];
+    one[0] = 1;
+    for weak in [[0u8; 32], one, order8, order8b, p_minus_1] {
+        let mut body = testing::body(&key, &cert);
+        body.public_key = weak;
+        body.key_id = crate::record::key_id_for(&weak);
+        let rec = body.sign(&testing::ecdsa_signer(), &sys_rng()).unwrap();
+        assert_eq!(rec.verify(&cert, NAME, now()), Err(RecordError::WeakKey));
+    }
+    // An ordinary key passes.
+    let rec = testing::body(&key, &cert)
+        .sign(&testing::ecdsa_signer(), &sys_rng())
+        .unwrap();
+    assert!(rec.verify(&cert, NAME, now()).is_ok());
+}

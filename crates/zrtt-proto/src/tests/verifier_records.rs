@@ -347,3 +347,16 @@ proptest! {
         let _ = decode_verifier_txt_text(&data);
     }
 }
+
+#[test]
+fn small_order_verifier_keys_are_refused_even_when_signed() {
+    let cert = testing::ecdsa_cert();
+    let mut identity = [0u8; 32];
+    identity[0] = 1; // the Edwards identity point
+    for weak in [identity, [0u8; 32]] {
+        let mut body = testing::verifier_body(weak, &cert);
+        body.verifier_id = crate::provenance::verifier_id_for(&weak);
+        let rec = signed(body);
+        assert_eq!(rec.verify(&cert, NAME, now()), Err(RecordError::WeakKey));
+    }
+}
