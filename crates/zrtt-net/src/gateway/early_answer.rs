@@ -25,7 +25,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio::time::Sleep;
-use zrtt_proto::admission::{AmplificationBudget, TokenKey};
+use zrtt_proto::admission::{Admission, AmplificationBudget, TokenKey};
 use zrtt_proto::crypto::SecureRandom;
 use zrtt_proto::handshake::{Accepted, Extensions, RecordKind};
 use zrtt_proto::UnixTime;
@@ -164,6 +164,24 @@ pub(super) struct EarlyAnswer {
     /// How long a held request waits for the confirmation after the Reply.
     confirm_limit: Duration,
     confirm_deadline: Option<Pin<Box<Sleep>>>,
+    /// The early answer to report when the handshake completes or fails.
+    grant: Option<Grant>,
+}
+
+impl Drop for EarlyAnswer {
+    fn drop(&mut self) {
+        // Ended without noticing the handshake: look once more.
+        if self.grant.is_some() {
+            let done = self.gate.handshake_complete().unwrap_or(false);
+            self.report(done);
+        }
+    }
+}
+
+/// An early answer the admission policy granted, to be reported once.
+pub(super) struct Grant {
+    pub admission: Arc<Admission>,
+    pub peer: IpAddr,
 }
 
 /// Largest response buffered before the reply is forced out (more than any
@@ -183,6 +201,7 @@ impl EarlyAnswer {
         early_use: EarlyUse,
         ctl: Arc<EarlyCtl>,
         confirm_limit: Duration,
+        grant: Option<Grant>,
     ) -> Self {
         let unconfirmed =
             (early_use == EarlyUse::Hold).then(|| std::mem::take(&mut accepted.early_data));
@@ -208,6 +227,7 @@ impl EarlyAnswer {
             released_pos: 0,
             confirm_limit,
             confirm_deadline: None,
+            grant,
         }
     }
 
@@ -276,8 +296,29 @@ impl EarlyAnswer {
         }
     }
 
-    fn complete(&self) -> bool {
-        self.gate.handshake_complete().unwrap_or(false)
+    fn complete(&mut self) -> bool {
+        let done = self.gate.handshake_complete().unwrap_or(false);
+        if done {
+            self.report(true);
+        }
+        done
+    }
+
+    /// Tell the admission policy how an early answer ended (once): the
+    /// handshake completed (unused budget goes back) or it did not.
+    fn report(&mut self, completed: bool) {
+        let Some(grant) = self.grant.take() else {
+            return;
+        };
+        let now = std::time::Instant::now();
+        if completed {
+            let unused = self.budget.map_or(0, |b| b.remaining());
+            grant
+                .admission
+                .early_answer_completed(grant.peer, unused, now);
+        } else {
+            grant.admission.early_answer_failed(grant.peer, now);
+        }
     }
 
     /// Wait (re-polled through `held_wait`) until the handshake completes.

@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use zrtt_proto::admission::{Decision, FlightEvidence, Intake, ProvenanceOutcome};
+use zrtt_proto::admission::{Decision, FlightEvidence, Intake, ProvenanceOutcome, Withheld};
 use zrtt_proto::handshake::{encode_reject, read_frame, Expect, RejectReason, Transport};
 
-use super::early_answer::{EarlyAnswer, EarlyCtl, EarlyUse, TokenIssue};
+use super::early_answer::{EarlyAnswer, EarlyCtl, EarlyUse, Grant, TokenIssue};
 use super::gate::Gate;
 use super::{lock, relay, Metrics, Shared};
 use crate::error::{Error, Result};
@@ -86,6 +86,11 @@ fn record(m: &Metrics, d: &Decision, peer: SocketAddr) {
     }
     if d.forced_gating {
         Metrics::inc(&m.zrtt_forced_gating);
+    }
+    match d.withheld {
+        Some(Withheld::CoolingDown) => Metrics::inc(&m.early_withheld_cooldown),
+        Some(_) => Metrics::inc(&m.early_withheld_budget),
+        None => {}
     }
 }
 
@@ -188,6 +193,10 @@ pub(super) async fn serve(
         early_use,
         ctl.clone(),
         t.first_flight,
+        decision.budget.map(|_| Grant {
+            admission: shared.admission.clone(),
+            peer: peer.ip(),
+        }),
     );
     relay::serve_http(shared.clone(), stream, peer, gate, early, Some(ctl)).await;
     Ok(())

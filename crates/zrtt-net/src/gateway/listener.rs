@@ -53,7 +53,7 @@ impl Gateway {
             .pool_timer(TokioTimer::new())
             .build(connector);
         let shared = Arc::new(Shared {
-            admission: Admission::new(cfg.admission.clone(), Instant::now()),
+            admission: Arc::new(Admission::new(cfg.admission.clone(), Instant::now())),
             cfg,
             metrics: Arc::new(Metrics::default()),
             backend,

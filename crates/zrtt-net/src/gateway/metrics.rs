@@ -68,6 +68,12 @@ counters! {
     early_data_held,
     /// Connections closed at once: their source address or prefix was at its cap.
     source_limited,
+    /// Proven flights served after the handshake: their address is cooling
+    /// down after early answers it did not follow with a handshake.
+    early_withheld_cooldown,
+    /// Proven flights served after the handshake: the destination's,
+    /// prefix's or gateway's pre-handshake byte budget was used up.
+    early_withheld_budget,
     /// 502 answers (backend unreachable or failed).
     backend_errors,
     /// 504 answers (backend too slow).

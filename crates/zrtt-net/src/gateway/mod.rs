@@ -53,7 +53,7 @@ pub use metrics::{serve_metrics, Metrics};
 /// What every connection of one gateway shares.
 struct Shared {
     cfg: GatewayConfig,
-    admission: Admission,
+    admission: Arc<Admission>,
     metrics: Arc<Metrics>,
     backend: Client<HttpConnector, Body>,
     active: AtomicUsize,

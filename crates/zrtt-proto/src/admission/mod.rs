@@ -19,6 +19,7 @@
 //! 3. [`Admission::decide`] on the accepted flight.
 
 mod budget;
+mod destinations;
 mod rate;
 mod sources;
 mod token;
@@ -30,6 +31,7 @@ use std::time::Instant;
 pub use budget::{
     AmplificationBudget, ReplyPlan, AMPLIFICATION_FACTOR, INITIAL_WINDOW, REPLY_OVERHEAD,
 };
+pub use destinations::{DestinationBudgets, DestinationLimits, Withheld};
 pub use ipnet::IpNet;
 pub use rate::TokenBucket;
 pub use sources::{source_prefix, SourceCounts, IPV4_PREFIX, IPV6_PREFIX};
@@ -102,6 +104,9 @@ pub struct AdmissionConfig {
     pub tokens: Option<Arc<TokenKey>>,
     /// Load limits.
     pub limits: AdmissionLimits,
+    /// Pre-handshake bytes per destination, prefix and in all, with the
+    /// cool-down after failed handshakes.
+    pub destinations: DestinationLimits,
     trusted_networks: Vec<IpNet>,
     proven_window: usize,
 }
@@ -259,6 +264,9 @@ pub struct Decision {
     pub provenance: Option<ProvenanceOutcome>,
     /// A proof was valid but a soft load limit forced the gated path.
     pub forced_gating: bool,
+    /// A proof was valid but the destination's budget withheld the early
+    /// answer (cool-down after failed handshakes, or bytes used up).
+    pub withheld: Option<Withheld>,
 }
 
 impl Decision {
@@ -279,6 +287,7 @@ pub struct Admission {
     provenance_checks: Mutex<TokenBucket>,
     verified: Mutex<VerifiedCache>,
     sources: Mutex<SourceCounts>,
+    destinations: Mutex<DestinationBudgets>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -295,6 +304,7 @@ impl Admission {
             provenance_checks: Mutex::new(TokenBucket::new(l.provenance_checks_per_sec, now)),
             verified: Mutex::new(VerifiedCache::new(l.provenance_cache_capacity)),
             sources: Mutex::new(SourceCounts::default()),
+            destinations: Mutex::new(DestinationBudgets::new(config.destinations, now)),
             config,
         }
     }
@@ -354,6 +364,7 @@ impl Admission {
             token: None,
             provenance: None,
             forced_gating: false,
+            withheld: None,
         };
         if self
             .config
@@ -405,17 +416,38 @@ impl Admission {
             });
         }
         if d.proof.is_some() {
-            if intake.may_answer_early() {
-                d.budget = Some(AmplificationBudget::for_flight(
-                    evidence.received,
-                    self.config.proven_window,
-                ));
-            } else {
+            if !intake.may_answer_early() {
                 d.forced_gating = true;
                 d.proof = None;
+                return d;
+            }
+            let want =
+                AmplificationBudget::for_flight(evidence.received, self.config.proven_window);
+            // At least the strict bound, or nothing early.
+            let floor = AmplificationBudget::for_flight(evidence.received, 0)
+                .limit()
+                .min(want.limit());
+            match lock(&self.destinations).reserve(peer, want.limit(), floor, mono) {
+                Ok(granted) => d.budget = Some(AmplificationBudget::new(granted)),
+                Err(why) => {
+                    d.withheld = Some(why);
+                    d.proof = None;
+                }
             }
         }
         d
+    }
+
+    /// An early answer to `peer` (a decision with a budget) was followed by
+    /// a completed handshake; `unused` bytes of its budget were not sent.
+    pub fn early_answer_completed(&self, peer: IpAddr, unused: usize, mono: Instant) {
+        lock(&self.destinations).completed(peer, unused, mono);
+    }
+
+    /// An early answer to `peer` was not followed by a completed handshake
+    /// (reset, timeout): the destination cools down.
+    pub fn early_answer_failed(&self, peer: IpAddr, mono: Instant) {
+        lock(&self.destinations).failed(peer, mono);
     }
 }
 

@@ -382,3 +382,54 @@ fn connections_are_capped_per_source() {
     a.close_connection(PEER);
     assert!(a.open_connection(PEER));
 }
+
+#[test]
+fn a_destination_that_does_not_complete_handshakes_cools_down_whatever_its_proof() {
+    let mut cfg = config();
+    cfg.dangerous().set_proven_window(INITIAL_WINDOW);
+    let t0 = Instant::now();
+    let a = Admission::new(cfg, t0);
+    let t = token_key().issue(PEER, &CLIENT, now(), &rng()).unwrap();
+    let ev = evidence(Some(&t), None);
+    let d = a.decide(EARLY, &ev, None, now(), t0);
+    assert_eq!(d.budget.map(|b| b.limit()), Some(INITIAL_WINDOW));
+    a.early_answer_failed(PEER, t0);
+    let d = a.decide(EARLY, &ev, None, now(), t0);
+    assert_eq!(d.token, Some(Ok(())), "the proof is still valid");
+    assert_eq!(d.withheld, Some(Withheld::CoolingDown));
+    assert_eq!(d.budget, None);
+    assert_eq!(d.proof, None);
+    // Another address is not affected; after the cool-down the victim's is
+    // answered early again.
+    let later = t0 + Duration::from_secs(10);
+    assert!(a.decide(EARLY, &ev, None, now(), later).answers_early());
+}
+
+#[test]
+fn the_destination_budget_shrinks_the_window_down_to_the_strict_bound_then_gates() {
+    let mut cfg = config();
+    cfg.dangerous().set_proven_window(INITIAL_WINDOW);
+    cfg.destinations.address_burst = (INITIAL_WINDOW + 3 * FLIGHT) as f64;
+    cfg.destinations.address_rate = 1.0;
+    let t0 = Instant::now();
+    let a = Admission::new(cfg, t0);
+    let t = token_key().issue(PEER, &CLIENT, now(), &rng()).unwrap();
+    let ev = evidence(Some(&t), None);
+    let limit = |d: Decision| d.budget.map(|b| b.limit());
+    assert_eq!(
+        limit(a.decide(EARLY, &ev, None, now(), t0)),
+        Some(INITIAL_WINDOW)
+    );
+    assert_eq!(
+        limit(a.decide(EARLY, &ev, None, now(), t0)),
+        Some(3 * FLIGHT)
+    );
+    let d = a.decide(EARLY, &ev, None, now(), t0);
+    assert_eq!(d.withheld, Some(Withheld::OverBudget));
+    // Completed handshakes give the unused bytes back.
+    a.early_answer_completed(PEER, 3 * FLIGHT, t0);
+    assert_eq!(
+        limit(a.decide(EARLY, &ev, None, now(), t0)),
+        Some(3 * FLIGHT)
+    );
+}
