@@ -517,6 +517,10 @@ impl AsyncRead for EarlyAnswer {
             }
             return Poll::Ready(Ok(()));
         }
+        if this.grant.is_some() {
+            // Report the early answer's handshake as soon as it completes.
+            this.complete();
+        }
         let State::Open(s) = &mut this.state else {
             return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
         };

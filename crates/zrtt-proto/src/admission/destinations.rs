@@ -38,6 +38,10 @@ pub struct DestinationLimits {
     pub cooldown: Duration,
     /// Longest cool-down (it doubles on each failure in a row).
     pub max_cooldown: Duration,
+    /// Early answers to one address whose handshakes are still pending, at
+    /// most (a browser's six first connections); one while the address is
+    /// on probation (it failed a handshake and has not completed one since).
+    pub max_pending_per_address: u32,
     /// Destinations remembered at most; beyond it, new destinations get no
     /// early answers until old entries expire (safe: they are served
     /// after the handshake).
@@ -55,6 +59,7 @@ impl Default for DestinationLimits {
             global_burst: 8.0 * 1024.0 * 1024.0,
             cooldown: Duration::from_secs(10),
             max_cooldown: Duration::from_secs(600),
+            max_pending_per_address: 6,
             max_entries: 100_000,
         }
     }
@@ -179,6 +184,14 @@ impl DestinationBudgets {
         if d.cooldown_until.is_some_and(|t| now < t) {
             return Err(Withheld::CoolingDown);
         }
+        let pending_cap = if d.strikes > 0 {
+            1
+        } else {
+            l.max_pending_per_address.max(1)
+        };
+        if d.outstanding >= pending_cap {
+            return Err(Withheld::OverBudget);
+        }
         let p = self
             .prefixes
             .entry(prefix)
@@ -293,6 +306,7 @@ mod tests {
             global_burst: 100_000.0,
             cooldown: Duration::from_secs(10),
             max_cooldown: Duration::from_secs(40),
+            max_pending_per_address: 6,
             max_entries: 3,
         }
     }
@@ -402,22 +416,18 @@ mod tests {
         assert!(b.reserve(ip("10.0.9.1"), 100, 100, later).is_ok());
     }
 
-    #[test]
-    fn reflection_at_one_victim_is_bounded() {
-        // An attacker replays a victim's proof as fast as it likes; the
-        // victim resets every answer. Over ten minutes the gateway sends it
-        // at most: one burst, then one grant per cool-down.
+    /// Bytes a gateway sends one victim in `span` when an attacker replays
+    /// the victim's proof every millisecond and each answer fails
+    /// `detect` later (a reset after one RTT, or the gate timeout).
+    fn reflected(detect: Duration, span: Duration) -> usize {
         let l = DestinationLimits::default();
         let t0 = Instant::now();
         let mut b = DestinationBudgets::new(l, t0);
         let v = ip("198.18.0.1");
-        let rtt = Duration::from_millis(100);
         let mut sent = 0usize;
         let mut t = t0;
-        let end = t0 + Duration::from_secs(600);
         let mut pending: Vec<Instant> = Vec::new();
-        while t < end {
-            // Resets arrive one RTT after each answer.
+        while t < t0 + span {
             pending.retain(|&at| {
                 if at <= t {
                     b.failed(v, t);
@@ -428,16 +438,24 @@ mod tests {
             });
             if let Ok(n) = b.reserve(v, super::super::INITIAL_WINDOW, 600, t) {
                 sent += n;
-                pending.push(t + rtt);
+                pending.push(t + detect);
             }
             t += Duration::from_millis(1);
         }
-        // Burst (6 windows) plus rate x RTT before the first reset, then one
-        // window per cool-down (10, 20, 40, ... 600 s).
-        let bound = l.address_burst + l.address_rate * 0.2 + 8.0 * 14_600.0;
-        assert!(
-            (sent as f64) < bound,
-            "sent {sent} B to one victim in 10 min (bound {bound})"
-        );
+        sent
+    }
+
+    #[test]
+    fn reflection_at_one_victim_is_bounded() {
+        // At most six windows before the first failure is noticed, then
+        // one window per cool-down (10, 20, 40, ... 600 s): docs/PROTOCOL.md §8.
+        let w = super::super::INITIAL_WINDOW;
+        for detect in [Duration::from_millis(100), Duration::from_secs(3)] {
+            let first = reflected(detect, Duration::from_secs(5));
+            assert_eq!(first, 6 * w, "first {detect:?}");
+            let ten_min = reflected(detect, Duration::from_secs(600));
+            // 10+3, 20+3, 40+3, 80+3, 160+3, 320+3: six more windows at most.
+            assert!(ten_min <= 12 * w, "{detect:?}: {ten_min} B in 10 min");
+        }
     }
 }

@@ -243,11 +243,13 @@ fn provenance_check_rate_counts_signatures_not_flights() {
     // Two signatures: within the burst of 3.
     let d = a.decide(EARLY, &evidence(None, Some(&first)), Some(&pol), now(), t0);
     assert!(d.answers_early());
-    // Cached: costs nothing, however often.
+    // Cached: costs nothing, however often (each handshake completes).
     for _ in 0..10 {
+        a.early_answer_completed(PEER, 0, t0);
         let d = a.decide(EARLY, &evidence(None, Some(&first)), Some(&pol), now(), t0);
         assert!(d.answers_early());
     }
+    a.early_answer_completed(PEER, 0, t0);
     // New certificates need two more checks, one is left: overload, served
     // as unproven, never refused.
     let second = certs_at(&[&v1, &v2], PEER, 1);
@@ -431,5 +433,35 @@ fn the_destination_budget_shrinks_the_window_down_to_the_strict_bound_then_gates
     assert_eq!(
         limit(a.decide(EARLY, &ev, None, now(), t0)),
         Some(3 * FLIGHT)
+    );
+}
+
+#[test]
+fn at_most_six_early_answers_wait_for_handshakes_one_on_probation() {
+    let a = Admission::new(config(), Instant::now());
+    let t0 = Instant::now();
+    let t = token_key().issue(PEER, &CLIENT, now(), &rng()).unwrap();
+    let ev = evidence(Some(&t), None);
+    for _ in 0..6 {
+        assert!(a.decide(EARLY, &ev, None, now(), t0).answers_early());
+    }
+    let d = a.decide(EARLY, &ev, None, now(), t0);
+    assert_eq!(d.withheld, Some(Withheld::OverBudget));
+    // One fails: cool-down, then probation with one pending answer at most.
+    a.early_answer_failed(PEER, t0);
+    for _ in 0..5 {
+        a.early_answer_completed(PEER, 0, t0);
+    }
+    let after = t0 + Duration::from_secs(10);
+    // The completions above forgave the failure: six again.
+    assert!(a.decide(EARLY, &ev, None, now(), after).answers_early());
+    a.early_answer_failed(PEER, after);
+    let later = after + Duration::from_secs(10);
+    assert!(a.decide(EARLY, &ev, None, now(), later).answers_early());
+    let d = a.decide(EARLY, &ev, None, now(), later);
+    assert_eq!(
+        d.withheld,
+        Some(Withheld::OverBudget),
+        "probation: one at a time"
     );
 }
