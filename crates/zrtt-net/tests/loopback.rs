@@ -326,6 +326,7 @@ async fn hard_limit_sends_busy_and_client_falls_back() {
     let env = start_gateway(GatewayOpts {
         limits: {
             let mut l = zrtt_proto::admission::AdmissionLimits::default();
+            l.max_connections = 0;
             l.hard_max_connections = 0;
             l
         },

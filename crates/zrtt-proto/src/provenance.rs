@@ -83,7 +83,8 @@ pub enum ProvenanceError {
     /// Fewer valid certificates from distinct trusted verifiers than the quorum.
     #[error("quorum not met: {valid} valid of {needed} needed")]
     QuorumNotMet {
-        /// Valid certificates from distinct trusted verifiers.
+        /// Certificates from distinct trusted verifiers that pass every
+        /// check but the signature (not checked when the quorum cannot be met).
         valid: usize,
         /// The policy's quorum.
         needed: usize,
@@ -485,11 +486,15 @@ impl VerifierKeys {
 }
 
 /// Certificates already verified, so the same one is not checked twice.
-/// Bounded: expired entries are dropped first; when still full, new
-/// entries are not cached (verification still happens).
+/// Keyed by the certificate, the verifier key that verified it and the
+/// client key, so a certificate only counts again under the key that
+/// checked it. Bounded without scans: two generations of at most
+/// `capacity / 2` entries; when the current one fills, the older one is
+/// dropped (an entry used since is found in the current one).
 #[derive(Debug)]
 pub struct VerifiedCache {
-    entries: HashMap<[u8; 32], u64>,
+    current: HashMap<[u8; 32], u64>,
+    previous: HashMap<[u8; 32], u64>,
     capacity: usize,
 }
 
@@ -497,39 +502,64 @@ impl VerifiedCache {
     /// A cache holding at most `capacity` certificates.
     pub fn new(capacity: usize) -> Self {
         Self {
-            entries: HashMap::new(),
+            current: HashMap::new(),
+            previous: HashMap::new(),
             capacity,
         }
     }
 
-    fn key(cert: &Certificate, client_static: &[u8; 32]) -> [u8; 32] {
-        let mut b = Vec::with_capacity(140);
+    fn key(cert: &Certificate, verifier: &VerifierKey, client_static: &[u8; 32]) -> [u8; 32] {
+        let mut b = Vec::with_capacity(172);
         cert.encode(&mut b);
+        b.extend_from_slice(&verifier.public);
         b.extend_from_slice(client_static);
         crate::record::sha256(&b)
     }
 
-    fn hit(&self, k: &[u8; 32], now: u64) -> bool {
-        self.entries.get(k).is_some_and(|&end| now < end)
+    fn hit(&mut self, k: &[u8; 32], now: u64) -> bool {
+        if self.current.get(k).is_some_and(|&end| now < end) {
+            return true;
+        }
+        match self.previous.remove(k) {
+            Some(end) if now < end => {
+                // Used again: keep it in the current generation.
+                self.insert(*k, end, now);
+                true
+            }
+            _ => false,
+        }
     }
 
-    fn insert(&mut self, k: [u8; 32], end: u64, now: u64) {
-        if self.entries.len() >= self.capacity {
-            self.entries.retain(|_, e| now < *e);
+    fn insert(&mut self, k: [u8; 32], end: u64, _now: u64) {
+        if self.capacity == 0 {
+            return;
         }
-        if self.entries.len() < self.capacity {
-            self.entries.insert(k, end);
+        // Two generations of half the capacity each (one of all of it when
+        // there is no room for two).
+        let generation = if self.capacity >= 2 {
+            self.capacity / 2
+        } else {
+            self.capacity
+        };
+        if self.current.len() >= generation {
+            let full = std::mem::take(&mut self.current);
+            self.previous = if self.capacity >= 2 {
+                full
+            } else {
+                HashMap::new()
+            };
         }
+        self.current.insert(k, end);
     }
 
     /// Number of cached certificates.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.current.len() + self.previous.len()
     }
 
     /// Whether the cache is empty.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.len() == 0
     }
 }
 
@@ -574,7 +604,7 @@ impl TrustPolicy {
             peer,
             client_static,
             now,
-            &mut |k, now_s| cache.borrow().hit(k, now_s),
+            &mut |k, now_s| cache.borrow_mut().hit(k, now_s),
             &mut || true,
             &mut |k, end, now_s| cache.borrow_mut().insert(k, end, now_s),
         )
@@ -607,6 +637,11 @@ impl TrustPolicy {
         )
     }
 
+    /// The checks in the order that costs least and cannot be steered by
+    /// an attacker: every certificate's cheap checks first, the cached ones
+    /// count without a signature check, then signatures only if the
+    /// uncached certificates could still reach the quorum, stopping at the
+    /// first bad one (a forged certificate costs one check, not eight).
     #[allow(clippy::too_many_arguments)]
     fn verify_with(
         &self,
@@ -630,6 +665,9 @@ impl TrustPolicy {
         };
         let mut counted: Vec<u32> = Vec::new();
         let mut first_error = None;
+        // Certificates that passed the cheap checks but are not cached:
+        // (certificate, trusted key, cache key).
+        let mut to_check: Vec<(&Certificate, &TrustedKey, [u8; 32])> = Vec::new();
         for (i, c) in certs.iter().enumerate() {
             if certs[..i].iter().any(|o| o.verifier_id == c.verifier_id) {
                 return Err(ProvenanceError::DuplicateVerifier(c.verifier_id));
@@ -640,9 +678,6 @@ impl TrustPolicy {
                     .iter()
                     .find(|k| k.key.id == c.verifier_id)
                     .ok_or(ProvenanceError::UntrustedVerifier(c.verifier_id))?;
-                if counted.contains(&key.verifier) {
-                    return Ok(None);
-                }
                 if !key.valid_at(now_s) {
                     return Err(ProvenanceError::VerifierKeyNotValid(c.verifier_id));
                 }
@@ -659,41 +694,60 @@ impl TrustPolicy {
                 if now_s >= c.end().saturating_add(self.skew_secs) {
                     return Err(ProvenanceError::Expired(c.verifier_id));
                 }
-                let k = VerifiedCache::key(c, client_static);
-                if !cached(&k, now_s) {
-                    if !may_check() {
-                        return Err(ProvenanceError::CheckRateExceeded);
-                    }
-                    ok.signatures_checked += 1;
-                    if !c.verify_signature(&key.key, client_static) {
-                        return Err(ProvenanceError::BadSignature(c.verifier_id));
-                    }
-                    remember(k, c.end(), now_s);
-                }
-                Ok(Some(key.verifier))
+                Ok(key)
             })();
             match check {
-                Ok(Some(verifier)) => {
-                    counted.push(verifier);
-                    ok.verifiers.push(c.verifier_id);
-                    if ok.verifiers.len() >= quorum {
-                        return Ok(ok);
+                Ok(key) => {
+                    let k = VerifiedCache::key(c, &key.key, client_static);
+                    if counted.contains(&key.verifier) {
+                        // Another key of a verifier that already counted.
+                    } else if cached(&k, now_s) {
+                        counted.push(key.verifier);
+                        ok.verifiers.push(c.verifier_id);
+                        if ok.verifiers.len() >= quorum {
+                            return Ok(ok);
+                        }
+                    } else {
+                        to_check.push((c, key, k));
                     }
-                }
-                Ok(None) => {}
-                // Out of signature checks: stop, whatever else is there.
-                Err(ProvenanceError::CheckRateExceeded) => {
-                    return Err(ProvenanceError::CheckRateExceeded)
                 }
                 Err(e) => {
                     first_error.get_or_insert(e);
                 }
             }
         }
+        let mut reachable: Vec<u32> = counted.clone();
+        for (_, key, _) in &to_check {
+            if !reachable.contains(&key.verifier) {
+                reachable.push(key.verifier);
+            }
+        }
+        if reachable.len() >= quorum {
+            for (c, key, k) in to_check {
+                if counted.contains(&key.verifier) {
+                    continue;
+                }
+                if !may_check() {
+                    // Out of signature checks (ASAP §2.5): served unproven.
+                    return Err(ProvenanceError::CheckRateExceeded);
+                }
+                ok.signatures_checked += 1;
+                if !c.verify_signature(&key.key, client_static) {
+                    return Err(ProvenanceError::BadSignature(c.verifier_id));
+                }
+                remember(k, c.end(), now_s);
+                counted.push(key.verifier);
+                ok.verifiers.push(c.verifier_id);
+                if ok.verifiers.len() >= quorum {
+                    return Ok(ok);
+                }
+            }
+        }
         // The first concrete reason a certificate failed, or else how many
-        // were missing.
+        // could count at most (signatures are not checked for a quorum
+        // that cannot be met).
         Err(first_error.unwrap_or(ProvenanceError::QuorumNotMet {
-            valid: ok.verifiers.len(),
+            valid: reachable.len(),
             needed: quorum,
         }))
     }

@@ -166,6 +166,8 @@ pub(super) struct EarlyAnswer {
     confirm_deadline: Option<Pin<Box<Sleep>>>,
     /// The early answer to report when the handshake completes or fails.
     grant: Option<Grant>,
+    /// The Close record's room was charged (or the handshake completed).
+    close_charged: bool,
 }
 
 impl Drop for EarlyAnswer {
@@ -228,6 +230,7 @@ impl EarlyAnswer {
             confirm_limit,
             confirm_deadline: None,
             grant,
+            close_charged: false,
         }
     }
 
@@ -357,9 +360,14 @@ impl EarlyAnswer {
         }
     }
 
-    /// Room for the Close record (an empty record) before the handshake.
+    /// Room for the Close record (an empty record) before the handshake,
+    /// charged once however often shutdown is polled.
     fn poll_close_room(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if self.complete() || self.budget.as_mut().is_some_and(|b| b.take_empty_record()) {
+        if self.close_charged
+            || self.complete()
+            || self.budget.as_mut().is_some_and(|b| b.take_empty_record())
+        {
+            self.close_charged = true;
             return Poll::Ready(Ok(()));
         }
         self.poll_handshake(cx)
@@ -396,14 +404,26 @@ impl EarlyAnswer {
                 _ => Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
             };
         };
-        let gate = self.gate.clone();
-        let fut = p
-            .gate_wait
-            .get_or_insert_with(|| Box::pin(async move { gate.wait_to_send().await }));
-        if let Err(e) = ready!(fut.as_mut().poll(cx)) {
-            Metrics::inc(&self.metrics.gate_timeouts);
-            self.state = State::Failed;
-            return Poll::Ready(Err(e.into()));
+        let exts = Extensions::new();
+        loop {
+            let gate = self.gate.clone();
+            let fut = p
+                .gate_wait
+                .get_or_insert_with(|| Box::pin(async move { gate.wait_to_send().await }));
+            if let Err(e) = ready!(fut.as_mut().poll(cx)) {
+                Metrics::inc(&self.metrics.gate_timeouts);
+                self.state = State::Failed;
+                return Poll::Ready(Err(e.into()));
+            }
+            // Before the handshake, the Reply itself must fit the budget.
+            let fits = self.budget.is_some_and(|b| {
+                b.remaining() >= zrtt_proto::admission::REPLY_OVERHEAD + exts.encoded_len()
+            });
+            if fits || self.gate.handshake_complete().unwrap_or(false) {
+                break;
+            }
+            let gate = self.gate.clone();
+            p.gate_wait = Some(Box::pin(async move { gate.wait_complete().await }));
         }
         let State::Pending(p) = std::mem::replace(&mut self.state, State::Failed) else {
             return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
@@ -424,16 +444,19 @@ impl EarlyAnswer {
         } else {
             Metrics::inc(&self.metrics.zrtt_answered_gated);
         }
-        let exts = Extensions::new();
         let max = accepted.max_reply_data(&exts);
         let (in_reply, sealed_to) = if complete {
             (out.len().min(max), out.len())
         } else {
-            // Only a proven address is answered before the handshake.
-            let Some(budget) = self.budget.as_mut() else {
+            // Only a proven address is answered before the handshake, and
+            // only when the Reply fits (checked above).
+            let Some(plan) = self
+                .budget
+                .as_mut()
+                .and_then(|b| b.plan_reply(out.len(), max, exts.encoded_len()))
+            else {
                 return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
             };
-            let plan = budget.plan_reply(out.len(), max, exts.encoded_len());
             if plan.sent() < out.len() {
                 Metrics::inc(&self.metrics.amplification_holds);
             }

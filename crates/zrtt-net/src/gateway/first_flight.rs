@@ -11,11 +11,12 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use zrtt_proto::admission::{Decision, FlightEvidence, Intake, ProvenanceOutcome, Withheld};
+use zrtt_proto::admission::{Decision, FlightEvidence, ProvenanceOutcome, Withheld};
 use zrtt_proto::handshake::{encode_reject, read_frame, Expect, RejectReason, Transport};
 
 use super::early_answer::{EarlyAnswer, EarlyCtl, EarlyUse, Grant, TokenIssue};
 use super::gate::Gate;
+use super::listener::SourceSlot;
 use super::{lock, relay, Metrics, Shared};
 use crate::error::{Error, Result};
 
@@ -77,6 +78,7 @@ fn record(m: &Metrics, d: &Decision, peer: SocketAddr) {
             Metrics::inc(&m.provenance_refused);
             tracing::debug!("provenance from {peer} refused: {e}");
         }
+        Some(ProvenanceOutcome::SkippedUnderLoad) => Metrics::inc(&m.provenance_skipped),
         Some(ProvenanceOutcome::Overloaded) => {
             // Overload defence: served on the gated path, never refused.
             Metrics::inc(&m.provenance_overload);
@@ -101,6 +103,7 @@ pub(super) async fn serve(
     peer: SocketAddr,
     gate_fd: OwnedFd,
     active: usize,
+    slot: Arc<SourceSlot>,
 ) -> Result<()> {
     let m = &shared.metrics;
     let t = shared.cfg.timeouts;
@@ -117,7 +120,7 @@ pub(super) async fn serve(
         _ => return Err(Error::Protocol("first flight")),
     };
     let intake = shared.admission.intake(active, Instant::now());
-    if intake == Intake::Busy {
+    if intake.is_busy() {
         Metrics::inc(&m.zrtt_busy);
         let gate = Gate::new(gate_fd, false, t.gate)?;
         send_gated(&mut tcp, &gate, &encode_reject(RejectReason::Busy, &[]), m).await;
@@ -164,6 +167,12 @@ pub(super) async fn serve(
         Instant::now(),
     );
     record(m, &decision, peer);
+    // A proven source is real before its handshake completes; an unproven
+    // one takes its place once it has (in the relay).
+    if decision.answers_early() && !slot.claim() {
+        Metrics::inc(&m.source_limited);
+        return Ok(());
+    }
     let gate = Arc::new(Gate::new(gate_fd, decision.answers_early(), t.gate)?);
     let issue = match (&shared.cfg.admission.tokens, accepted.client_static) {
         (Some(key), Some(client_static)) => Some(TokenIssue {
@@ -198,6 +207,6 @@ pub(super) async fn serve(
             peer: peer.ip(),
         }),
     );
-    relay::serve_http(shared.clone(), stream, peer, gate, early, Some(ctl)).await;
+    relay::serve_http(shared.clone(), stream, peer, gate, early, Some(ctl), slot).await;
     Ok(())
 }

@@ -38,6 +38,7 @@ impl std::fmt::Debug for Gateway {
 impl Gateway {
     /// Bind `addr` (port 0 for any) with a Fast Open listener.
     pub fn bind(addr: SocketAddr, cfg: GatewayConfig) -> Result<Self> {
+        cfg.admission.check().map_err(Error::Config)?;
         let (listener, fast_open) = tfo::bind_listener(addr, cfg.listen)?;
         if fast_open && tfo::fast_open_sysctl().is_some_and(|v| v & 2 == 0) {
             tracing::warn!(
@@ -93,17 +94,10 @@ impl Gateway {
                 () = &mut shutdown => break,
                 r = self.listener.accept() => match r {
                     Ok((tcp, peer)) => {
-                        if !self.shared.admission.open_connection(peer.ip()) {
-                            // One source may not fill the connection limit.
-                            Metrics::inc(&self.shared.metrics.source_limited);
-                            drop(tcp);
-                            continue;
-                        }
                         let shared = self.shared.clone();
                         tasks.spawn(async move {
-                            let _source = SourceGuard(&shared, peer);
                             let limit = shared.cfg.timeouts.connection;
-                            let _ = tokio::time::timeout(limit, handle(shared.clone(), tcp, peer)).await;
+                            let _ = tokio::time::timeout(limit, handle(shared, tcp, peer)).await;
                         });
                     }
                     Err(e) => {
@@ -123,12 +117,44 @@ impl Gateway {
     }
 }
 
-/// Releases a connection's place in its source's count.
-struct SourceGuard<'a>(&'a Shared, SocketAddr);
+/// A connection's place in its source's count (docs/GATEWAY.md): taken
+/// only once the source is real, that is once the TCP handshake completed
+/// or the address is proven, so spoofed SYNs cannot use up an address's
+/// places; until then connections are bounded by the Fast Open queue and
+/// the first-flight and gate timeouts. Given back when dropped.
+pub(super) struct SourceSlot {
+    admission: Arc<Admission>,
+    peer: std::net::IpAddr,
+    claimed: std::sync::atomic::AtomicBool,
+}
 
-impl Drop for SourceGuard<'_> {
+impl SourceSlot {
+    fn new(admission: Arc<Admission>, peer: std::net::IpAddr) -> Self {
+        Self {
+            admission,
+            peer,
+            claimed: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Take the place (once); false if the source is at its cap.
+    pub(super) fn claim(&self) -> bool {
+        if self.claimed.load(Ordering::Acquire) {
+            return true;
+        }
+        let ok = self.admission.open_connection(self.peer);
+        if ok {
+            self.claimed.store(true, Ordering::Release);
+        }
+        ok
+    }
+}
+
+impl Drop for SourceSlot {
     fn drop(&mut self) {
-        self.0.admission.close_connection(self.1.ip());
+        if self.claimed.load(Ordering::Acquire) {
+            self.admission.close_connection(self.peer);
+        }
     }
 }
 
@@ -145,6 +171,14 @@ async fn handle(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
     let _guard = ActiveGuard(&shared.active);
     Metrics::inc(&shared.metrics.connections);
     let _ = tcp.set_nodelay(true);
+    let slot = Arc::new(SourceSlot::new(shared.admission.clone(), peer.ip()));
+    // A connection accepted after its handshake (no data in the SYN) is real now.
+    let established =
+        crate::sys::tcp_info(tcp.as_fd()).is_ok_and(|i| i.state == crate::sys::state::ESTABLISHED);
+    if established && !slot.claim() {
+        Metrics::inc(&shared.metrics.source_limited);
+        return;
+    }
     let mut first = [0u8; 1];
     match tokio::time::timeout(shared.cfg.timeouts.first_flight, tcp.peek(&mut first)).await {
         Ok(Ok(1)) => {}
@@ -159,7 +193,7 @@ async fn handle(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
     };
     match first[0] {
         FRAME_FIRST_FLIGHT => {
-            if let Err(e) = first_flight::serve(&shared, tcp, peer, gate_fd, active).await {
+            if let Err(e) = first_flight::serve(&shared, tcp, peer, gate_fd, active, slot).await {
                 tracing::debug!("zrtt {peer}: {e}");
             }
         }
@@ -167,7 +201,7 @@ async fn handle(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
             if active > shared.cfg.admission.limits.hard_max_connections {
                 return;
             }
-            tls::serve(&shared, tcp, peer, gate_fd).await;
+            tls::serve(&shared, tcp, peer, gate_fd, slot).await;
         }
         _ => Metrics::inc(&shared.metrics.other_refused),
     }

@@ -92,6 +92,8 @@ counters! {
     provenance_refused,
     /// Certificates not checked because the check rate was exceeded (gated instead).
     provenance_overload,
+    /// Certificates not checked because a soft load limit gated the flight anyway.
+    provenance_skipped,
 }
 
 impl Metrics {

@@ -24,6 +24,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::early_answer::{EarlyCtl, EarlyUse};
 use super::gate::Gate;
+use super::listener::SourceSlot;
 use super::{Body, Metrics, Shared};
 use crate::http::{strip_hop_by_hop, text_response};
 
@@ -59,6 +60,8 @@ struct ConnCtx {
     early_pending: AtomicBool,
     /// The zrtt connection's confirmation state (`None` for TLS).
     early: Option<Arc<EarlyCtl>>,
+    /// The connection's place in its source's count.
+    slot: Arc<SourceSlot>,
 }
 
 /// Serve HTTP/1.1 on `io` (a zrtt channel or TLS) until the client closes
@@ -71,6 +74,7 @@ pub(super) async fn serve_http<S>(
     gate: Arc<Gate>,
     early: bool,
     ctl: Option<Arc<EarlyCtl>>,
+    slot: Arc<SourceSlot>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -80,6 +84,7 @@ pub(super) async fn serve_http<S>(
         peer,
         early_pending: AtomicBool::new(early),
         early: ctl,
+        slot,
     });
     let svc = hyper::service::service_fn(move |req| {
         let shared = shared.clone();
@@ -171,6 +176,16 @@ async fn forward(shared: &Shared, ctx: &ConnCtx, req: Request<Incoming>) -> Resp
     if !ctx.gate.proven() && ctx.gate.wait_complete().await.is_err() {
         Metrics::inc(&m.gate_timeouts);
         return text_response(StatusCode::GATEWAY_TIMEOUT, "handshake incomplete");
+    }
+    if !ctx.slot.claim() {
+        Metrics::inc(&m.source_limited);
+        let mut r = text_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many connections from your address",
+        );
+        r.headers_mut()
+            .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+        return r;
     }
     Metrics::inc(&m.requests);
     // Early unless the client confirmed the handshake before we forward

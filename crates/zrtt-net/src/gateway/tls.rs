@@ -8,6 +8,7 @@ use std::sync::Arc;
 use tokio::net::TcpStream;
 
 use super::gate::Gate;
+use super::listener::SourceSlot;
 use super::{relay, Metrics, Shared};
 
 /// Serve one TLS connection: wait for the TCP handshake (a ClientHello
@@ -18,6 +19,7 @@ pub(super) async fn serve(
     tcp: TcpStream,
     peer: SocketAddr,
     gate_fd: OwnedFd,
+    slot: Arc<SourceSlot>,
 ) {
     let t = &shared.cfg.timeouts;
     Metrics::inc(&shared.metrics.tls_connections);
@@ -32,9 +34,14 @@ pub(super) async fn serve(
         Metrics::inc(&shared.metrics.gate_timeouts);
         return;
     }
+    // The handshake completed: the source is real and takes its place.
+    if !slot.claim() {
+        Metrics::inc(&shared.metrics.source_limited);
+        return;
+    }
     let acceptor = tokio_rustls::TlsAcceptor::from(shared.cfg.tls.clone());
     let Ok(Ok(tls)) = tokio::time::timeout(t.first_flight, acceptor.accept(tcp)).await else {
         return;
     };
-    relay::serve_http(shared.clone(), tls, peer, gate, false, None).await;
+    relay::serve_http(shared.clone(), tls, peer, gate, false, None, slot).await;
 }

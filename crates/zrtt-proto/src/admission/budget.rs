@@ -81,25 +81,28 @@ impl AmplificationBudget {
 
     /// Plan the Reply for `available` buffered response bytes, when at
     /// most `max_reply_data` fit in the Reply and its extensions encode to
-    /// `extensions_len` bytes; charges what the plan sends. Without
-    /// room for the Reply's own overhead nothing of the response is sent,
-    /// but the Reply frame still is (it carries the key the channel needs).
+    /// `extensions_len` bytes; charges what the plan sends. `None` (nothing
+    /// charged) when not even the Reply's own overhead fits: then the
+    /// Reply waits for the handshake.
     pub fn plan_reply(
         &mut self,
         available: usize,
         max_reply_data: usize,
         extensions_len: usize,
-    ) -> ReplyPlan {
+    ) -> Option<ReplyPlan> {
         let overhead = REPLY_OVERHEAD + extensions_len;
+        if self.remaining() < overhead {
+            return None;
+        }
         let in_reply = available
             .min(max_reply_data)
-            .min(self.remaining().saturating_sub(overhead));
-        self.spent = self.spent.saturating_add(overhead + in_reply);
+            .min(self.remaining() - overhead);
+        self.spent += overhead + in_reply;
         let in_record = self.take_record(available - in_reply);
-        ReplyPlan {
+        Some(ReplyPlan {
             in_reply,
             in_record,
-        }
+        })
     }
 
     /// How many of `want` bytes fit in one more channel record now (its
@@ -161,7 +164,7 @@ mod tests {
     fn reply_and_one_record_fill_the_budget_exactly() {
         // 336 bytes: the Reply's 53 bytes of overhead leave 283 for data.
         let mut b = AmplificationBudget::for_flight(112, 0);
-        let plan = b.plan_reply(1000, 65_000, 0);
+        let plan = b.plan_reply(1000, 65_000, 0).unwrap();
         assert_eq!(plan.in_reply, 336 - REPLY_OVERHEAD);
         assert_eq!(plan.in_record, 0, "no room left for a record's overhead");
         assert_eq!(b.spent(), 336);
@@ -172,7 +175,7 @@ mod tests {
     #[test]
     fn reply_capped_by_max_reply_data_spills_into_a_record() {
         let mut b = AmplificationBudget::new(2000);
-        let plan = b.plan_reply(1500, 1000, 0);
+        let plan = b.plan_reply(1500, 1000, 0).unwrap();
         assert_eq!(plan.in_reply, 1000);
         // 2000 - 53 - 1000 = 947 left; a record costs 19: 928 of the 500 wanted.
         assert_eq!(plan.in_record, 500);
@@ -183,29 +186,32 @@ mod tests {
     #[test]
     fn extensions_count_against_the_budget() {
         let mut b = AmplificationBudget::new(200);
-        let plan = b.plan_reply(1000, 65_000, 40);
+        let plan = b.plan_reply(1000, 65_000, 40).unwrap();
         assert_eq!(plan.in_reply, 200 - REPLY_OVERHEAD - 40);
         assert_eq!(b.spent(), 200);
     }
 
     #[test]
-    fn budget_smaller_than_the_reply_overhead_sends_no_data() {
-        let mut b = AmplificationBudget::new(20);
-        let plan = b.plan_reply(100, 65_000, 0);
+    fn a_reply_that_does_not_fit_waits_for_the_handshake() {
+        let mut b = AmplificationBudget::new(REPLY_OVERHEAD - 1);
+        assert_eq!(b.plan_reply(100, 65_000, 0), None);
+        assert_eq!(b.spent(), 0);
+        let mut b = AmplificationBudget::new(REPLY_OVERHEAD + 10);
+        assert_eq!(b.plan_reply(100, 65_000, 11), None, "extensions count");
+        let mut b = AmplificationBudget::new(REPLY_OVERHEAD);
         assert_eq!(
-            plan,
-            ReplyPlan {
+            b.plan_reply(100, 65_000, 0),
+            Some(ReplyPlan {
                 in_reply: 0,
                 in_record: 0
-            }
+            })
         );
-        assert_eq!(b.remaining(), 0);
     }
 
     #[test]
     fn later_writes_are_charged_record_by_record() {
         let mut b = AmplificationBudget::new(REPLY_OVERHEAD + 100);
-        let plan = b.plan_reply(40, 65_000, 0);
+        let plan = b.plan_reply(40, 65_000, 0).unwrap();
         assert_eq!(
             plan,
             ReplyPlan {
@@ -229,28 +235,74 @@ mod tests {
     }
 
     #[test]
+    fn close_needs_exactly_its_overhead() {
+        let mut b = AmplificationBudget::new(RECORD_OVERHEAD - 1);
+        assert!(!b.take_empty_record(), "18 bytes are not enough");
+        assert_eq!(b.spent(), 0);
+    }
+
+    #[test]
+    fn one_record_at_most_per_take_whatever_the_limit() {
+        let mut b = AmplificationBudget::new(200_000);
+        assert_eq!(b.take_record(200_000), MAX_RECORD_BODY);
+        assert_eq!(b.spent(), MAX_RECORD_BODY + RECORD_OVERHEAD);
+        let mut b = AmplificationBudget::new(200_000);
+        let plan = b.plan_reply(200_000, 60_000, 0).unwrap();
+        assert_eq!(plan.in_reply, 60_000);
+        assert_eq!(
+            plan.in_record, MAX_RECORD_BODY,
+            "one record after the Reply"
+        );
+    }
+
+    #[test]
     fn nothing_is_ever_charged_beyond_the_limit() {
-        // Every split of writes, every limit: spent <= limit, and data sent
-        // is what the budget allows.
-        for limit in [0, 18, 19, 20, 52, 53, 54, 72, 73, 100, 336, 14_600] {
-            for available in [0, 1, 50, 1000, 20_000] {
-                for chunk in [1, 7, 100, 5000] {
-                    let mut b = AmplificationBudget::new(limit);
-                    let plan = b.plan_reply(available, 65_000, 0);
-                    let mut sent = plan.sent();
-                    assert!(sent <= available);
-                    while sent < available {
-                        let n = b.take_record(chunk.min(available - sent));
-                        if n == 0 {
-                            break;
+        // Every split of writes, extension size and limit (from one Reply
+        // overhead up to beyond one record): what goes out, the Close
+        // included, never exceeds the limit, and is exactly what is charged.
+        for ext in [0, 7, 300] {
+            for limit in [
+                REPLY_OVERHEAD + ext,
+                REPLY_OVERHEAD + ext + 1,
+                REPLY_OVERHEAD + ext + RECORD_OVERHEAD - 1,
+                REPLY_OVERHEAD + ext + RECORD_OVERHEAD,
+                336,
+                399,
+                14_600,
+                70_000,
+                200_000,
+            ] {
+                for available in [0, 1, 50, 1000, 20_000, 100_000] {
+                    for chunk in [1, 7, 100, 5000, 70_000] {
+                        let mut b = AmplificationBudget::new(limit);
+                        let Some(plan) = b.plan_reply(available, 65_000 - ext, ext) else {
+                            assert!(limit < REPLY_OVERHEAD + ext);
+                            assert_eq!(b.spent(), 0);
+                            continue;
+                        };
+                        let mut wire = REPLY_OVERHEAD + ext + plan.in_reply;
+                        if plan.in_record > 0 {
+                            wire += RECORD_OVERHEAD + plan.in_record;
                         }
-                        sent += n;
+                        let mut sent = plan.sent();
+                        assert!(sent <= available);
+                        while sent < available {
+                            let n = b.take_record(chunk.min(available - sent));
+                            if n == 0 {
+                                break;
+                            }
+                            sent += n;
+                            wire += RECORD_OVERHEAD + n;
+                        }
+                        if b.take_empty_record() {
+                            wire += RECORD_OVERHEAD;
+                        }
+                        assert_eq!(wire, b.spent(), "charged is what goes out");
+                        assert!(
+                            wire <= limit,
+                            "limit {limit} ext {ext} available {available} chunk {chunk}: {wire} on the wire"
+                        );
                     }
-                    assert!(
-                        b.spent() <= limit.max(REPLY_OVERHEAD),
-                        "limit {limit} available {available} chunk {chunk}: spent {}",
-                        b.spent()
-                    );
                 }
             }
         }

@@ -136,10 +136,33 @@ impl AdmissionConfig {
         self.proven_window
     }
 
-    /// Whether any proof of address is configured (tokens or trusted
-    /// networks; provenance policies are passed to [`Admission::decide`]).
-    pub fn may_answer_early(&self) -> bool {
-        self.tokens.is_some() || !self.trusted_networks.is_empty()
+    /// Refuse settings that cannot mean what they say: rates that are not
+    /// finite or negative (0 means unlimited), a hard limit below the soft one.
+    pub fn check(&self) -> Result<(), String> {
+        let l = &self.limits;
+        let d = &self.destinations;
+        for (name, v) in [
+            ("decrypts per second", l.decrypts_per_sec),
+            ("hard decrypts per second", l.hard_decrypts_per_sec),
+            ("provenance checks per second", l.provenance_checks_per_sec),
+            ("pre-handshake bytes per second per address", d.address_rate),
+            ("pre-handshake burst per address", d.address_burst),
+            ("pre-handshake bytes per second per prefix", d.prefix_rate),
+            ("pre-handshake burst per prefix", d.prefix_burst),
+            ("pre-handshake bytes per second", d.global_rate),
+            ("pre-handshake burst", d.global_burst),
+        ] {
+            if !v.is_finite() || v < 0.0 {
+                return Err(format!("{name}: {v} is not a rate (use 0 for unlimited)"));
+            }
+        }
+        if l.hard_max_connections < l.max_connections {
+            return Err(format!(
+                "hard connection limit {} is below the soft one {}",
+                l.hard_max_connections, l.max_connections
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -180,28 +203,25 @@ pub enum Proof {
     },
 }
 
-/// The pre-decryption verdict of [`Admission::intake`].
+/// The pre-decryption verdict of [`Admission::intake`]; only `intake`
+/// makes one, so a caller cannot skip the load limits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Intake {
-    /// Over a hard limit: answer Reject Busy (after the handshake).
-    Busy,
-    /// Decrypt the flight.
-    Decrypt {
-        /// False when a soft limit is exceeded: whatever proof the flight
-        /// carries, it is served after the handshake.
-        may_answer_early: bool,
-    },
+pub struct Intake {
+    busy: bool,
+    may_answer_early: bool,
 }
 
 impl Intake {
-    /// Whether the flight may be answered before the handshake if proven.
+    /// Over a hard limit: answer Reject Busy (after the handshake), do not
+    /// decrypt.
+    pub fn is_busy(self) -> bool {
+        self.busy
+    }
+
+    /// Whether the flight may be answered before the handshake if proven
+    /// (false over a soft limit: served after the handshake whatever it proves).
     pub fn may_answer_early(self) -> bool {
-        matches!(
-            self,
-            Intake::Decrypt {
-                may_answer_early: true
-            }
-        )
+        !self.busy && self.may_answer_early
     }
 }
 
@@ -246,6 +266,9 @@ pub enum ProvenanceOutcome {
     Refused(ProvenanceError),
     /// Not checked: the signature-check rate is used up (served as unproven).
     Overloaded,
+    /// Not checked: a soft load limit serves the flight after the handshake
+    /// whatever it proves.
+    SkippedUnderLoad,
 }
 
 /// The verdict of [`Admission::decide`].
@@ -336,11 +359,17 @@ impl Admission {
     pub fn intake(&self, connections: usize, now: Instant) -> Intake {
         let l = &self.config.limits;
         if connections > l.hard_max_connections || !lock(&self.hard_decrypts).try_take(now) {
-            return Intake::Busy;
+            return Intake {
+                busy: true,
+                may_answer_early: false,
+            };
         }
         let may_answer_early =
             connections <= l.max_connections && lock(&self.soft_decrypts).try_take(now);
-        Intake::Decrypt { may_answer_early }
+        Intake {
+            busy: false,
+            may_answer_early,
+        }
     }
 
     /// Whether the peer of an accepted flight is proven, and how many bytes
@@ -386,7 +415,7 @@ impl Admission {
             // Under load, certificates that could only prove an address
             // that will be gated anyway are not worth a signature check.
             (None, Some(_), Some(_)) => {
-                d.forced_gating = true;
+                d.provenance = Some(ProvenanceOutcome::SkippedUnderLoad);
                 None
             }
             _ => None,

@@ -44,8 +44,13 @@ fn evidence<'a>(token: Option<&'a [u8]>, certs: Option<&'a [u8]>) -> FlightEvide
     }
 }
 
-const EARLY: Intake = Intake::Decrypt {
+const EARLY: Intake = Intake {
+    busy: false,
     may_answer_early: true,
+};
+const GATED: Intake = Intake {
+    busy: false,
+    may_answer_early: false,
 };
 
 fn decide(a: &Admission, ev: &FlightEvidence<'_>, pv: Option<&TrustPolicy>) -> Decision {
@@ -285,9 +290,7 @@ fn token_wins_before_provenance_is_checked() {
 fn soft_limit_forces_the_gated_path_whatever_the_proof() {
     let a = Admission::new(config(), Instant::now());
     let t = token_key().issue(PEER, &CLIENT, now(), &rng()).unwrap();
-    let gated = Intake::Decrypt {
-        may_answer_early: false,
-    };
+    let gated = GATED;
     let d = a.decide(
         gated,
         &evidence(Some(&t), None),
@@ -310,8 +313,9 @@ fn soft_limit_forces_the_gated_path_whatever_the_proof() {
         now(),
         Instant::now(),
     );
-    assert_eq!(d.provenance, None);
-    assert!(d.forced_gating);
+    assert_eq!(d.provenance, Some(ProvenanceOutcome::SkippedUnderLoad));
+    assert!(!d.forced_gating, "nothing was proven");
+    assert_eq!(d.budget, None);
 }
 
 #[test]
@@ -323,34 +327,14 @@ fn intake_hard_and_soft_limits() {
     cfg.limits.hard_decrypts_per_sec = 4.0;
     let t0 = Instant::now();
     let a = Admission::new(cfg, t0);
-    assert_eq!(
-        a.intake(21, t0),
-        Intake::Busy,
-        "over the hard connection limit"
-    );
-    assert_eq!(
-        a.intake(11, t0),
-        Intake::Decrypt {
-            may_answer_early: false
-        },
-        "over the soft connection limit"
-    );
+    assert!(a.intake(21, t0).is_busy(), "over the hard connection limit");
+    assert_eq!(a.intake(11, t0), GATED, "over the soft connection limit");
     // The busy verdict above took no decryption token; the soft one took
     // one hard token. Three hard tokens left, two soft.
     assert!(a.intake(1, t0).may_answer_early());
     assert!(a.intake(1, t0).may_answer_early());
-    assert_eq!(
-        a.intake(1, t0),
-        Intake::Decrypt {
-            may_answer_early: false
-        },
-        "soft decryption rate used up"
-    );
-    assert_eq!(
-        a.intake(1, t0),
-        Intake::Busy,
-        "hard decryption rate used up"
-    );
+    assert_eq!(a.intake(1, t0), GATED, "soft decryption rate used up");
+    assert!(a.intake(1, t0).is_busy(), "hard decryption rate used up");
     assert!(a.intake(1, t0 + Duration::from_secs(1)).may_answer_early());
 }
 
@@ -464,4 +448,74 @@ fn at_most_six_early_answers_wait_for_handshakes_one_on_probation() {
         Some(Withheld::OverBudget),
         "probation: one at a time"
     );
+}
+
+#[test]
+fn nk_flights_prove_nothing_with_tokens_or_certificates() {
+    // A real NK flight carrying a token and certificates for its source.
+    let v1 = verifier();
+    let pol = policy(&[&v1], 1);
+    let certs = certs_for(&[&v1], PEER);
+    let t = token_key().issue(PEER, &CLIENT, now(), &rng()).unwrap();
+    let client_time = UnixTime::from_secs(crate::testing::T0 + 100);
+    let rec = crate::testing::vector_record()
+        .verify(
+            &crate::testing::ed25519_cert(),
+            crate::testing::NAME,
+            client_time,
+        )
+        .unwrap();
+    let mut params = crate::handshake::ClientParams::default();
+    params
+        .extensions
+        .set(crate::handshake::ext::ADDRESS_TOKEN, t)
+        .set(crate::handshake::ext::PROVENANCE, certs);
+    let (_, flight) =
+        crate::handshake::ClientHandshake::start(&rec, &params, b"GET /", client_time, &rng())
+            .unwrap();
+    let (frame, used) =
+        crate::handshake::read_frame(&flight, crate::handshake::Expect::FirstFlight)
+            .unwrap()
+            .unwrap();
+    let mut filter = crate::replay::BloomReplayFilter::new(
+        crate::replay::ReplayConfig::default(),
+        [1; 32],
+        UnixTime::from_secs(crate::testing::T0),
+    );
+    let accepted = crate::testing::vector_server()
+        .accept(
+            &frame,
+            crate::handshake::Transport::Tcp,
+            client_time,
+            &mut filter,
+            &rng(),
+        )
+        .unwrap();
+    let ev = FlightEvidence::of(&accepted, PEER, used);
+    assert_eq!(ev.client_static, None);
+    assert!(ev.token.is_some() && ev.provenance.is_some());
+    let a = Admission::new(config(), Instant::now());
+    let d = a.decide(EARLY, &ev, Some(&pol), now(), Instant::now());
+    assert_eq!(d.token, Some(Err(TokenError::WrongKey)));
+    assert_eq!(
+        d.provenance,
+        Some(ProvenanceOutcome::Refused(ProvenanceError::NoStaticKey))
+    );
+    assert!(!d.answers_early());
+}
+
+#[test]
+fn settings_that_cannot_mean_what_they_say_are_refused() {
+    assert!(AdmissionConfig::default().check().is_ok());
+    for bad in [f64::NAN, f64::INFINITY, -1.0] {
+        let mut c = AdmissionConfig::default();
+        c.limits.decrypts_per_sec = bad;
+        assert!(c.check().is_err(), "{bad}");
+        let mut c = AdmissionConfig::default();
+        c.destinations.address_rate = bad;
+        assert!(c.check().is_err(), "{bad}");
+    }
+    let mut c = AdmissionConfig::default();
+    c.limits.hard_max_connections = 10;
+    assert!(c.check().is_err());
 }

@@ -244,19 +244,27 @@ fn cache_skips_rechecking_and_expires() {
     assert!(pol
         .verify(&certs, ADDR, Some(&[1; 32]), now(), &mut cache)
         .is_err());
-    // A full cache still verifies, it just does not remember.
+    // A full cache still verifies; it keeps the newest entries, never more
+    // than its capacity.
     let mut tiny = VerifiedCache::new(1);
+    for _ in 0..3 {
+        let ok = pol
+            .verify(&certs, ADDR, Some(&CLIENT), now(), &mut tiny)
+            .unwrap();
+        assert!(ok.signatures_checked >= 1);
+        assert_eq!(tiny.len(), 1);
+    }
+    let mut small = VerifiedCache::new(4);
+    for _ in 0..3 {
+        pol.verify(&certs, ADDR, Some(&CLIENT), now(), &mut small)
+            .unwrap();
+        assert!(small.len() <= 4);
+    }
     assert_eq!(
-        pol.verify(&certs, ADDR, Some(&CLIENT), now(), &mut tiny)
+        pol.verify(&certs, ADDR, Some(&CLIENT), now(), &mut small)
             .unwrap()
             .signatures_checked,
-        2
-    );
-    assert_eq!(
-        pol.verify(&certs, ADDR, Some(&CLIENT), now(), &mut tiny)
-            .unwrap()
-            .signatures_checked,
-        1
+        0
     );
 }
 
@@ -434,4 +442,131 @@ fn rotation_keeps_doubling_and_no_certificate_outlives_its_key() {
             .duration,
         1800
     );
+}
+
+#[test]
+fn a_forged_certificate_costs_one_check_and_cached_ones_count_first() {
+    let (a, b, c) = (signer(), signer(), signer());
+    let ip = IssuePolicy::default();
+    let pol = policy(&[&a, &b, &c], 2);
+    let good_a = a.issue(&ip, &CLIENT, ADDR, 3600, None, now());
+    let good_b = b.issue(&ip, &CLIENT, ADDR, 3600, None, now());
+    let mut forged_c = c.issue(&ip, &CLIENT, ADDR, 3600, None, now());
+    forged_c.signature[0] ^= 1;
+    let mut forged_a = good_a.clone();
+    forged_a.signature[0] ^= 1;
+    let mut cache = VerifiedCache::new(100);
+    let mut checks = 0;
+    // Forged first: one check, then the flight is refused.
+    let r = pol.verify_shared(
+        &[forged_a.clone(), forged_c.clone(), good_b.clone()],
+        ADDR,
+        Some(&CLIENT),
+        now(),
+        &std::sync::Mutex::new(VerifiedCache::new(100)),
+        &mut || {
+            checks += 1;
+            true
+        },
+    );
+    assert!(matches!(r, Err(ProvenanceError::BadSignature(_))));
+    assert_eq!(checks, 1);
+    // A quorum that cannot be met costs no check at all.
+    let mut checks = 0;
+    let r = pol.verify_shared(
+        std::slice::from_ref(&good_a),
+        ADDR,
+        Some(&CLIENT),
+        now(),
+        &std::sync::Mutex::new(VerifiedCache::new(100)),
+        &mut || {
+            checks += 1;
+            true
+        },
+    );
+    assert_eq!(
+        r,
+        Err(ProvenanceError::QuorumNotMet {
+            valid: 1,
+            needed: 2
+        })
+    );
+    assert_eq!(checks, 0);
+    // Cached certificates count before any uncached one is looked at: with
+    // no checks left, [fresh, cached, cached] still meets the quorum.
+    pol.verify(
+        &[good_a.clone(), good_b.clone()],
+        ADDR,
+        Some(&CLIENT),
+        now(),
+        &mut cache,
+    )
+    .unwrap();
+    let fresh_c = c.issue(&ip, &CLIENT, ADDR, 3600, None, now());
+    let shared = std::sync::Mutex::new(cache);
+    let ok = pol
+        .verify_shared(
+            &[fresh_c, good_a, good_b],
+            ADDR,
+            Some(&CLIENT),
+            now(),
+            &shared,
+            &mut || false,
+        )
+        .unwrap();
+    assert_eq!(ok.signatures_checked, 0);
+}
+
+#[test]
+fn a_certificate_cached_under_one_key_does_not_count_under_another_with_its_id() {
+    // A verifier that ground a key with another verifier's id cannot make
+    // its cached certificates count for that verifier.
+    let (honest, evil) = (signer(), signer());
+    let ip = IssuePolicy::default();
+    let cert = evil.issue(&ip, &CLIENT, ADDR, 3600, None, now());
+    let mut cache = VerifiedCache::new(100);
+    let evil_only = policy(&[&evil], 1);
+    evil_only
+        .verify(
+            std::slice::from_ref(&cert),
+            ADDR,
+            Some(&CLIENT),
+            now(),
+            &mut cache,
+        )
+        .unwrap();
+    // The same id now names the honest key.
+    let mut collided = TrustedKey::from(honest.key());
+    collided.key.id = evil.key().id;
+    let honest_only = TrustPolicy {
+        keys: vec![collided],
+        quorum: 1,
+        skew_secs: 5,
+    };
+    assert!(matches!(
+        honest_only.verify(&[cert], ADDR, Some(&CLIENT), now(), &mut cache),
+        Err(ProvenanceError::BadSignature(_))
+    ));
+}
+
+#[test]
+fn a_forged_certificate_is_refused_every_time_never_cached() {
+    let a = signer();
+    let pol = policy(&[&a], 1);
+    let mut forged = a.issue(&IssuePolicy::default(), &CLIENT, ADDR, 3600, None, now());
+    forged.signature[5] ^= 1;
+    let mut cache = VerifiedCache::new(100);
+    for _ in 0..3 {
+        assert!(matches!(
+            pol.verify(
+                std::slice::from_ref(&forged),
+                ADDR,
+                Some(&CLIENT),
+                now(),
+                &mut cache
+            ),
+            Err(ProvenanceError::BadSignature(_))
+        ));
+    }
+    assert!(cache.is_empty());
 }
