@@ -92,13 +92,17 @@ pub struct GatewayArgs {
     hard_decrypts_per_sec: f64,
     /// Bytes a proven client (token, trusted network, provenance quorum)
     /// may receive before its TCP handshake completes, when that is more
-    /// than three times its first flight. Default 0: the strict 3x bound.
-    /// 14600 (an initial congestion window, what a TCP Fast Open server
-    /// sends a cookie holder) saves a round trip for answers up to that
-    /// size but lets a stale proof or a spoofed trusted source reflect up
-    /// to 50x: read docs/PROTOCOL.md §8 first. At most 65518.
-    #[arg(long, default_value_t = 0)]
+    /// than three times its first flight: one initial congestion window by
+    /// default (what a TCP Fast Open server sends a cookie holder), at most
+    /// 65518. What a stale proof can reflect at a victim is bounded by the
+    /// per-destination budgets either way (docs/PROTOCOL.md §8).
+    #[arg(long, default_value_t = zrtt_proto::admission::INITIAL_WINDOW)]
     proven_window: usize,
+    /// The strict bound of RFC 9000 §8: at most three times the first
+    /// flight before the handshake completes (answers over about 1.3 KB
+    /// then wait a round trip).
+    #[arg(long, conflicts_with = "proven_window")]
+    strict_amplification: bool,
     /// Log level on stderr: error, warn, info, debug (debug: why each
     /// token or certificate was refused, overload fallbacks).
     #[arg(long, default_value = "info")]
@@ -393,12 +397,6 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
             "this gateway answers proven clients before the handshake with a replay filter local to this process: gateways sharing these keys must not also answer early (docs/PROTOCOL.md §7)"
         );
     }
-    if a.proven_window > 0 {
-        tracing::warn!(
-            "--proven-window {}: proven clients may receive that much before their handshake completes; read docs/PROTOCOL.md §8 on reflection from stale proofs",
-            a.proven_window
-        );
-    }
     let mut admission = AdmissionConfig::default();
     admission.tokens = tokens;
     admission.limits.max_connections = a.max_connections;
@@ -406,10 +404,16 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
     admission.limits.decrypts_per_sec = a.decrypts_per_sec;
     admission.limits.hard_decrypts_per_sec = a.hard_decrypts_per_sec;
     admission.limits.provenance_checks_per_sec = a.pv_checks_per_sec;
-    admission
-        .dangerous()
-        .set_trusted_networks(trusted)
-        .set_proven_window(a.proven_window);
+    admission.proven_window = a.proven_window;
+    if a.strict_amplification {
+        admission.strict_amplification();
+    }
+    if !trusted.is_empty() {
+        tracing::warn!(
+            "--trust: addresses in these networks are answered early and their early requests forwarded without any proof; only for networks no path into the listener can spoof"
+        );
+    }
+    admission.dangerous().set_trusted_networks(trusted);
     let shared_keys = Arc::new(RwLock::new(keys));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

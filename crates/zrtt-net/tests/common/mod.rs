@@ -175,6 +175,7 @@ pub struct GatewayOpts {
     pub provenance: Option<Pv>,
     pub tokens: bool,
     pub limits: AdmissionLimits,
+    /// 0 (the default here): the strict 3x bound, which most tests measure.
     pub proven_window: usize,
     pub timeouts: Timeouts,
     pub addr: SocketAddr,
@@ -261,10 +262,8 @@ pub async fn start_gateway(opts: GatewayOpts) -> Env {
     )));
     cfg.admission.tokens = opts.tokens.then(token_key);
     cfg.admission.limits = opts.limits;
-    cfg.admission
-        .dangerous()
-        .set_trusted_networks(opts.trusted)
-        .set_proven_window(opts.proven_window);
+    cfg.admission.proven_window = opts.proven_window;
+    cfg.admission.dangerous().set_trusted_networks(opts.trusted);
     if let Some(pv) = opts.provenance {
         cfg.admission.limits.provenance_checks_per_sec = pv.checks_per_sec;
         cfg.provenance = Some(pv.policy);

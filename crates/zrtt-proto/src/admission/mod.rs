@@ -94,10 +94,12 @@ impl Default for AdmissionLimits {
 
 /// What counts as proof of address, and the limits on early answers.
 ///
-/// Built with [`AdmissionConfig::default`] (tokens off, nothing trusted,
-/// the strict 3x bound) and changed field by field; settings that let an
-/// attacker reflect more traffic sit behind [`AdmissionConfig::dangerous`].
-#[derive(Clone, Debug, Default)]
+/// [`AdmissionConfig::default`]: tokens off, nothing trusted, a proven
+/// address gets up to one initial window before its handshake completes
+/// (within the per-destination budgets); change fields after it. Settings
+/// that let an attacker be answered without a real proof sit behind
+/// [`AdmissionConfig::dangerous`].
+#[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct AdmissionConfig {
     /// Token sealing key (shared by a fleet); `None` disables tokens.
@@ -107,8 +109,27 @@ pub struct AdmissionConfig {
     /// Pre-handshake bytes per destination, prefix and in all, with the
     /// cool-down after failed handshakes.
     pub destinations: DestinationLimits,
+    /// Bytes a proven address may receive before its handshake completes
+    /// when more than three times its flight (at most one record): one
+    /// initial congestion window ([`INITIAL_WINDOW`], what a TCP Fast Open
+    /// server sends a cookie holder) by default; 0 for the strict 3x
+    /// bound of RFC 9000 §8 ([`AdmissionConfig::strict_amplification`]).
+    /// What a stale or stolen proof can reflect is bounded by
+    /// [`Self::destinations`] either way (docs/PROTOCOL.md §8).
+    pub proven_window: usize,
     trusted_networks: Vec<IpNet>,
-    proven_window: usize,
+}
+
+impl Default for AdmissionConfig {
+    fn default() -> Self {
+        Self {
+            tokens: None,
+            limits: AdmissionLimits::default(),
+            destinations: DestinationLimits::default(),
+            proven_window: INITIAL_WINDOW,
+            trusted_networks: Vec::new(),
+        }
+    }
 }
 
 /// Settings that weaken the defence against spoofed sources; see
@@ -130,10 +151,11 @@ impl AdmissionConfig {
         &self.trusted_networks
     }
 
-    /// Bytes a proven address may receive before its handshake completes
-    /// when more than three times its flight (0: the strict 3x bound).
-    pub fn proven_window(&self) -> usize {
-        self.proven_window
+    /// Answer proven addresses before their handshake with at most three
+    /// times their flight (RFC 9000 §8), not one initial window.
+    pub fn strict_amplification(&mut self) -> &mut Self {
+        self.proven_window = 0;
+        self
     }
 
     /// Refuse settings that cannot mean what they say: rates that are not
@@ -173,15 +195,6 @@ impl DangerousAdmissionConfig<'_> {
     /// only ranges that no path into the listener can spoof.
     pub fn set_trusted_networks(&mut self, networks: Vec<IpNet>) -> &mut Self {
         self.cfg.trusted_networks = networks;
-        self
-    }
-
-    /// Let a proven address receive up to `window` bytes (at most one
-    /// record) before its handshake completes, when that is more than 3x
-    /// its flight. [`INITIAL_WINDOW`] saves a round trip for answers up to
-    /// 14.6 KB but lets stale proofs reflect up to about 50x (docs/PROTOCOL.md §8).
-    pub fn set_proven_window(&mut self, window: usize) -> &mut Self {
-        self.cfg.proven_window = window;
         self
     }
 }

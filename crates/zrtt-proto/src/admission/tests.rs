@@ -100,6 +100,7 @@ fn no_proof_waits_for_the_handshake() {
 #[test]
 fn trusted_network_proves_without_crypto_also_for_mapped_v6() {
     let mut cfg = AdmissionConfig::default();
+    cfg.strict_amplification();
     cfg.dangerous()
         .set_trusted_networks(vec!["198.18.0.0/24".parse().unwrap()]);
     let a = Admission::new(cfg, Instant::now());
@@ -121,7 +122,7 @@ fn valid_token_proves() {
     let d = decide(&a, &evidence(Some(&t), None), None);
     assert_eq!(d.proof, Some(Proof::Token));
     assert_eq!(d.token, Some(Ok(())));
-    assert_eq!(d.budget.map(|b| b.limit()), Some(3 * FLIGHT));
+    assert_eq!(d.budget.map(|b| b.limit()), Some(INITIAL_WINDOW));
     // Presented from the IPv4-mapped form of the same address.
     let mut ev = evidence(Some(&t), None);
     ev.peer = "::ffff:198.18.0.1".parse().unwrap();
@@ -250,11 +251,11 @@ fn provenance_check_rate_counts_signatures_not_flights() {
     assert!(d.answers_early());
     // Cached: costs nothing, however often (each handshake completes).
     for _ in 0..10 {
-        a.early_answer_completed(PEER, 0, t0);
+        a.early_answer_completed(PEER, INITIAL_WINDOW, t0);
         let d = a.decide(EARLY, &evidence(None, Some(&first)), Some(&pol), now(), t0);
         assert!(d.answers_early());
     }
-    a.early_answer_completed(PEER, 0, t0);
+    a.early_answer_completed(PEER, INITIAL_WINDOW, t0);
     // New certificates need two more checks, one is left: overload, served
     // as unproven, never refused.
     let second = certs_at(&[&v1, &v2], PEER, 1);
@@ -339,15 +340,19 @@ fn intake_hard_and_soft_limits() {
 }
 
 #[test]
-fn proven_window_raises_the_budget_for_proven_peers_only() {
-    let mut cfg = config();
-    cfg.dangerous().set_proven_window(INITIAL_WINDOW);
-    assert_eq!(cfg.proven_window(), INITIAL_WINDOW);
+fn proven_window_by_default_strict_three_times_on_request() {
+    let cfg = config();
+    assert_eq!(cfg.proven_window, INITIAL_WINDOW, "the default");
     let a = Admission::new(cfg, Instant::now());
     let t = token_key().issue(PEER, &CLIENT, now(), &rng()).unwrap();
     let d = decide(&a, &evidence(Some(&t), None), None);
     assert_eq!(d.budget.map(|b| b.limit()), Some(INITIAL_WINDOW));
     assert_eq!(decide(&a, &evidence(None, None), None).budget, None);
+    let mut strict = config();
+    strict.strict_amplification();
+    let a = Admission::new(strict, Instant::now());
+    let d = decide(&a, &evidence(Some(&t), None), None);
+    assert_eq!(d.budget.map(|b| b.limit()), Some(3 * FLIGHT));
 }
 
 #[test]
@@ -371,8 +376,7 @@ fn connections_are_capped_per_source() {
 
 #[test]
 fn a_destination_that_does_not_complete_handshakes_cools_down_whatever_its_proof() {
-    let mut cfg = config();
-    cfg.dangerous().set_proven_window(INITIAL_WINDOW);
+    let cfg = config();
     let t0 = Instant::now();
     let a = Admission::new(cfg, t0);
     let t = token_key().issue(PEER, &CLIENT, now(), &rng()).unwrap();
@@ -394,7 +398,6 @@ fn a_destination_that_does_not_complete_handshakes_cools_down_whatever_its_proof
 #[test]
 fn the_destination_budget_shrinks_the_window_down_to_the_strict_bound_then_gates() {
     let mut cfg = config();
-    cfg.dangerous().set_proven_window(INITIAL_WINDOW);
     cfg.destinations.address_burst = (INITIAL_WINDOW + 3 * FLIGHT) as f64;
     cfg.destinations.address_rate = 1.0;
     let t0 = Instant::now();
