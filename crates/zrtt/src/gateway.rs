@@ -12,7 +12,7 @@ use clap::Args;
 use pki_types::pem::PemObject;
 use zrtt_net::gateway::{tls_server_config, Gateway, GatewayConfig};
 use zrtt_net::tfo::ListenOptions;
-use zrtt_proto::admission::{AdmissionConfig, IpNet, TokenKey};
+use zrtt_proto::admission::{AdmissionConfig, IpNet, TokenKey, TokenKeyRing, TokenKeys};
 use zrtt_proto::handshake::{ServerConfig, ServerKey};
 
 use crate::{keys, util};
@@ -398,7 +398,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         );
     }
     let mut admission = AdmissionConfig::default();
-    admission.tokens = tokens;
+    admission.tokens = tokens.map(|k| TokenKeyRing::new(TokenKeys::new(k, Vec::new())));
     admission.limits.max_connections = a.max_connections;
     admission.limits.hard_max_connections = a.hard_max_connections;
     admission.limits.decrypts_per_sec = a.decrypts_per_sec;

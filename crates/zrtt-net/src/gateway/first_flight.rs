@@ -175,8 +175,9 @@ pub(super) async fn serve(
     }
     let gate = Arc::new(Gate::new(gate_fd, decision.answers_early(), t.gate)?);
     let issue = match (&shared.cfg.admission.tokens, accepted.client_static) {
-        (Some(key), Some(client_static)) => Some(TokenIssue {
-            key: key.clone(),
+        (Some(ring), Some(client_static)) => Some(TokenIssue {
+            // The key in force when the flight was accepted seals its token.
+            key: ring.keys().current().clone(),
             ip: peer.ip(),
             client_static,
             rng: shared.cfg.rng.clone(),

@@ -18,7 +18,7 @@ use zrtt_net::gateway::{
     shared_trust_policy, tls_server_config, Gateway, GatewayConfig, Metrics, SharedTrustPolicy,
     Timeouts,
 };
-use zrtt_proto::admission::{AdmissionLimits, IpNet, TokenKey};
+use zrtt_proto::admission::{AdmissionLimits, IpNet, TokenKey, TokenKeyRing, TokenKeys};
 use zrtt_proto::crypto::X25519KeyPair;
 use zrtt_proto::handshake::{ServerConfig, ServerKey};
 use zrtt_proto::provenance::TrustPolicy;
@@ -260,7 +260,9 @@ pub async fn start_gateway(opts: GatewayOpts) -> Env {
         secret,
         zrtt_net::client::system_clock().saturating_sub(Duration::from_secs(5)),
     )));
-    cfg.admission.tokens = opts.tokens.then(token_key);
+    cfg.admission.tokens = opts
+        .tokens
+        .then(|| TokenKeyRing::new(TokenKeys::new(token_key(), Vec::new())));
     cfg.admission.limits = opts.limits;
     cfg.admission.proven_window = opts.proven_window;
     cfg.admission.dangerous().set_trusted_networks(opts.trusted);

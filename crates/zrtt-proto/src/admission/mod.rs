@@ -25,7 +25,7 @@ mod sources;
 mod token;
 
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Instant;
 
 pub use budget::{
@@ -35,7 +35,7 @@ pub use destinations::{DestinationBudgets, DestinationLimits, Withheld};
 pub use ipnet::IpNet;
 pub use rate::TokenBucket;
 pub use sources::{source_prefix, SourceCounts, IPV4_PREFIX, IPV6_PREFIX};
-pub use token::{TokenError, TokenKey};
+pub use token::{token_key_id, TokenError, TokenKey, TokenKeyRing, TokenKeys};
 
 use crate::handshake::{ext, Accepted};
 use crate::provenance::{decode_certificates, ProvenanceError, TrustPolicy, VerifiedCache};
@@ -102,8 +102,9 @@ impl Default for AdmissionLimits {
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct AdmissionConfig {
-    /// Token sealing key (shared by a fleet); `None` disables tokens.
-    pub tokens: Option<Arc<TokenKey>>,
+    /// Token keys (shared by a fleet, rotated while serving); `None`
+    /// disables tokens.
+    pub tokens: Option<TokenKeyRing>,
     /// Load limits.
     pub limits: AdmissionLimits,
     /// Pre-handshake bytes per destination, prefix and in all, with the
@@ -416,8 +417,8 @@ impl Admission {
         {
             d.proof = Some(Proof::TrustedNetwork);
         }
-        if let (Some(key), Some(token)) = (&self.config.tokens, evidence.token) {
-            let checked = key.verify(token, peer, evidence.client_static, now);
+        if let (Some(ring), Some(token)) = (&self.config.tokens, evidence.token) {
+            let checked = ring.keys().verify(token, peer, evidence.client_static, now);
             if checked.is_ok() && d.proof.is_none() {
                 d.proof = Some(Proof::Token);
             }

@@ -3,6 +3,7 @@
 #![allow(clippy::disallowed_methods)]
 
 use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
@@ -29,7 +30,10 @@ fn token_key() -> Arc<TokenKey> {
 
 fn config() -> AdmissionConfig {
     AdmissionConfig {
-        tokens: Some(token_key()),
+        tokens: Some(TokenKeyRing::new(TokenKeys::single(TokenKey::new(
+            &[9; 32],
+            Duration::from_secs(3600),
+        )))),
         ..AdmissionConfig::default()
     }
 }
@@ -145,7 +149,7 @@ fn refused_tokens_say_why_and_prove_nothing() {
         (expired, TokenError::Expired),
         (other_addr, TokenError::WrongAddress),
         (other_key, TokenError::WrongKey),
-        (foreign, TokenError::Invalid),
+        (foreign, TokenError::UnknownKey),
         (vec![1, 2, 3], TokenError::Invalid),
     ] {
         let d = decide(&a, &evidence(Some(&t), None), None);
