@@ -2,7 +2,8 @@
 //!
 //! - [`client`]: the first request in the SYN (TCP Fast Open without
 //!   cookies), encrypted to the server's published key; TLS 1.3 fallback;
-//!   [`client::ZrttStream`] is an async byte stream for hyper;
+//!   [`client::ZrttConnector`] plugs it into hyper-util's `Client`, keys
+//!   come from files or DNS ([`client::DnsKeySource`]);
 //! - [`gateway`]: a reverse proxy serving zrtt and TLS 1.3 on one Fast Open
 //!   port, with address gating, limits and metrics;
 //! - [`gate`]: holding every byte to an unproven address until its TCP
@@ -10,6 +11,8 @@
 //! - [`proxy`]: a local HTTP forward proxy sending `http://` requests to
 //!   zrtt hosts over zrtt, everything else unchanged;
 //! - [`token`]: self-issued address tokens;
+//! - [`pv`]: provenance verifiers: the service, the certificate request,
+//!   verifier keys from DNS;
 //! - [`stream`]: the zrtt channel as `AsyncRead + AsyncWrite`;
 //! - [`tfo`] and [`sys`]: Fast Open sockets and `TCP_INFO`.
 //!
