@@ -16,6 +16,7 @@ use crate::tfo::FastOpenCache;
 
 /// Which requests may travel in the first flight.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum EarlyDataPolicy {
     /// GET, HEAD and OPTIONS without a body (RFC 8470 advice). The default.
     IdempotentOnly,
@@ -63,7 +64,8 @@ pub struct ClientConfig {
     /// Fall back to TLS 1.3 on the same port when zrtt is not possible
     /// (default on). Off turns those connections into errors.
     pub tls_fallback: bool,
-    /// Bound on TCP connects, TLS handshakes and name resolution.
+    /// Bound on TCP connects and TLS handshakes (and, by default, on a
+    /// [`ZrttConnector`](super::ZrttConnector)'s name resolution).
     pub connect_timeout: Duration,
     /// Without a SYN-ACK after this long, retry without Fast Open.
     pub syn_timeout: Duration,
@@ -98,10 +100,8 @@ impl ClientConfig {
 }
 
 /// The second step of [`ClientConfig::builder`]: how the TLS fallback
-/// trusts servers. Each method finishes the configuration with the defaults:
-/// Fast Open on, idempotent early data, TLS fallback on, no tokens, no
-/// provenance, 10 s connect and reply bounds, 1.5 s SYN timeout, the system
-/// clock and ring's system random number generator.
+/// trusts servers. Each method finishes the configuration with the
+/// defaults, all set in [`ClientConfigBuilder::with_tls_config`].
 #[derive(Clone)]
 pub struct ClientConfigBuilder {
     keys: Arc<dyn KeySource>,
@@ -116,6 +116,10 @@ impl std::fmt::Debug for ClientConfigBuilder {
 
 impl ClientConfigBuilder {
     /// Use `tls` for the fallback as it is (its ALPN should be `http/1.1`).
+    /// The one place the defaults are defined: Fast Open on, idempotent
+    /// early data, TLS fallback on, no tokens, no provenance, 10 s connect
+    /// and reply bounds, 1.5 s SYN timeout, the system clock and ring's
+    /// system random number generator.
     pub fn with_tls_config(self, tls: Arc<rustls::ClientConfig>) -> ClientConfig {
         ClientConfig {
             keys: self.keys,

@@ -31,6 +31,7 @@ use crate::tfo::{self, ConnectMode};
 
 /// How a connection ended up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Mode {
     /// zrtt, answered before the TCP handshake completed (about 1 RTT).
     ZrttEarly,

@@ -33,7 +33,9 @@ enum StreamState {
     Failed(io::ErrorKind, String),
 }
 
-/// Shared view of a [`ZrttStream`]'s [`ConnInfo`], filled once connected.
+/// Shared view of a [`ZrttStream`]'s [`ConnInfo`], filled once connected;
+/// also the extension that responses over a
+/// [`ZrttConnector`](super::ZrttConnector) carry ([`super::conn_info`]).
 pub type ConnInfoHandle = Arc<Mutex<Option<ConnInfo>>>;
 
 /// A lazily connecting client stream for hyper (see the module docs).
