@@ -2,14 +2,16 @@
 //!
 //! - [`client`]: the first request in the SYN (TCP Fast Open without
 //!   cookies), encrypted to the server's published key; TLS 1.3 fallback;
-//!   [`client::ZrttStream`] is an async byte stream for hyper;
+//!   [`client::ZrttConnector`] plugs it into hyper-util's `Client`, keys
+//!   come from files or DNS ([`client::DnsKeySource`]);
 //! - [`gateway`]: a reverse proxy serving zrtt and TLS 1.3 on one Fast Open
 //!   port, with address gating ([`gateway::gate`]), limits and metrics;
 //! - [`proxy`]: a local HTTP forward proxy sending `http://` requests to
 //!   zrtt hosts over zrtt, everything else unchanged;
-//! - [`token`]: the client's address tokens and static keys;
 //! - [`http`]: hop-by-hop headers and generated answers, shared by the
 //!   gateway and the proxy;
+//! - [`pv`]: provenance verifiers: the service, the certificate request,
+//!   verifier keys from DNS;
 //! - [`stream`]: the zrtt channel as `AsyncRead + AsyncWrite`;
 //! - [`tfo`] and [`sys`]: Fast Open sockets and `TCP_INFO`.
 //!
@@ -27,6 +29,5 @@ pub mod pv;
 pub mod stream;
 pub mod sys;
 pub mod tfo;
-pub mod token;
 
 pub use error::{Error, Result};

@@ -22,14 +22,16 @@
 //! Names resolve through a [`Resolve`] implementation ([`SystemResolver`]:
 //! `--resolve` style overrides, then the system resolver). Which hosts get
 //! zrtt is decided by [`KeySource::lookup`](crate::client::KeySource::lookup),
-//! called on a blocking thread, so a DNS-backed key source can plug in
-//! through [`ClientConfig::keys`] without changing the proxy.
+//! called on a blocking thread after the key source's
+//! [`prefetch`](crate::client::KeySource::prefetch), so a DNS-backed key
+//! source ([`DnsKeySource`](crate::client::DnsKeySource)) plugs in through
+//! [`ClientConfig::keys`] without changing the proxy. zrtt hosts are
+//! reached through the public [`ZrttConnector`].
 
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
-use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -42,83 +44,20 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode, Uri};
-use hyper_util::client::legacy::connect::{Connected, Connection};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::client::{ClientConfig, Target, ZrttStream};
+use crate::client::{host_port, ClientConfig, ZrttConnector};
 use crate::error::{Error, Result};
 
-/// A boxed future returned by [`Resolve::resolve`].
-pub type ResolveFuture = Pin<Box<dyn Future<Output = io::Result<SocketAddr>> + Send>>;
-
-/// Name resolution for the proxy's outgoing connections.
-pub trait Resolve: Send + Sync + 'static {
-    /// The address to connect to for `host` (a name or an IP literal
-    /// without brackets) on `port`.
-    fn resolve(&self, host: &str, port: u16) -> ResolveFuture;
-}
-
-/// `--resolve HOST:PORT:ADDR` overrides, then the system resolver.
-#[derive(Clone, Debug, Default)]
-pub struct SystemResolver {
-    overrides: HashMap<(String, u16), IpAddr>,
-}
-
-impl SystemResolver {
-    /// A resolver with no overrides.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Use `ip` for `host` on `port` (the host is matched case-insensitively).
-    pub fn add_override(&mut self, host: &str, port: u16, ip: IpAddr) {
-        self.overrides.insert((host.to_ascii_lowercase(), port), ip);
-    }
-
-    /// Parse curl's `HOST:PORT:ADDR` (the address may be in brackets) and add it.
-    pub fn add_curl_override(&mut self, spec: &str) -> Result<()> {
-        let bad = || Error::Config(format!("--resolve {spec:?}: use HOST:PORT:ADDR"));
-        let mut it = spec.splitn(3, ':');
-        let (Some(host), Some(port), Some(addr)) = (it.next(), it.next(), it.next()) else {
-            return Err(bad());
-        };
-        let port: u16 = port.parse().map_err(|_| bad())?;
-        let ip: IpAddr = addr.trim_matches(['[', ']']).parse().map_err(|_| bad())?;
-        if host.is_empty() {
-            return Err(bad());
-        }
-        self.add_override(host, port, ip);
-        Ok(())
-    }
-}
-
-impl Resolve for SystemResolver {
-    fn resolve(&self, host: &str, port: u16) -> ResolveFuture {
-        if let Some(ip) = self.overrides.get(&(host.to_ascii_lowercase(), port)) {
-            let addr = SocketAddr::new(*ip, port);
-            return Box::pin(async move { Ok(addr) });
-        }
-        if let Ok(ip) = host.parse::<IpAddr>() {
-            return Box::pin(async move { Ok(SocketAddr::new(ip, port)) });
-        }
-        let host = host.to_owned();
-        Box::pin(async move {
-            tokio::net::lookup_host((host.as_str(), port))
-                .await?
-                .next()
-                .ok_or_else(|| {
-                    io::Error::new(io::ErrorKind::NotFound, format!("{host}: no address"))
-                })
-        })
-    }
-}
+pub use crate::client::{Resolve, ResolveFuture, SystemResolver};
 
 /// Which port a zrtt host's gateway listens on.
 #[derive(Clone, Debug, Default)]
+#[non_exhaustive]
 pub struct ZrttPorts {
     /// Per host (lower case).
     pub hosts: HashMap<String, u16>,
@@ -152,8 +91,10 @@ impl ZrttPorts {
     }
 }
 
-/// Time bounds of the proxy.
+/// Time bounds of the proxy; the defaults are defined once, in its
+/// `Default`, and fields are changed on a default value.
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub struct ProxyTimeouts {
     /// Receiving a request head from a client (also bounds idle keep-alive).
     pub header_read: Duration,
@@ -179,7 +120,9 @@ impl Default for ProxyTimeouts {
     }
 }
 
-/// Proxy settings.
+/// Proxy settings: [`ProxyConfig::new`] with the defaults, then change
+/// the public fields.
+#[non_exhaustive]
 pub struct ProxyConfig {
     /// The zrtt client: key source, TLS fallback, Fast Open, early data.
     pub client: Arc<ClientConfig>,
@@ -193,14 +136,7 @@ pub struct ProxyConfig {
     pub max_connections: usize,
     /// Idle origin connections kept per scheme and authority.
     pub pool_max_idle_per_origin: usize,
-    /// Called with the host before the key lookup, e.g. to resolve its key
-    /// records from DNS into the key source's cache (bounded by the connect
-    /// timeout); `None` for key sources that need no preparation.
-    pub prefetch: Option<Prefetch>,
 }
-
-/// An async hook run before a host's key lookup (see [`ProxyConfig::prefetch`]).
-pub type Prefetch = Arc<dyn Fn(String) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
 impl std::fmt::Debug for ProxyConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -214,17 +150,19 @@ impl std::fmt::Debug for ProxyConfig {
 }
 
 impl ProxyConfig {
-    /// Defaults: system resolver, gateway on 443, 1024 connections, 8 idle
-    /// connections per origin.
+    /// Concurrent client connections by default.
+    pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+
+    /// Defaults: system resolver, gateway on 443, [`Self::DEFAULT_MAX_CONNECTIONS`]
+    /// connections, 8 idle connections per origin, [`ProxyTimeouts::default`].
     pub fn new(client: Arc<ClientConfig>) -> Self {
         Self {
             client,
             resolver: Arc::new(SystemResolver::new()),
             zrtt_ports: ZrttPorts::default(),
             timeouts: ProxyTimeouts::default(),
-            max_connections: 1024,
+            max_connections: Self::DEFAULT_MAX_CONNECTIONS,
             pool_max_idle_per_origin: 8,
-            prefetch: None,
         }
     }
 }
@@ -279,15 +217,6 @@ struct PlainConnector {
 
 type ConnectFuture<T> = Pin<Box<dyn Future<Output = Result<T>> + Send>>;
 
-fn host_port(uri: &Uri, default_port: u16) -> Result<(String, u16)> {
-    let host = uri
-        .host()
-        .ok_or(Error::Protocol("URL without a host"))?
-        .trim_matches(['[', ']'])
-        .to_owned();
-    Ok((host, uri.port_u16().unwrap_or(default_port)))
-}
-
 async fn connect_tcp(
     resolver: &dyn Resolve,
     host: &str,
@@ -325,46 +254,6 @@ impl tower_service::Service<Uri> for PlainConnector {
                 return Err(Error::Config("the request loops back to the proxy".into()));
             }
             Ok(TokioIo::new(tcp))
-        })
-    }
-}
-
-/// Opens lazy zrtt connections (`https://` pool; the handshake runs with
-/// the first request, which becomes the early data).
-#[derive(Clone)]
-struct ZrttConnector {
-    client: Arc<ClientConfig>,
-    resolver: Arc<dyn Resolve>,
-    timeout: Duration,
-}
-
-impl Connection for ZrttStream {
-    fn connected(&self) -> Connected {
-        Connected::new()
-    }
-}
-
-impl tower_service::Service<Uri> for ZrttConnector {
-    type Response = TokioIo<ZrttStream>;
-    type Error = Error;
-    type Future = ConnectFuture<Self::Response>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, uri: Uri) -> Self::Future {
-        let this = self.clone();
-        Box::pin(async move {
-            let (host, port) = host_port(&uri, 443)?;
-            let addr = tokio::time::timeout(this.timeout, this.resolver.resolve(&host, port))
-                .await
-                .map_err(|_| Error::Timeout("resolving the gateway"))?
-                .map_err(Error::io("resolving the gateway"))?;
-            Ok(TokioIo::new(ZrttStream::new(
-                this.client.clone(),
-                Target { host, addr },
-            )))
         })
     }
 }
@@ -416,11 +305,12 @@ impl Proxy {
             .pool_idle_timeout(t.pool_idle)
             .pool_max_idle_per_host(cfg.pool_max_idle_per_origin)
             .pool_timer(TokioTimer::new())
-            .build(ZrttConnector {
-                client: cfg.client.clone(),
-                resolver: cfg.resolver.clone(),
-                timeout: t.connect,
-            });
+            .build(
+                ZrttConnector::builder(cfg.client.clone())
+                    .resolver(cfg.resolver.clone())
+                    .resolve_timeout(t.connect)
+                    .build(),
+            );
         Ok(Self {
             listener,
             shared: Arc::new(Shared {
@@ -595,11 +485,9 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBo
     let path = uri.path_and_query().map_or("/", |p| p.as_str());
 
     // zrtt if the key source has a verified record for the host.
-    if let Some(prefetch) = &shared.cfg.prefetch {
-        let _ = tokio::time::timeout(shared.cfg.timeouts.connect, prefetch(host.clone())).await;
-    }
     let keys = shared.cfg.client.keys.clone();
     let clock = shared.cfg.client.clock;
+    let _ = tokio::time::timeout(shared.cfg.timeouts.connect, keys.prefetch(&host, clock())).await;
     let lookup_host = host.clone();
     let zrtt = tokio::task::spawn_blocking(move || keys.lookup(&lookup_host, clock()).is_some())
         .await
@@ -728,23 +616,6 @@ mod tests {
         assert_eq!(p.port_for("b.example", Some(8443)), 5555);
         assert!(p.add_spec("=1").is_err());
         assert!(p.add_spec("x=y").is_err());
-    }
-
-    #[test]
-    fn resolve_overrides() {
-        let mut r = SystemResolver::new();
-        assert!(r.add_curl_override("www.example.com:443:127.0.0.2").is_ok());
-        assert!(r.add_curl_override("v6.example:80:[::1]").is_ok());
-        assert!(r.add_curl_override("bad").is_err());
-        assert!(r.add_curl_override("h:port:127.0.0.1").is_err());
-        assert_eq!(
-            r.overrides.get(&("v6.example".to_owned(), 80)),
-            Some(
-                &"::1"
-                    .parse::<IpAddr>()
-                    .unwrap_or(IpAddr::from([0, 0, 0, 0]))
-            )
-        );
     }
 
     #[test]

@@ -1,6 +1,9 @@
-//! Provenance verifiers (ASAP §2.2-2.4): the `zrtt pv` service and the
-//! client's certificate store. The certificate logic is sans-IO in
-//! `zrtt_proto::provenance`; this is the thin TCP shell.
+//! Provenance verifiers (ASAP §2.2-2.4): the `zrtt pv` service, the
+//! client's request for a certificate ([`fetch_certificate`]; the client's
+//! certificate store is [`crate::client::ProvenanceStore`]), and the
+//! gateway's verifier keys learned from DNS ([`DnsVerifiers`]). The
+//! certificate logic is sans-IO in `zrtt_proto::provenance`; this is the
+//! thin TCP shell.
 //!
 //! Protocol over one TCP connection (the verifier reads nothing before the
 //! handshake completes, which proves the client's address):
@@ -14,22 +17,24 @@
 //! or the keys of a rotating verifier key store ([`SharedIssuer`], replaced
 //! at run time when the store rotates).
 
-use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use zrtt_dns::resolver::{ResolveError, ResolvedVerifier, Resolver};
 use zrtt_proto::codec::{Put, Reader};
-use zrtt_proto::crypto::{SecureRandom, X25519KeyPair};
+use zrtt_proto::crypto::X25519KeyPair;
 use zrtt_proto::provenance::{
-    decode_certificates, encode_certificates, Certificate, IssuePolicy, VerifierKey, VerifierKeys,
-    VerifierSigner,
+    decode_certificates, Certificate, IssuePolicy, VerifierKey, VerifierKeys, VerifierSigner,
 };
+use zrtt_proto::provenance::{TrustPolicy, TrustedKey};
 use zrtt_proto::UnixTime;
 
 use crate::error::{Error, Result};
+
+pub use crate::client::ProvenanceStore;
 
 const MAGIC: &[u8; 4] = b"ZPV1";
 const MAX_REQUEST: usize = 4 + 32 + 4 + 1 + 98;
@@ -320,217 +325,140 @@ pub async fn fetch_certificate(
         .map_err(|_| Error::Protocol("verifier timed out"))?
 }
 
-/// A client's certificates, per local address, each address with its own
-/// static key (ASAP's privacy note: a key does not follow the client from
-/// network to network).
-///
-/// The store remembers which verifier (by address) issued which
-/// certificate, so a refresh presents each verifier its own certificate
-/// and replaces it, also when the verifier rotated to a key with another id.
-#[derive(Debug, Default)]
-pub struct ProvenanceStore {
-    by_local: Mutex<HashMap<IpAddr, (X25519KeyPair, Vec<Certificate>)>>,
-    /// The verifier id of the certificate each verifier last issued.
-    issued_by: Mutex<HashMap<SocketAddr, u32>>,
+/// Provenance verifier keys learned from DNS for `zrtt gateway
+/// --verifier-name` (docs/PROVENANCE.md): each name's published keys,
+/// verified like key records, refreshed in the background. A failed or
+/// empty lookup keeps the keys learned before (each is trusted only until
+/// its record's `not_after`), so DNS trouble never stops provenance at once
+/// and never stops serving. A refresh costs one TXT (and TLSA) lookup per
+/// name, in parallel.
+pub struct DnsVerifiers {
+    resolver: Arc<Resolver>,
+    names: Vec<String>,
+    configured: Vec<VerifierKey>,
+    quorum: usize,
+    /// Per name: the keys of its last lookup that verified anything.
+    learned: std::sync::Mutex<Vec<Vec<TrustedKey>>>,
 }
 
-/// Prefix of the state file lines that record which verifier issued which
-/// certificate (a comment to readers that do not know it).
-const ISSUER_LINE: &str = "#zrtt-issuer ";
+/// What one lookup of one verifier name gave.
+#[derive(Debug)]
+pub enum VerifierLookup {
+    /// Verified keys (now trusted, replacing the previous ones).
+    Keys(Vec<TrustedKey>),
+    /// Nothing usable: why, and how many earlier keys are kept.
+    Kept {
+        /// Why the lookup gave nothing usable.
+        reason: String,
+        /// How many keys learned before are still trusted.
+        kept: usize,
+    },
+}
 
-impl ProvenanceStore {
-    /// An empty store.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Obtain (or refresh) certificates for `local` from every verifier in
-    /// parallel. Verifiers that fail are skipped (reported in the result);
-    /// the store keeps what succeeded. A new local address gets a new key.
-    pub async fn refresh(
-        &self,
-        local: IpAddr,
-        verifiers: &[SocketAddr],
-        requested_secs: u32,
-        timeout: Duration,
-        rng: &dyn SecureRandom,
-    ) -> Result<Vec<(SocketAddr, Result<u32>)>> {
-        let (key, previous) = {
-            let mut m = self.by_local.lock().unwrap_or_else(|p| p.into_inner());
-            if !m.contains_key(&local) {
-                // Address changed (or first use): drop the others, fresh key.
-                m.clear();
-                lock(&self.issued_by).clear();
-                m.insert(local, (X25519KeyPair::generate(rng)?, Vec::new()));
-            }
-            let (k, c) = m.get(&local).ok_or(Error::Protocol("provenance store"))?;
-            (k.clone(), c.clone())
-        };
-        let issued_by = lock(&self.issued_by).clone();
-        let jobs = verifiers.iter().map(|v| {
-            let key = key.clone();
-            // Refresh the certificate this verifier issued; when that is not
-            // known (an older state file), one no other verifier claims.
-            let mine = match issued_by.get(v) {
-                Some(id) => previous.iter().find(|c| c.verifier_id == *id).cloned(),
-                None => previous
-                    .iter()
-                    .find(|c| !issued_by.values().any(|id| *id == c.verifier_id))
-                    .cloned(),
-            };
-            let v = *v;
-            async move {
-                let r = fetch_certificate(v, &key, requested_secs, mine.as_ref(), timeout).await;
-                (v, r)
-            }
-        });
-        let results = futures_join_all(jobs).await;
-        let mut fresh = Vec::new();
-        let mut report = Vec::new();
-        for (v, r) in results {
-            match r {
-                Ok(c) => {
-                    report.push((v, Ok(c.duration)));
-                    fresh.push((v, c));
-                }
-                Err(e) => report.push((v, Err(e))),
-            }
-        }
-        let mut m = self.by_local.lock().unwrap_or_else(|p| p.into_inner());
-        let mut issued_by = lock(&self.issued_by);
-        if let Some((_, certs)) = m.get_mut(&local) {
-            for (v, c) in fresh {
-                // The verifier's previous certificate goes, whatever key signed it.
-                let before = issued_by.insert(v, c.verifier_id);
-                certs.retain(|o| o.verifier_id != c.verifier_id && Some(o.verifier_id) != before);
-                certs.push(c);
-            }
-        }
-        Ok(report)
-    }
-
-    /// Whether `local` needs new certificates at `now`: none held for it (or
-    /// the client moved), or one has less than half its duration left, so
-    /// refreshing (which doubles the duration) happens well before expiry.
-    pub fn needs_refresh(&self, local: IpAddr, now: UnixTime) -> bool {
-        let m = self.by_local.lock().unwrap_or_else(|p| p.into_inner());
-        let Some((_, certs)) = m.get(&local) else {
-            return true;
-        };
-        let now = now.as_secs();
-        certs.is_empty()
-            || certs
+impl DnsVerifiers {
+    /// `configured` keys (`--verifier HEX`, each its own verifier) and
+    /// `names` (`--verifier-name`, each one verifier whatever its number of
+    /// keys), looked up through `resolver`.
+    pub fn new(
+        resolver: Arc<Resolver>,
+        names: Vec<String>,
+        configured: Vec<VerifierKey>,
+        quorum: usize,
+    ) -> Self {
+        let learned = std::sync::Mutex::new(vec![Vec::new(); names.len()]);
+        Self {
+            resolver,
+            names: names
                 .iter()
-                .any(|c| now.saturating_add(u64::from(c.duration) / 2) >= c.end())
+                .map(|n| zrtt_proto::record::normalize_name(n))
+                .collect(),
+            configured,
+            quorum,
+            learned,
+        }
     }
 
-    /// Put certificates for `local` directly (e.g. obtained out of band);
-    /// replaces what the store held for any address.
-    pub fn insert(&self, local: IpAddr, key: X25519KeyPair, certs: Vec<Certificate>) {
-        let mut m = self.by_local.lock().unwrap_or_else(|p| p.into_inner());
-        m.clear();
-        lock(&self.issued_by).clear();
-        m.insert(local, (key, certs));
-    }
-
-    /// The static key and the PROVENANCE extension value for `local`, with
-    /// the certificates still valid at `now`.
-    pub fn for_local(&self, local: IpAddr, now: UnixTime) -> Option<(X25519KeyPair, Vec<u8>)> {
-        let m = self.by_local.lock().unwrap_or_else(|p| p.into_inner());
-        let (key, certs) = m.get(&local)?;
-        let valid: Vec<Certificate> = certs
+    /// The policy in force at `now`: configured keys, and the learned keys
+    /// still valid. Verifier numbers: configured key `i` is `i`, name `j`
+    /// is `configured + j`, so keys of one name count once.
+    pub fn policy(&self, now: UnixTime) -> TrustPolicy {
+        let now_s = now.as_secs();
+        let mut keys: Vec<TrustedKey> = self
+            .configured
             .iter()
-            .filter(|c| c.start <= now.as_secs() && now.as_secs() < c.end())
-            .cloned()
+            .enumerate()
+            .map(|(i, k)| TrustedKey {
+                verifier: i as u32,
+                ..TrustedKey::from(*k)
+            })
             .collect();
-        (!valid.is_empty()).then(|| (key.clone(), encode_certificates(&valid)))
+        let learned = self.learned.lock().unwrap_or_else(|p| p.into_inner());
+        keys.extend(
+            learned
+                .iter()
+                .flatten()
+                .filter(|k| k.not_before <= now_s && now_s < k.not_after)
+                .copied(),
+        );
+        TrustPolicy {
+            keys,
+            quorum: self.quorum,
+            skew_secs: 5,
+        }
     }
 
-    /// Save to a file (owner-only): `ip key-hex cert-hex...` per line.
-    pub fn save(&self, path: &std::path::Path) -> Result<()> {
-        use std::fmt::Write as _;
-        let m = self.by_local.lock().unwrap_or_else(|p| p.into_inner());
-        let mut s =
-            String::from("# zrtt provenance state: local address, static key, certificates\n");
-        for (ip, (key, certs)) in m.iter() {
-            let _ = write!(s, "{ip} {}", zrtt_proto::record::hex(key.private()));
-            for c in certs {
-                let mut b = Vec::new();
-                c.encode(&mut b);
-                let _ = write!(s, " {}", zrtt_proto::record::hex(&b));
+    /// Look every name up (in parallel) at `now` and update the learned keys.
+    pub async fn refresh(&self, now: UnixTime) -> Vec<(String, VerifierLookup)> {
+        let mut set = tokio::task::JoinSet::new();
+        for (j, n) in self.names.iter().enumerate() {
+            let (resolver, n) = (self.resolver.clone(), n.clone());
+            set.spawn(async move { (j, resolver.resolve_verifier(&n, now).await) });
+        }
+        let mut results: Vec<Option<Result<ResolvedVerifier, ResolveError>>> =
+            (0..self.names.len()).map(|_| None).collect();
+        while let Some(joined) = set.join_next().await {
+            if let Ok((j, r)) = joined {
+                results[j] = Some(r);
             }
-            s.push('\n');
         }
-        for (v, id) in lock(&self.issued_by).iter() {
-            let _ = writeln!(s, "{ISSUER_LINE}{v} {id:08x}");
-        }
-        crate::error::write_private(path, s.as_bytes())
-            .map_err(Error::io("writing the provenance state"))
-    }
-
-    /// Load a file written by [`Self::save`]; a missing file is an empty store.
-    pub fn load(path: &std::path::Path) -> Result<Self> {
-        let store = Self::new();
-        let text = match std::fs::read_to_string(path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(store),
-            Err(e) => return Err(Error::io("reading the provenance state")(e)),
-        };
-        let bad = || Error::Protocol("malformed provenance state file");
-        let mut m = store.by_local.lock().unwrap_or_else(|p| p.into_inner());
-        for line in text.lines() {
-            if let Some(rest) = line.strip_prefix(ISSUER_LINE) {
-                let mut parts = rest.split_whitespace();
-                let v: Option<SocketAddr> = parts.next().and_then(|p| p.parse().ok());
-                let id = parts.next().and_then(|p| u32::from_str_radix(p, 16).ok());
-                if let (Some(v), Some(id)) = (v, id) {
-                    lock(&store.issued_by).insert(v, id);
+        let mut learned = self.learned.lock().unwrap_or_else(|p| p.into_inner());
+        let base = self.configured.len();
+        let mut out = Vec::new();
+        for (j, (name, r)) in self.names.iter().zip(results).enumerate() {
+            let verifier = (base + j) as u32;
+            let reason = match r {
+                None => "lookup task failed".to_owned(),
+                Some(Ok(got)) if !got.keys.is_empty() => {
+                    let keys: Vec<TrustedKey> = got
+                        .keys
+                        .iter()
+                        .map(|k| TrustedKey::published(k, verifier))
+                        .collect();
+                    learned[j] = keys.clone();
+                    out.push((name.clone(), VerifierLookup::Keys(keys)));
+                    continue;
                 }
-                continue;
-            }
-            if line.starts_with('#') || line.trim().is_empty() {
-                continue;
-            }
-            let mut parts = line.split_whitespace();
-            let ip: IpAddr = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
-            let key: [u8; 32] = parts
-                .next()
-                .and_then(zrtt_proto::record::unhex)
-                .and_then(|k| k.try_into().ok())
-                .ok_or_else(bad)?;
-            let mut certs = Vec::new();
-            for c in parts {
-                let mut wrapped = vec![1u8];
-                wrapped.extend_from_slice(&zrtt_proto::record::unhex(c).ok_or_else(bad)?);
-                certs.extend(decode_certificates(&wrapped).map_err(|_| bad())?);
-            }
-            m.insert(ip, (X25519KeyPair::from_private(key), certs));
+                Some(Ok(got)) if got.refused.is_empty() => "no verifier key published".to_owned(),
+                Some(Ok(got)) => got
+                    .refused
+                    .iter()
+                    .map(|f| f.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                Some(Err(e)) => e.to_string(),
+            };
+            let now_s = now.as_secs();
+            learned[j].retain(|k| now_s < k.not_after);
+            out.push((
+                name.clone(),
+                VerifierLookup::Kept {
+                    reason,
+                    kept: learned[j].len(),
+                },
+            ));
         }
-        drop(m);
-        Ok(store)
+        out
     }
-}
-
-async fn futures_join_all<F, T>(jobs: impl Iterator<Item = F>) -> Vec<T>
-where
-    F: std::future::Future<Output = T> + Send + 'static,
-    T: Send + 'static,
-{
-    let mut set = tokio::task::JoinSet::new();
-    let mut n = 0;
-    for (i, j) in jobs.enumerate() {
-        set.spawn(async move { (i, j.await) });
-        n += 1;
-    }
-    let mut out: Vec<Option<T>> = (0..n).map(|_| None).collect();
-    while let Some(Ok((i, v))) = set.join_next().await {
-        out[i] = Some(v);
-    }
-    out.into_iter().flatten().collect()
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Parse a verifier public key given as 64 hex digits.

@@ -18,10 +18,10 @@ use std::time::Duration;
 use common::*;
 use tokio::io::AsyncReadExt;
 use zrtt_lab::{Lab, Topology};
+use zrtt_net::client::TokenStore;
 use zrtt_net::client::{ClientConfig, Mode};
 use zrtt_net::gateway::Timeouts;
 use zrtt_net::tfo::{self, ConnectMode};
-use zrtt_net::token::TokenStore;
 use zrtt_proto::handshake::{ClientHandshake, ClientParams};
 use zrtt_proto::record::VerifiedKeyRecord;
 

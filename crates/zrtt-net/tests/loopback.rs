@@ -13,8 +13,8 @@ use common::*;
 use http_body_util::Full;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use zrtt_net::client::TokenStore;
 use zrtt_net::client::{system_clock, Mode};
-use zrtt_net::token::TokenStore;
 use zrtt_proto::handshake::{
     read_frame, ClientHandshake, ClientParams, Expect, Frame, RejectReason,
 };

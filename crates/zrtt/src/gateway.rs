@@ -211,7 +211,7 @@ fn keystore_keys(ks: &mut KeyStore, rotate: bool) -> Result<ServerConfig> {
 
 type PvPolicy = (
     zrtt_net::gateway::SharedTrustPolicy,
-    Option<Arc<crate::dnskeys::DnsVerifiers>>,
+    Option<Arc<zrtt_net::pv::DnsVerifiers>>,
 );
 
 /// The provenance policy from --verifier and --verifier-name: `None`
@@ -265,7 +265,7 @@ fn provenance(a: &GatewayArgs, rt: &tokio::runtime::Runtime) -> Result<Option<Pv
             }
             resolver.pin_cert(&name, util::load_cert(Path::new(file))?.to_vec());
         }
-        Some(Arc::new(crate::dnskeys::DnsVerifiers::new(
+        Some(Arc::new(zrtt_net::pv::DnsVerifiers::new(
             resolver,
             a.pv_dns.verifier_names.clone(),
             keys.clone(),
@@ -291,10 +291,10 @@ fn provenance(a: &GatewayArgs, rt: &tokio::runtime::Runtime) -> Result<Option<Pv
 /// Look the verifier names up, log what changed or failed, and put the
 /// resulting policy in force. Returns whether any lookup failed.
 async fn refresh_verifiers(
-    dns: &crate::dnskeys::DnsVerifiers,
+    dns: &zrtt_net::pv::DnsVerifiers,
     policy: &zrtt_net::gateway::SharedTrustPolicy,
 ) -> bool {
-    use crate::dnskeys::VerifierLookup;
+    use zrtt_net::pv::VerifierLookup;
     let before: Vec<u32> = policy
         .read()
         .unwrap_or_else(|p| p.into_inner())

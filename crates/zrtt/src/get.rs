@@ -14,10 +14,10 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use zrtt_dns::resolver::{Resolved, Resolver, ResolverConfig, Trust};
 use zrtt_net::client::{
-    tls_client_config, CertKeySource, ClientConfig, ConnInfo, KeySource, Target, ZrttStream,
+    CertKeySource, ClientConfig, ConnInfo, DnsKeySource, KeySource, Target, ZrttStream,
 };
 
-use crate::dnskeys::{parse_dns_server, ClientFlags, DnsKeySource};
+use crate::dnskeys::{parse_dns_server, ClientFlags};
 use crate::{keys, util};
 
 /// Exit codes (curl's numbers where curl has one).
@@ -304,12 +304,8 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
         }
     }
     let roots = load_roots(a)?;
-    let tls = match tls_client_config(roots) {
-        Ok(t) => t,
-        Err(e) => return fail(1, e.to_string()),
-    };
     let key_source: Arc<dyn KeySource> = match dns {
-        Some((resolver, _)) => Arc::new(DnsKeySource { resolver }),
+        Some((resolver, _)) => Arc::new(DnsKeySource::new(resolver)),
         None => {
             let cert_der = match (&a.cert, records.is_empty()) {
                 (Some(p), _) => match util::load_cert(p) {
@@ -324,7 +320,10 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
             Arc::new(CertKeySource::new(cert_der, records))
         }
     };
-    let mut cfg = ClientConfig::new(key_source, tls);
+    let mut cfg = match ClientConfig::builder(key_source).with_root_certificates(roots) {
+        Ok(c) => c,
+        Err(e) => return fail(1, e.to_string()),
+    };
     a.flags.apply(&mut cfg);
     if let Some(p) = &a.pv_state {
         let store = zrtt_net::pv::ProvenanceStore::load(p)
@@ -333,7 +332,7 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
     }
     let tokens = match &a.token_state {
         Some(p) => {
-            let store = zrtt_net::token::TokenStore::load(p)
+            let store = zrtt_net::client::TokenStore::load(p)
                 .map_err(|e| Failure(77, format!("{}: {e}", p.display())))?;
             let store = Arc::new(store);
             cfg.tokens = Some(store.clone());

@@ -12,10 +12,12 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 use zrtt_dns::resolver::{Resolver, ResolverConfig, Trust};
-use zrtt_net::client::{tls_client_config, CertKeySource, ClientConfig};
-use zrtt_net::proxy::{Proxy, ProxyConfig, Resolve, ResolveFuture, SystemResolver, ZrttPorts};
+use zrtt_net::client::{
+    CertKeySource, ClientConfig, DnsAddresses, DnsKeySource, KeySource, Resolve, SystemResolver,
+};
+use zrtt_net::proxy::{Proxy, ProxyConfig, ZrttPorts};
 
-use crate::dnskeys::{ClientFlags, DnsKeySource};
+use crate::dnskeys::ClientFlags;
 use crate::{keys, util};
 
 #[derive(Args, Debug)]
@@ -62,11 +64,11 @@ pub struct ProxyArgs {
     #[arg(long, default_value = "30s", value_parser = util::parse_duration)]
     pv_check: Duration,
     /// Concurrent client connections.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = ProxyConfig::DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
-    /// Bound on an origin's response head (then 504).
-    #[arg(long, default_value = "60s", value_parser = util::parse_duration)]
-    response_timeout: Duration,
+    /// Bound on an origin's response head (then 504); default 60s.
+    #[arg(long, value_parser = util::parse_duration)]
+    response_timeout: Option<Duration>,
 }
 
 pub fn run(a: ProxyArgs) -> Result<ExitCode> {
@@ -91,17 +93,15 @@ pub fn run(a: ProxyArgs) -> Result<ExitCode> {
             Some(p) => Trust::from_pem_file(p)?,
             None => Trust::system(),
         };
-        Some(Arc::new(Resolver::new(cfg, trust)))
+        Some(DnsKeySource::new(Arc::new(Resolver::new(cfg, trust))))
     } else {
         None
     };
-    let key_source: Arc<dyn zrtt_net::client::KeySource> = match &dns {
-        Some(r) => Arc::new(DnsKeySource {
-            resolver: r.clone(),
-        }),
+    let key_source: Arc<dyn KeySource> = match &dns {
+        Some(d) => Arc::new(d.clone()),
         None => Arc::new(CertKeySource::new(cert_der, records)),
     };
-    let mut client = ClientConfig::new(key_source, tls_client_config(roots)?);
+    let mut client = ClientConfig::builder(key_source).with_root_certificates(roots)?;
     a.flags.apply(&mut client);
     let pv_store = match &a.pv_state {
         Some(p) => Some(Arc::new(zrtt_net::pv::ProvenanceStore::load(p)?)),
@@ -113,11 +113,9 @@ pub fn run(a: ProxyArgs) -> Result<ExitCode> {
     for r in &a.resolve {
         resolver.add_curl_override(r)?;
     }
+    // Addresses from the DNS lookup the key source made, then the rest.
     let resolver: Arc<dyn Resolve> = match &dns {
-        Some(r) => Arc::new(DnsAddresses {
-            dns: r.clone(),
-            fallback: resolver,
-        }),
+        Some(d) => Arc::new(DnsAddresses::new(d, Arc::new(resolver))),
         None => Arc::new(resolver),
     };
     let mut ports = ZrttPorts::default();
@@ -126,18 +124,11 @@ pub fn run(a: ProxyArgs) -> Result<ExitCode> {
     }
     let mut cfg = ProxyConfig::new(Arc::new(client));
     cfg.resolver = resolver;
-    if let Some(r) = &dns {
-        let r = r.clone();
-        cfg.prefetch = Some(Arc::new(move |host: String| {
-            let r = r.clone();
-            Box::pin(async move {
-                let _ = r.resolve(&host, zrtt_net::client::system_clock()).await;
-            })
-        }));
-    }
     cfg.zrtt_ports = ports;
     cfg.max_connections = a.max_connections;
-    cfg.timeouts.response = a.response_timeout;
+    if let Some(t) = a.response_timeout {
+        cfg.timeouts.response = t;
+    }
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -209,25 +200,5 @@ async fn refresh_provenance(
             }
         }
         tokio::time::sleep(every).await;
-    }
-}
-
-/// Addresses from the DNS resolver's cache (filled by the prefetch before
-/// each request), then `--resolve` overrides and the system resolver.
-struct DnsAddresses {
-    dns: Arc<Resolver>,
-    fallback: SystemResolver,
-}
-
-impl Resolve for DnsAddresses {
-    fn resolve(&self, host: &str, port: u16) -> ResolveFuture {
-        let cached = self
-            .dns
-            .resolve_cached(host, zrtt_net::client::system_clock())
-            .and_then(|r| r.addrs.first().copied());
-        match cached {
-            Some(ip) => Box::pin(async move { Ok(SocketAddr::new(ip, port)) }),
-            None => self.fallback.resolve(host, port),
-        }
     }
 }

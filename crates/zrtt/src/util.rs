@@ -103,18 +103,14 @@ pub async fn shutdown_signal() {
 /// CA roots from a PEM file, or the system bundle when `path` is `None`
 /// (a missing system bundle gives an empty store; a missing given file is an error).
 pub fn load_roots(path: Option<&Path>) -> Result<rustls::RootCertStore> {
-    let system = Path::new("/etc/ssl/certs/ca-certificates.crt");
+    let Some(path) = path else {
+        return Ok(zrtt_net::client::system_roots());
+    };
     let mut roots = rustls::RootCertStore::empty();
-    match CertificateDer::pem_file_iter(path.unwrap_or(system)) {
-        Ok(iter) => {
-            for c in iter.flatten() {
-                let _ = roots.add(c);
-            }
-        }
-        Err(e) if path.is_some() => {
-            return Err(e).with_context(|| format!("reading {}", path.unwrap_or(system).display()))
-        }
-        Err(_) => {}
+    let certs = CertificateDer::pem_file_iter(path)
+        .with_context(|| format!("reading {}", path.display()))?;
+    for c in certs.flatten() {
+        let _ = roots.add(c);
     }
     Ok(roots)
 }

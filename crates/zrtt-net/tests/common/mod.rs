@@ -11,9 +11,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use pki_types::pem::PemObject;
-use zrtt_net::client::{
-    tls_client_config, CertKeySource, ClientConfig, ConnInfo, Target, ZrttStream,
-};
+use zrtt_net::client::{CertKeySource, ClientConfig, ConnInfo, Target, ZrttStream};
 use zrtt_net::gateway::{
     shared_trust_policy, tls_server_config, Gateway, GatewayConfig, Metrics, SharedTrustPolicy,
     Timeouts,
@@ -301,10 +299,9 @@ pub fn client_config(records: Vec<KeyRecord>) -> ClientConfig {
     roots
         .add(pki_types::CertificateDer::from_pem_slice(CA_PEM.as_bytes()).unwrap())
         .unwrap();
-    let mut cfg = ClientConfig::new(
-        Arc::new(CertKeySource::new(cert_der(), records)),
-        tls_client_config(roots).unwrap(),
-    );
+    let mut cfg = ClientConfig::builder(Arc::new(CertKeySource::new(cert_der(), records)))
+        .with_root_certificates(roots)
+        .unwrap();
     cfg.reply_timeout = Duration::from_secs(5);
     cfg
 }

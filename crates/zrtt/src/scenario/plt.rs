@@ -348,10 +348,10 @@ fn client_configs(
         keys.insert(s.name.clone(), CertKeySource::new(cert.to_vec(), records));
     }
     let tls = zrtt_net::client::tls_client_config(roots)?;
-    let mut z = ClientConfig::new(Arc::new(MultiKeys(keys)), tls.clone());
+    let mut z = ClientConfig::builder(Arc::new(MultiKeys(keys))).with_tls_config(tls.clone());
     z.tls_fallback = false;
     z.provenance = Some(Arc::new(zrtt_net::pv::ProvenanceStore::load(pv_state)?));
-    let t = ClientConfig::new(Arc::new(NoKeys), tls);
+    let t = ClientConfig::builder(Arc::new(NoKeys)).with_tls_config(tls);
     Ok((Arc::new(z), Arc::new(t)))
 }
 

@@ -937,7 +937,8 @@ pub fn run(o: ThroughputOpts) -> Result<Report> {
     let record = CertKeySource::new(cert.to_vec(), records)
         .lookup(NAME, crate::util::now())
         .context("the site's key record does not verify")?;
-    let mut zcfg = ClientConfig::new(Arc::new(Preverified(record)), tls_config(&cert, false)?);
+    let mut zcfg = ClientConfig::builder(Arc::new(Preverified(record)))
+        .with_tls_config(tls_config(&cert, false)?);
     // zrtt or an error: a silent TLS fallback would measure something else.
     zcfg.tls_fallback = false;
     let zcfg = Arc::new(zcfg);

@@ -1,125 +1,37 @@
-//! The client: the first request rides in the SYN, encrypted to the key the
-//! server published; TLS 1.3 on the same port when that cannot work.
-//!
-//! [`ZrttStream`] is an `AsyncRead + AsyncWrite` stream for hyper's client
-//! connection: the bytes written before the first flush (one request) become
-//! the early data; the handshake runs at that flush. Only idempotent
-//! requests without a body (GET, HEAD, OPTIONS) travel as early data by
-//! default; any other request goes inside the channel once the server's
-//! reply arrived (one round trip later, already forward secret).
+//! Establishing a connection: zrtt with the first request in the SYN, TLS
+//! 1.3 on the same port when that cannot work ([`establish`]).
 //!
 //! Order of attempts:
-//! 1. a verified key record from the [`KeySource`] → zrtt, with Fast Open
-//!    unless the [`FastOpenCache`] remembers that the path drops SYN data;
-//!    no SYN-ACK within `syn_timeout` → once more without Fast Open;
+//! 1. a verified key record from the [`KeySource`](super::KeySource) → zrtt,
+//!    with Fast Open unless the [`FastOpenCache`](crate::tfo::FastOpenCache)
+//!    remembers that the path drops SYN data; no SYN-ACK within
+//!    `syn_timeout` → once more without Fast Open;
 //! 2. a Reject carrying records that verify against the same certificate →
 //!    zrtt again at once, with the fresh key (once);
 //! 3. otherwise (no record, other refusals, no answer) → TLS 1.3 (rustls).
 
-use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::pin::Pin;
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
-use zrtt_proto::crypto::SecureRandom;
 use zrtt_proto::handshake::{
     decode_reject_records, ext, read_frame, ClientHandshake, ClientParams, Expect, Frame,
     RejectReason,
 };
-use zrtt_proto::record::{KeyRecord, VerifiedKeyRecord};
-use zrtt_proto::UnixTime;
+use zrtt_proto::record::VerifiedKeyRecord;
 
+use super::config::{ClientConfig, EarlyDataPolicy};
 use crate::error::{Error, Result};
 use crate::stream::ChannelStream;
 use crate::sys::{self, state};
-use crate::tfo::{self, ConnectMode, FastOpenCache};
-use crate::token::TokenStore;
-
-/// Where a client gets verified key records for a host.
-///
-/// Implementations decide how the signing certificate is trusted (a pinned
-/// certificate, DANE, web PKI) and where records come from (files, DNS).
-pub trait KeySource: Send + Sync {
-    /// A verified record valid at `now` for `host`, or `None` (→ TLS).
-    fn lookup(&self, host: &str, now: UnixTime) -> Option<VerifiedKeyRecord>;
-    /// Verify records a server sent in a refusal with the same trust as
-    /// [`KeySource::lookup`]; returns one to retry with, or `None`.
-    fn verify_retry(
-        &self,
-        host: &str,
-        records: &[KeyRecord],
-        now: UnixTime,
-    ) -> Option<VerifiedKeyRecord>;
-}
-
-/// Records checked against one certificate the caller trusts (e.g. from a
-/// file, or from DNS with TLSA). Records from refusals that verify are kept.
-#[derive(Debug)]
-pub struct CertKeySource {
-    cert_der: Vec<u8>,
-    records: Mutex<Vec<KeyRecord>>,
-}
-
-impl CertKeySource {
-    /// Records signed by the key of the DER certificate `cert_der`.
-    pub fn new(cert_der: Vec<u8>, records: Vec<KeyRecord>) -> Self {
-        Self {
-            cert_der,
-            records: Mutex::new(records),
-        }
-    }
-
-    fn best(&self, host: &str, records: &[KeyRecord], now: UnixTime) -> Option<VerifiedKeyRecord> {
-        records
-            .iter()
-            .filter_map(|r| match r.verify(&self.cert_der, host, now) {
-                Ok(v) => Some(v),
-                Err(e) => {
-                    tracing::debug!("record {:#010x} refused: {e}", r.body.key_id);
-                    None
-                }
-            })
-            .max_by_key(|v| v.body().not_after)
-    }
-}
-
-impl KeySource for CertKeySource {
-    fn lookup(&self, host: &str, now: UnixTime) -> Option<VerifiedKeyRecord> {
-        let records = self.records.lock().unwrap_or_else(|p| p.into_inner());
-        self.best(host, &records, now)
-    }
-
-    fn verify_retry(
-        &self,
-        host: &str,
-        records: &[KeyRecord],
-        now: UnixTime,
-    ) -> Option<VerifiedKeyRecord> {
-        let found = self.best(host, records, now)?;
-        let mut mine = self.records.lock().unwrap_or_else(|p| p.into_inner());
-        mine.retain(|r| r.body.key_id != found.body().key_id);
-        mine.push(found.record().clone());
-        Some(found)
-    }
-}
-
-/// Which requests may travel in the first flight.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EarlyDataPolicy {
-    /// GET, HEAD and OPTIONS without a body (RFC 8470 advice). The default.
-    IdempotentOnly,
-    /// Never: every request waits for the server's reply.
-    Never,
-}
+use crate::tfo::{self, ConnectMode};
 
 /// How a connection ended up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Mode {
     /// zrtt, answered before the TCP handshake completed (about 1 RTT).
     ZrttEarly,
@@ -142,6 +54,7 @@ impl Mode {
 
 /// What happened while connecting, for diagnostics and `-w`.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct ConnInfo {
     /// The path taken.
     pub mode: Mode,
@@ -166,92 +79,6 @@ pub struct ConnInfo {
     pub round_trips: u32,
     /// The local address of the final connection.
     pub local_addr: Option<SocketAddr>,
-}
-
-/// Client settings.
-pub struct ClientConfig {
-    /// Key records per host.
-    pub keys: Arc<dyn KeySource>,
-    /// TLS for the fallback (ALPN should be `http/1.1`).
-    pub tls: Arc<rustls::ClientConfig>,
-    /// Send the first flight in the SYN.
-    pub fast_open: bool,
-    /// Destinations where Fast Open failed recently.
-    pub fast_open_cache: Arc<FastOpenCache>,
-    /// Address tokens; `Some` makes the client use Noise IK with a per-server
-    /// static key so that the gateway can issue tokens.
-    pub tokens: Option<Arc<TokenStore>>,
-    /// Provenance certificates per local address; when the local address has
-    /// valid ones, the client uses Noise IK with that address's static key and
-    /// carries them (docs/PROTOCOL.md §11).
-    pub provenance: Option<Arc<crate::pv::ProvenanceStore>>,
-    /// Which requests go as early data.
-    pub early_data: EarlyDataPolicy,
-    /// Fall back to TLS when zrtt is not possible.
-    pub tls_fallback: bool,
-    /// Bound on TCP connects and TLS handshakes.
-    pub connect_timeout: Duration,
-    /// Without a SYN-ACK after this long, retry without Fast Open.
-    pub syn_timeout: Duration,
-    /// Bound on waiting for the zrtt reply.
-    pub reply_timeout: Duration,
-    /// Randomness for handshakes.
-    pub rng: Arc<dyn SecureRandom>,
-    /// Wall clock for record validity and first-flight timestamps.
-    pub clock: fn() -> UnixTime,
-}
-
-impl std::fmt::Debug for ClientConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClientConfig")
-            .field("fast_open", &self.fast_open)
-            .field("early_data", &self.early_data)
-            .field("tls_fallback", &self.tls_fallback)
-            .field("tokens", &self.tokens.is_some())
-            .finish_non_exhaustive()
-    }
-}
-
-/// The system clock as [`UnixTime`].
-pub fn system_clock() -> UnixTime {
-    UnixTime::since_epoch(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default(),
-    )
-}
-
-impl ClientConfig {
-    /// Defaults: Fast Open on, idempotent early data, TLS fallback on, no tokens.
-    pub fn new(keys: Arc<dyn KeySource>, tls: Arc<rustls::ClientConfig>) -> Self {
-        Self {
-            keys,
-            tls,
-            fast_open: true,
-            fast_open_cache: Arc::new(FastOpenCache::default()),
-            tokens: None,
-            provenance: None,
-            early_data: EarlyDataPolicy::IdempotentOnly,
-            tls_fallback: true,
-            connect_timeout: Duration::from_secs(10),
-            syn_timeout: Duration::from_millis(1500),
-            reply_timeout: Duration::from_secs(10),
-            rng: Arc::new(ring::rand::SystemRandom::new()),
-            clock: system_clock,
-        }
-    }
-}
-
-/// A rustls client config (ring, TLS 1.3 only, ALPN http/1.1) trusting `roots`.
-pub fn tls_client_config(roots: rustls::RootCertStore) -> Result<Arc<rustls::ClientConfig>> {
-    let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_protocol_versions(&[&rustls::version::TLS13])?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(cfg))
 }
 
 /// A host name and the address to reach it at.
@@ -579,179 +406,6 @@ async fn tls_connect(
         local_addr,
     };
     Ok((Conn::Tls(Box::new(tls)), info))
-}
-
-type Establishing = Pin<Box<dyn Future<Output = Result<(Conn, ConnInfo)>> + Send>>;
-
-// One per connection; boxing the connection would add a pointer chase per read.
-#[allow(clippy::large_enum_variant)]
-enum StreamState {
-    Buffering {
-        cfg: Arc<ClientConfig>,
-        target: Target,
-        buf: Vec<u8>,
-    },
-    Connecting(Establishing),
-    Ready(Conn),
-    Failed(io::ErrorKind, String),
-}
-
-/// Shared view of a [`ZrttStream`]'s [`ConnInfo`], filled once connected.
-pub type ConnInfoHandle = Arc<Mutex<Option<ConnInfo>>>;
-
-/// A lazily connecting client stream for hyper (see the module docs).
-pub struct ZrttStream {
-    state: StreamState,
-    info: ConnInfoHandle,
-    read_waker: Option<Waker>,
-}
-
-impl std::fmt::Debug for ZrttStream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ZrttStream").finish_non_exhaustive()
-    }
-}
-
-/// Largest request head buffered before the handshake.
-const MAX_BUFFERED_REQUEST: usize = 64 * 1024;
-
-impl ZrttStream {
-    /// A stream to `target`; nothing is sent until the first flush.
-    pub fn new(cfg: Arc<ClientConfig>, target: Target) -> Self {
-        Self {
-            state: StreamState::Buffering {
-                cfg,
-                target,
-                buf: Vec::new(),
-            },
-            info: Arc::new(Mutex::new(None)),
-            read_waker: None,
-        }
-    }
-
-    /// What happened while connecting (`None` until connected).
-    pub fn info(&self) -> ConnInfoHandle {
-        self.info.clone()
-    }
-
-    fn start(&mut self) {
-        if let StreamState::Buffering { cfg, target, buf } = &mut self.state {
-            let cfg = cfg.clone();
-            let target = target.clone();
-            let request = std::mem::take(buf);
-            self.state = StreamState::Connecting(Box::pin(async move {
-                establish(&cfg, &target, &request).await
-            }));
-        }
-    }
-
-    /// Drive the handshake; `Ready(Ok)` once the connection is usable.
-    fn poll_connected(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match &mut self.state {
-            StreamState::Buffering { .. } => Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::NotConnected,
-                "nothing written yet",
-            ))),
-            StreamState::Connecting(fut) => match fut.as_mut().poll(cx) {
-                Poll::Pending => Poll::Pending,
-                Poll::Ready(Ok((conn, info))) => {
-                    *self.info.lock().unwrap_or_else(|p| p.into_inner()) = Some(info);
-                    self.state = StreamState::Ready(conn);
-                    if let Some(w) = self.read_waker.take() {
-                        w.wake();
-                    }
-                    Poll::Ready(Ok(()))
-                }
-                Poll::Ready(Err(e)) => {
-                    let e = io::Error::from(e);
-                    self.state = StreamState::Failed(e.kind(), e.to_string());
-                    if let Some(w) = self.read_waker.take() {
-                        w.wake();
-                    }
-                    Poll::Ready(Err(e))
-                }
-            },
-            StreamState::Ready(_) => Poll::Ready(Ok(())),
-            StreamState::Failed(kind, msg) => Poll::Ready(Err(io::Error::new(*kind, msg.clone()))),
-        }
-    }
-}
-
-macro_rules! conn_call {
-    ($conn:expr, $method:ident, $cx:expr $(, $arg:expr)*) => {
-        match $conn {
-            Conn::Zrtt(s) => Pin::new(s.as_mut()).$method($cx $(, $arg)*),
-            Conn::Tls(s) => Pin::new(s.as_mut()).$method($cx $(, $arg)*),
-        }
-    };
-}
-
-impl AsyncRead for ZrttStream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if matches!(this.state, StreamState::Buffering { .. }) {
-            this.read_waker = Some(cx.waker().clone());
-            return Poll::Pending;
-        }
-        std::task::ready!(this.poll_connected(cx))?;
-        match &mut this.state {
-            StreamState::Ready(conn) => conn_call!(conn, poll_read, cx, buf),
-            _ => Poll::Ready(Err(io::ErrorKind::NotConnected.into())),
-        }
-    }
-}
-
-impl AsyncWrite for ZrttStream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if let StreamState::Buffering { buf, .. } = &mut this.state {
-            if buf.len() + data.len() <= MAX_BUFFERED_REQUEST {
-                buf.extend_from_slice(data);
-                return Poll::Ready(Ok(data.len()));
-            }
-            this.start();
-        }
-        std::task::ready!(this.poll_connected(cx))?;
-        match &mut this.state {
-            StreamState::Ready(conn) => conn_call!(conn, poll_write, cx, data),
-            _ => Poll::Ready(Err(io::ErrorKind::NotConnected.into())),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if let StreamState::Buffering { buf, .. } = &this.state {
-            if buf.is_empty() {
-                return Poll::Ready(Ok(()));
-            }
-            this.start();
-        }
-        std::task::ready!(this.poll_connected(cx))?;
-        match &mut this.state {
-            StreamState::Ready(conn) => conn_call!(conn, poll_flush, cx),
-            _ => Poll::Ready(Err(io::ErrorKind::NotConnected.into())),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if matches!(this.state, StreamState::Buffering { .. }) {
-            return Poll::Ready(Ok(()));
-        }
-        std::task::ready!(this.poll_connected(cx))?;
-        match &mut this.state {
-            StreamState::Ready(conn) => conn_call!(conn, poll_shutdown, cx),
-            _ => Poll::Ready(Err(io::ErrorKind::NotConnected.into())),
-        }
-    }
 }
 
 /// Whether the socket under an established connection finished its TCP handshake.

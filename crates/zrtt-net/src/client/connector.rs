@@ -1,0 +1,189 @@
+//! [`ZrttConnector`]: the client as a tower `Service<Uri>` for hyper-util's
+//! pooled `Client` (as hyper-rustls's `HttpsConnector` is for TLS).
+//!
+//! ```no_run
+//! # async fn f(keys: std::sync::Arc<dyn zrtt_net::client::KeySource>) -> Result<(), Box<dyn std::error::Error>> {
+//! use http_body_util::Empty;
+//! use hyper_util::{client::legacy::Client, rt::TokioExecutor};
+//! use zrtt_net::client::{ClientConfig, ZrttConnector};
+//!
+//! let config = ClientConfig::builder(keys).with_system_roots()?;
+//! let client = Client::builder(TokioExecutor::new())
+//!     .build::<_, Empty<bytes::Bytes>>(ZrttConnector::new(config.into()));
+//! let response = client.get("https://www.example.com/".parse()?).await?;
+//! # Ok(()) }
+//! ```
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper::Uri;
+use hyper_util::client::legacy::connect::{Connected, Connection};
+use hyper_util::rt::TokioIo;
+
+use super::config::ClientConfig;
+use super::connect::{ConnInfo, Target};
+use super::resolve::{Resolve, SystemResolver};
+use super::stream::{ConnInfoHandle, ZrttStream};
+use crate::error::{Error, Result};
+
+/// Connects `https://` URIs over zrtt (the first request in the SYN),
+/// with the TLS 1.3 fallback of its [`ClientConfig`] on the same port.
+///
+/// Each call resolves the host (after the key source's
+/// [`prefetch`](super::KeySource::prefetch)) and returns a [`ZrttStream`]
+/// at once: nothing is sent until hyper writes the first request, which
+/// becomes the early data. Connections are pooled by hyper-util's `Client`
+/// per scheme and authority; later requests on a pooled connection travel
+/// inside its channel. Only HTTP/1.1. Cheap to clone (three `Arc`s).
+///
+/// Responses carry a [`ConnInfoHandle`] extension (see [`conn_info`]).
+#[derive(Clone)]
+pub struct ZrttConnector {
+    config: Arc<ClientConfig>,
+    resolver: Arc<dyn Resolve>,
+    resolve_timeout: Duration,
+}
+
+impl std::fmt::Debug for ZrttConnector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZrttConnector")
+            .field("config", &self.config)
+            .field("resolve_timeout", &self.resolve_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ZrttConnector {
+    /// A connector with the defaults of [`ZrttConnector::builder`].
+    pub fn new(config: Arc<ClientConfig>) -> Self {
+        Self::builder(config).build()
+    }
+
+    /// A builder for a connector using `config` for every connection.
+    pub fn builder(config: Arc<ClientConfig>) -> ZrttConnectorBuilder {
+        ZrttConnectorBuilder {
+            resolve_timeout: config.connect_timeout,
+            config,
+            resolver: Arc::new(SystemResolver::new()),
+        }
+    }
+}
+
+/// Settings of a [`ZrttConnector`]. Defaults: [`SystemResolver`] without
+/// overrides; the prefetch and the name resolution each bounded by the
+/// client's `connect_timeout`.
+pub struct ZrttConnectorBuilder {
+    config: Arc<ClientConfig>,
+    resolver: Arc<dyn Resolve>,
+    resolve_timeout: Duration,
+}
+
+impl std::fmt::Debug for ZrttConnectorBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZrttConnectorBuilder")
+            .field("resolve_timeout", &self.resolve_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ZrttConnectorBuilder {
+    /// Where hosts' addresses come from (e.g. a [`SystemResolver`] with
+    /// overrides, or [`DnsAddresses`](super::DnsAddresses)).
+    pub fn resolver(mut self, resolver: Arc<dyn Resolve>) -> Self {
+        self.resolver = resolver;
+        self
+    }
+
+    /// Bound on the key source's prefetch and, separately, on the name
+    /// resolution. A prefetch that runs out only costs zrtt (TLS follows);
+    /// a resolution that runs out fails the connection.
+    pub fn resolve_timeout(mut self, timeout: Duration) -> Self {
+        self.resolve_timeout = timeout;
+        self
+    }
+
+    /// The connector.
+    pub fn build(self) -> ZrttConnector {
+        ZrttConnector {
+            config: self.config,
+            resolver: self.resolver,
+            resolve_timeout: self.resolve_timeout,
+        }
+    }
+}
+
+impl Connection for ZrttStream {
+    fn connected(&self) -> Connected {
+        Connected::new().extra(self.info())
+    }
+}
+
+/// The host and port of `uri` (IPv6 literals without brackets), with
+/// `default_port` when the URI names none.
+pub(crate) fn host_port(uri: &Uri, default_port: u16) -> Result<(String, u16)> {
+    let host = uri
+        .host()
+        .ok_or(Error::Protocol("URL without a host"))?
+        .trim_matches(['[', ']'])
+        .to_owned();
+    Ok((host, uri.port_u16().unwrap_or(default_port)))
+}
+
+impl tower_service::Service<Uri> for ZrttConnector {
+    type Response = TokioIo<ZrttStream>;
+    type Error = Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move {
+            if !uri
+                .scheme_str()
+                .is_some_and(|s| s.eq_ignore_ascii_case("https"))
+            {
+                return Err(Error::Config(format!(
+                    "{uri}: zrtt connects only https:// URLs"
+                )));
+            }
+            let (host, port) = host_port(&uri, 443)?;
+            let cfg = &this.config;
+            let prefetch = cfg.keys.prefetch(&host, (cfg.clock)());
+            if tokio::time::timeout(this.resolve_timeout, prefetch)
+                .await
+                .is_err()
+            {
+                tracing::debug!("{host}: key prefetch timed out");
+            }
+            let addr =
+                tokio::time::timeout(this.resolve_timeout, this.resolver.resolve(&host, port))
+                    .await
+                    .map_err(|_| Error::Timeout("resolving the gateway"))?
+                    .map_err(Error::io("resolving the gateway"))?;
+            Ok(TokioIo::new(ZrttStream::new(
+                this.config.clone(),
+                Target { host, addr },
+            )))
+        })
+    }
+}
+
+/// What happened while connecting the connection that carried `response`
+/// (a response of a hyper-util `Client` over a [`ZrttConnector`]): the
+/// mode (zrtt early or gated, or TLS fallback), round trips, notes. `None`
+/// for other responses, or before the connection was established.
+pub fn conn_info<B>(response: &hyper::Response<B>) -> Option<ConnInfo> {
+    response
+        .extensions()
+        .get::<ConnInfoHandle>()?
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()
+}

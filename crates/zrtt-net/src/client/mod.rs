@@ -1,0 +1,42 @@
+//! The client: the first request rides in the SYN, encrypted to the key the
+//! server published; TLS 1.3 on the same port when that cannot work.
+//!
+//! - [`ZrttConnector`] (`connector.rs`): a tower `Service<Uri>` for
+//!   hyper-util's pooled `Client`: a Rust program fetches `https://` URLs
+//!   over zrtt in a few lines (`examples/fetch.rs`);
+//! - [`ClientConfig`] (`config.rs`): the settings, built with
+//!   [`ClientConfig::builder`]; what weakens security sits behind
+//!   [`ClientConfig::dangerous`];
+//! - [`KeySource`] (`keys.rs`): where verified key records come from, one
+//!   trusted certificate ([`CertKeySource`]) or DNS ([`DnsKeySource`],
+//!   `dns.rs`);
+//! - [`Resolve`] (`resolve.rs`): where addresses come from
+//!   ([`SystemResolver`], [`DnsAddresses`]);
+//! - [`establish`] (`connect.rs`): one connection, zrtt with Fast Open,
+//!   a retry with fresh keys, TLS fallback;
+//! - [`ZrttStream`] (`stream.rs`): a lazily connecting byte stream for
+//!   hyper: the first request written becomes the early data;
+//! - [`TokenStore`] and [`ProvenanceStore`] (`state.rs`): what the client
+//!   keeps across connections to be answered before the TCP handshake.
+
+mod config;
+mod connect;
+mod connector;
+mod dns;
+mod keys;
+mod resolve;
+mod state;
+mod stream;
+
+pub use config::{
+    system_clock, system_roots, tls_client_config, ClientConfig, ClientConfigBuilder,
+    DangerousClientConfig, EarlyDataPolicy,
+};
+pub use connect::{early_eligible, establish, handshake_done, Conn, ConnInfo, Mode, Target};
+pub(crate) use connector::host_port;
+pub use connector::{conn_info, ZrttConnector, ZrttConnectorBuilder};
+pub use dns::{DnsAddresses, DnsKeySource};
+pub use keys::{CertKeySource, KeySource, PrefetchFuture};
+pub use resolve::{Resolve, ResolveFuture, SystemResolver};
+pub use state::{ProvenanceStore, TokenStore};
+pub use stream::{ConnInfoHandle, ZrttStream};

@@ -1,0 +1,392 @@
+//! Client state kept across connections (and, saved to files, across
+//! runs): address tokens ([`TokenStore`]) and provenance certificates
+//! ([`ProvenanceStore`]). Both hold private keys; their files are written
+//! owner-only.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use zrtt_proto::crypto::{SecureRandom, X25519KeyPair};
+use zrtt_proto::provenance::{decode_certificates, encode_certificates, Certificate};
+use zrtt_proto::UnixTime;
+
+use crate::error::{write_private, Error, Result};
+use crate::pv::fetch_certificate;
+
+/// The client's tokens and static keys: one static key per server name (so
+/// servers cannot link a client across names), one token per (server name,
+/// local address).
+#[derive(Default)]
+pub struct TokenStore {
+    inner: Mutex<StoreInner>,
+}
+
+#[derive(Default)]
+struct StoreInner {
+    statics: HashMap<String, X25519KeyPair>,
+    tokens: HashMap<(String, IpAddr), Vec<u8>>,
+}
+
+impl std::fmt::Debug for TokenStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        f.debug_struct("TokenStore")
+            .field("servers", &inner.statics.len())
+            .field("tokens", &inner.tokens.len())
+            .finish()
+    }
+}
+
+impl TokenStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The static key used towards `server` (created on first use).
+    pub fn static_key(
+        &self,
+        server: &str,
+        rng: &dyn SecureRandom,
+    ) -> Result<X25519KeyPair, zrtt_proto::Error> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(k) = inner.statics.get(server) {
+            return Ok(k.clone());
+        }
+        let k = X25519KeyPair::generate(rng)?;
+        inner.statics.insert(server.to_owned(), k.clone());
+        Ok(k)
+    }
+
+    /// The token for `server` seen from `local`, if any.
+    pub fn token(&self, server: &str, local: IpAddr) -> Option<Vec<u8>> {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner
+            .tokens
+            .get(&(server.to_owned(), local.to_canonical()))
+            .cloned()
+    }
+
+    /// Store a token `server` issued to us at `local`.
+    pub fn put(&self, server: &str, local: IpAddr, token: Vec<u8>) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if inner.tokens.len() >= 4096 {
+            inner.tokens.clear();
+        }
+        inner
+            .tokens
+            .insert((server.to_owned(), local.to_canonical()), token);
+    }
+}
+
+impl TokenStore {
+    /// Save to a file (owner-only, it holds private keys), one line per
+    /// entry: `static SERVER KEY-HEX` and `token SERVER IP TOKEN-HEX`.
+    pub fn save(&self, path: &std::path::Path) -> Result<()> {
+        use std::fmt::Write as _;
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = String::from(
+            "# zrtt token state: static keys per server, tokens per server and local address\n",
+        );
+        for (server, key) in &inner.statics {
+            let _ = writeln!(
+                s,
+                "static {server} {}",
+                zrtt_proto::record::hex(key.private())
+            );
+        }
+        for ((server, ip), token) in &inner.tokens {
+            let _ = writeln!(s, "token {server} {ip} {}", zrtt_proto::record::hex(token));
+        }
+        write_private(path, s.as_bytes()).map_err(Error::io("writing the token state"))
+    }
+
+    /// Load a file written by [`Self::save`]; a missing file is an empty store.
+    pub fn load(path: &std::path::Path) -> Result<Self> {
+        let store = Self::new();
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(store),
+            Err(e) => return Err(Error::io("reading the token state")(e)),
+        };
+        let bad = || Error::Protocol("malformed token state file");
+        let mut inner = store.inner.lock().unwrap_or_else(|p| p.into_inner());
+        for line in text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+        {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            match f.as_slice() {
+                ["static", server, key] => {
+                    let key: [u8; 32] = zrtt_proto::record::unhex(key)
+                        .and_then(|k| k.try_into().ok())
+                        .ok_or_else(bad)?;
+                    inner
+                        .statics
+                        .insert((*server).to_owned(), X25519KeyPair::from_private(key));
+                }
+                ["token", server, ip, token] => {
+                    let ip: IpAddr = ip.parse().map_err(|_| bad())?;
+                    let token = zrtt_proto::record::unhex(token).ok_or_else(bad)?;
+                    inner
+                        .tokens
+                        .insert(((*server).to_owned(), ip.to_canonical()), token);
+                }
+                _ => return Err(bad()),
+            }
+        }
+        drop(inner);
+        Ok(store)
+    }
+}
+
+/// A client's certificates, per local address, each address with its own
+/// static key (ASAP's privacy note: a key does not follow the client from
+/// network to network).
+///
+/// The store remembers which verifier (by address) issued which
+/// certificate, so a refresh presents each verifier its own certificate
+/// and replaces it, also when the verifier rotated to a key with another id.
+#[derive(Debug, Default)]
+pub struct ProvenanceStore {
+    by_local: Mutex<HashMap<IpAddr, (X25519KeyPair, Vec<Certificate>)>>,
+    /// The verifier id of the certificate each verifier last issued.
+    issued_by: Mutex<HashMap<SocketAddr, u32>>,
+}
+
+/// Prefix of the state file lines that record which verifier issued which
+/// certificate (a comment to readers that do not know it).
+const ISSUER_LINE: &str = "#zrtt-issuer ";
+
+impl ProvenanceStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Obtain (or refresh) certificates for `local` from every verifier in
+    /// parallel. Verifiers that fail are skipped (reported in the result);
+    /// the store keeps what succeeded. A new local address gets a new key.
+    pub async fn refresh(
+        &self,
+        local: IpAddr,
+        verifiers: &[SocketAddr],
+        requested_secs: u32,
+        timeout: Duration,
+        rng: &dyn SecureRandom,
+    ) -> Result<Vec<(SocketAddr, Result<u32>)>> {
+        let (key, previous) = {
+            let mut m = self.by_local.lock().unwrap_or_else(|p| p.into_inner());
+            if !m.contains_key(&local) {
+                // Address changed (or first use): drop the others, fresh key.
+                m.clear();
+                lock(&self.issued_by).clear();
+                m.insert(local, (X25519KeyPair::generate(rng)?, Vec::new()));
+            }
+            let (k, c) = m.get(&local).ok_or(Error::Protocol("provenance store"))?;
+            (k.clone(), c.clone())
+        };
+        let issued_by = lock(&self.issued_by).clone();
+        let jobs = verifiers.iter().map(|v| {
+            let key = key.clone();
+            // Refresh the certificate this verifier issued; when that is not
+            // known (an older state file), one no other verifier claims.
+            let mine = match issued_by.get(v) {
+                Some(id) => previous.iter().find(|c| c.verifier_id == *id).cloned(),
+                None => previous
+                    .iter()
+                    .find(|c| !issued_by.values().any(|id| *id == c.verifier_id))
+                    .cloned(),
+            };
+            let v = *v;
+            async move {
+                let r = fetch_certificate(v, &key, requested_secs, mine.as_ref(), timeout).await;
+                (v, r)
+            }
+        });
+        let results = futures_join_all(jobs).await;
+        let mut fresh = Vec::new();
+        let mut report = Vec::new();
+        for (v, r) in results {
+            match r {
+                Ok(c) => {
+                    report.push((v, Ok(c.duration)));
+                    fresh.push((v, c));
+                }
+                Err(e) => report.push((v, Err(e))),
+            }
+        }
+        let mut m = self.by_local.lock().unwrap_or_else(|p| p.into_inner());
+        let mut issued_by = lock(&self.issued_by);
+        if let Some((_, certs)) = m.get_mut(&local) {
+            for (v, c) in fresh {
+                // The verifier's previous certificate goes, whatever key signed it.
+                let before = issued_by.insert(v, c.verifier_id);
+                certs.retain(|o| o.verifier_id != c.verifier_id && Some(o.verifier_id) != before);
+                certs.push(c);
+            }
+        }
+        Ok(report)
+    }
+
+    /// Whether `local` needs new certificates at `now`: none held for it (or
+    /// the client moved), or one has less than half its duration left, so
+    /// refreshing (which doubles the duration) happens well before expiry.
+    pub fn needs_refresh(&self, local: IpAddr, now: UnixTime) -> bool {
+        let m = self.by_local.lock().unwrap_or_else(|p| p.into_inner());
+        let Some((_, certs)) = m.get(&local) else {
+            return true;
+        };
+        let now = now.as_secs();
+        certs.is_empty()
+            || certs
+                .iter()
+                .any(|c| now.saturating_add(u64::from(c.duration) / 2) >= c.end())
+    }
+
+    /// Put certificates for `local` directly (e.g. obtained out of band);
+    /// replaces what the store held for any address.
+    pub fn insert(&self, local: IpAddr, key: X25519KeyPair, certs: Vec<Certificate>) {
+        let mut m = self.by_local.lock().unwrap_or_else(|p| p.into_inner());
+        m.clear();
+        lock(&self.issued_by).clear();
+        m.insert(local, (key, certs));
+    }
+
+    /// The static key and the PROVENANCE extension value for `local`, with
+    /// the certificates still valid at `now`.
+    pub fn for_local(&self, local: IpAddr, now: UnixTime) -> Option<(X25519KeyPair, Vec<u8>)> {
+        let m = self.by_local.lock().unwrap_or_else(|p| p.into_inner());
+        let (key, certs) = m.get(&local)?;
+        let valid: Vec<Certificate> = certs
+            .iter()
+            .filter(|c| c.start <= now.as_secs() && now.as_secs() < c.end())
+            .cloned()
+            .collect();
+        (!valid.is_empty()).then(|| (key.clone(), encode_certificates(&valid)))
+    }
+
+    /// Save to a file (owner-only): `ip key-hex cert-hex...` per line.
+    pub fn save(&self, path: &std::path::Path) -> Result<()> {
+        use std::fmt::Write as _;
+        let m = self.by_local.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s =
+            String::from("# zrtt provenance state: local address, static key, certificates\n");
+        for (ip, (key, certs)) in m.iter() {
+            let _ = write!(s, "{ip} {}", zrtt_proto::record::hex(key.private()));
+            for c in certs {
+                let mut b = Vec::new();
+                c.encode(&mut b);
+                let _ = write!(s, " {}", zrtt_proto::record::hex(&b));
+            }
+            s.push('\n');
+        }
+        for (v, id) in lock(&self.issued_by).iter() {
+            let _ = writeln!(s, "{ISSUER_LINE}{v} {id:08x}");
+        }
+        write_private(path, s.as_bytes()).map_err(Error::io("writing the provenance state"))
+    }
+
+    /// Load a file written by [`Self::save`]; a missing file is an empty store.
+    pub fn load(path: &std::path::Path) -> Result<Self> {
+        let store = Self::new();
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(store),
+            Err(e) => return Err(Error::io("reading the provenance state")(e)),
+        };
+        let bad = || Error::Protocol("malformed provenance state file");
+        let mut m = store.by_local.lock().unwrap_or_else(|p| p.into_inner());
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix(ISSUER_LINE) {
+                let mut parts = rest.split_whitespace();
+                let v: Option<SocketAddr> = parts.next().and_then(|p| p.parse().ok());
+                let id = parts.next().and_then(|p| u32::from_str_radix(p, 16).ok());
+                if let (Some(v), Some(id)) = (v, id) {
+                    lock(&store.issued_by).insert(v, id);
+                }
+                continue;
+            }
+            if line.starts_with('#') || line.trim().is_empty() {
+                continue;
+            }
+            let mut parts = line.split_whitespace();
+            let ip: IpAddr = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
+            let key: [u8; 32] = parts
+                .next()
+                .and_then(zrtt_proto::record::unhex)
+                .and_then(|k| k.try_into().ok())
+                .ok_or_else(bad)?;
+            let mut certs = Vec::new();
+            for c in parts {
+                let mut wrapped = vec![1u8];
+                wrapped.extend_from_slice(&zrtt_proto::record::unhex(c).ok_or_else(bad)?);
+                certs.extend(decode_certificates(&wrapped).map_err(|_| bad())?);
+            }
+            m.insert(ip, (X25519KeyPair::from_private(key), certs));
+        }
+        drop(m);
+        Ok(store)
+    }
+}
+
+async fn futures_join_all<F, T>(jobs: impl Iterator<Item = F>) -> Vec<T>
+where
+    F: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let mut set = tokio::task::JoinSet::new();
+    let mut n = 0;
+    for (i, j) in jobs.enumerate() {
+        set.spawn(async move { (i, j.await) });
+        n += 1;
+    }
+    let mut out: Vec<Option<T>> = (0..n).map(|_| None).collect();
+    while let Some(Ok((i, v))) = set.join_next().await {
+        out[i] = Some(v);
+    }
+    out.into_iter().flatten().collect()
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn store_saves_and_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens");
+        let rng = ring::rand::SystemRandom::new();
+        let store = TokenStore::new();
+        let k = store.static_key("www.example.com", &rng).unwrap();
+        let ip: IpAddr = "198.18.0.1".parse().unwrap();
+        store.put("www.example.com", ip, vec![1, 2, 3]);
+        store.save(&path).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "state holds private keys: {mode:o}");
+        let back = TokenStore::load(&path).unwrap();
+        assert_eq!(back.token("www.example.com", ip), Some(vec![1, 2, 3]));
+        assert_eq!(back.token("other.example", ip), None);
+        let k2 = back.static_key("www.example.com", &rng).unwrap();
+        assert_eq!(k2.public(), k.public());
+        assert!(TokenStore::load(&dir.path().join("missing")).is_ok());
+        for bad in [
+            "token www 1.2.3.4",
+            "static www zz",
+            "token www nonip 00",
+            "junk",
+        ] {
+            std::fs::write(&path, bad).unwrap();
+            assert!(TokenStore::load(&path).is_err(), "{bad}");
+        }
+    }
+}
