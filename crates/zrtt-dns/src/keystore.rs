@@ -22,7 +22,6 @@
 //! [`crate::store`]; this module is what makes its keys semi-static X25519
 //! keys. Time is always passed in: the store never reads a clock.
 
-use core::fmt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -36,15 +35,12 @@ use zrtt_proto::UnixTime;
 use crate::keyfile;
 use crate::store::{
     bad_policy, check_ttl, duration, optional_duration, Engine, KeyTimes, Names, NewKey,
-    PrivateKey, Schedule, Store, StoreKeyStatus, StoreStatus,
+    PrivateKey, Schedule, Store, StoreStatus,
 };
 pub use crate::store::{
-    parse_duration, DurationSpec, KeyStoreError, KeyStoreRandom, RotationReport, CERT_FILE,
-    CERT_KEY_FILE, KEYS_DIR,
+    parse_duration, DurationSpec, KeyState, KeyStatus, KeyStoreError, KeyStoreRandom,
+    RotationReport, CERT_FILE, CERT_KEY_FILE, KEYS_DIR,
 };
-
-/// Policy file name in a key store.
-pub const CONFIG_FILE: &str = "keystore.toml";
 
 /// The key store (see the module docs).
 pub type KeyStore = Store<Policy>;
@@ -52,8 +48,8 @@ pub type KeyStore = Store<Policy>;
 /// The schedule of a key store at an instant; `Display` prints a table.
 pub type Status = StoreStatus<Policy>;
 
-/// One key's line in a [`Status`].
-pub type KeyStatus = StoreKeyStatus<KeyState>;
+/// Policy file name in a key store.
+pub const CONFIG_FILE: &str = "keystore.toml";
 
 /// The rotation policy and the fields every new record gets. In
 /// `keystore.toml` (every field optional): `lifetime`, `ttl`, `rotation`
@@ -177,36 +173,10 @@ pub fn parse_aead(s: &str) -> Option<Aead> {
     }
 }
 
-/// The state of a key at some instant.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KeyState {
-    /// Not valid yet (`now < not_before`).
-    Pending,
-    /// In DNS now.
-    Published,
-    /// Valid and its private key held, but no longer published: first
-    /// flights from clients with cached records are still accepted.
-    Retired,
-    /// Past `not_after`: its private key is (or is about to be) deleted.
-    Expired,
-}
-
-impl fmt::Display for KeyState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Pending => "pending",
-            Self::Published => "published",
-            Self::Retired => "retired",
-            Self::Expired => "expired",
-        })
-    }
-}
-
 /// A key store's policy is its [`crate::store::Kind`]: semi-static X25519
 /// keys for first flights, with their signed key records.
 impl Engine for Policy {
     type Body = RecordBody;
-    type State = KeyState;
 
     fn new_body(&self, k: NewKey<'_>) -> RecordBody {
         RecordBody {

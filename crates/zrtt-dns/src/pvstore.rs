@@ -29,7 +29,6 @@
 //! [`crate::store`]; this module is what makes its keys Ed25519 verifier
 //! keys. Time is always passed in: the store never reads a clock.
 
-use core::fmt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -38,10 +37,10 @@ use zrtt_proto::provenance::{VerifierKey, VerifierKeys, VerifierSigner};
 use zrtt_proto::record::{self, VerifierKeyBody, MAX_VERIFIER_RECORD_LIFETIME_SECS};
 use zrtt_proto::UnixTime;
 
-use crate::keystore::{KeyStoreError, KeyStoreRandom};
+use crate::keystore::{KeyState, KeyStatus, KeyStoreError, KeyStoreRandom};
 use crate::store::{
     bad_policy, check_ttl, duration, Engine, KeyTimes, Names, NewKey, PrivateKey, Schedule, Store,
-    StoreKeyStatus, StoreStatus, Stored,
+    StoreStatus, Stored,
 };
 use crate::{fsutil, keyfile};
 
@@ -60,8 +59,12 @@ pub type VerifierStore = Store<VerifierPolicy>;
 /// The schedule of a verifier store at an instant; `Display` prints a table.
 pub type VerifierStatus = StoreStatus<VerifierPolicy>;
 
-/// One key's line in a [`VerifierStatus`].
-pub type VerifierKeyStatus = StoreKeyStatus<VerifierKeyState>;
+/// One key's line in a [`VerifierStatus`] (the key store's [`KeyStatus`]).
+pub type VerifierKeyStatus = KeyStatus;
+
+/// A verifier key's state: [`KeyState`], of which verifier keys are
+/// `Next`, `Current`, `Retired` or `Expired`.
+pub type VerifierKeyState = KeyState;
 
 /// The rotation policy of a verifier key store. In `verifier.toml` (every
 /// field optional, durations): `rotation`, `prepublish`,
@@ -136,35 +139,10 @@ impl VerifierPolicy {
     }
 }
 
-/// The state of a verifier key at some instant.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum VerifierKeyState {
-    /// Published, not signing yet: gateways are learning it.
-    Next,
-    /// Published and signing certificates.
-    Current,
-    /// Published, no longer signing: certificates it signed are still valid.
-    Retired,
-    /// Past `not_after`: no longer published; its private key is (or is about to be) deleted.
-    Expired,
-}
-
-impl fmt::Display for VerifierKeyState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Next => "next",
-            Self::Current => "current",
-            Self::Retired => "retired",
-            Self::Expired => "expired",
-        })
-    }
-}
-
 /// A verifier store's policy is its [`crate::store::Kind`]: Ed25519
 /// provenance verifier keys, with their signed verifier key records.
 impl Engine for VerifierPolicy {
     type Body = VerifierKeyBody;
-    type State = VerifierKeyState;
 
     fn new_body(&self, k: NewKey<'_>) -> VerifierKeyBody {
         VerifierKeyBody::new(k.public_key, k.not_before, k.not_after, k.name, k.cert_der)

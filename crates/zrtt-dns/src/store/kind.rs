@@ -14,15 +14,13 @@ use zrtt_proto::RecordError;
 
 use crate::pvstore::VerifierPrivateKey;
 
-use super::{KeyStoreError, KeyStoreRandom, Schedule, Store};
+use super::{KeyState, KeyStoreError, KeyStoreRandom, Schedule, Store};
 
 /// The engine's side of a [`super::Kind`]: a store's policy, which says
 /// what keys the store keeps and how they rotate.
 pub trait Engine: Clone + core::fmt::Debug + PartialEq + Eq + DeserializeOwned + 'static {
     /// The record body (`RecordBody`, `VerifierKeyBody`).
     type Body: KeyBody;
-    /// A key's state in the status.
-    type State: core::fmt::Display + Clone + core::fmt::Debug + PartialEq + Eq;
     /// File and message names.
     const NAMES: Names;
 
@@ -38,9 +36,9 @@ pub trait Engine: Clone + core::fmt::Debug + PartialEq + Eq + DeserializeOwned +
     /// The body of a new key.
     fn new_body(&self, key: NewKey<'_>) -> Self::Body;
     /// Every key's state at `now`, oldest first.
-    fn states(store: &Store<Self>, now: u64) -> Vec<Self::State>;
+    fn states(store: &Store<Self>, now: u64) -> Vec<KeyState>;
     /// The kind's own warnings at `now` (the engine adds the shared ones).
-    fn warnings(store: &Store<Self>, states: &[Self::State], now: u64) -> Vec<String>;
+    fn warnings(store: &Store<Self>, states: &[KeyState], now: u64) -> Vec<String>;
 }
 
 /// What a new key's body is made of.

@@ -32,7 +32,7 @@ mod status;
 
 pub use dir::{CERT_FILE, CERT_KEY_FILE, KEYS_DIR};
 pub use policy::{parse_duration, DurationSpec};
-pub use status::{RotationReport, StoreKeyStatus, StoreStatus};
+pub use status::{KeyState, KeyStatus, RotationReport, StoreStatus};
 
 pub(crate) use kind::{Engine, Names, NewKey, PrivateKey};
 pub(crate) use policy::{bad_policy, check_ttl, duration, optional_duration};
@@ -511,7 +511,7 @@ impl<K: Kind> Store<K> {
         let keys = times
             .iter()
             .zip(states)
-            .map(|(t, state)| StoreKeyStatus {
+            .map(|(t, state)| KeyStatus {
                 key_id: t.id,
                 state,
                 not_before: t.not_before,

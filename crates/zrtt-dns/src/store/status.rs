@@ -71,14 +71,51 @@ impl fmt::Display for RotationReport {
     }
 }
 
+/// The state of a stored key at an instant. A key store's keys are
+/// pending, published, retired and expired; a verifier store's are next,
+/// current, retired and expired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyState {
+    /// A key store's key not valid yet (`now < not_before`).
+    Pending,
+    /// A key store's key in DNS now.
+    Published,
+    /// A verifier key published but not signing yet: gateways are learning
+    /// it.
+    Next,
+    /// A verifier key published and signing certificates.
+    Current,
+    /// Out of use but still needed: a key store's key no longer in DNS
+    /// whose private key still takes first flights from clients with cached
+    /// records; a verifier key no longer signing, still published because
+    /// certificates it signed are still valid.
+    Retired,
+    /// Past `not_after`: its private key is (or is about to be) deleted; a
+    /// verifier key is no longer published.
+    Expired,
+}
+
+impl fmt::Display for KeyState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Pending => "pending",
+            Self::Published => "published",
+            Self::Next => "next",
+            Self::Current => "current",
+            Self::Retired => "retired",
+            Self::Expired => "expired",
+        })
+    }
+}
+
 /// One key's line in a [`StoreStatus`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct StoreKeyStatus<S> {
+pub struct KeyStatus {
     /// Key id (for verifier keys, the verifier id certificates carry).
     pub key_id: u32,
     /// State at the status instant.
-    pub state: S,
+    pub state: KeyState,
     /// Start of validity.
     pub not_before: u64,
     /// End of publication: `not_after - 2T` for the key store's keys;
@@ -101,7 +138,7 @@ pub struct StoreStatus<K: Kind> {
     /// Policy in force.
     pub policy: K,
     /// Every stored key, oldest first.
-    pub keys: Vec<StoreKeyStatus<K::State>>,
+    pub keys: Vec<KeyStatus>,
     /// TTL DNS gives the records now.
     pub record_ttl: u32,
     /// When the next key is due.
