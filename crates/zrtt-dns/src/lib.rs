@@ -1,7 +1,9 @@
 //! zrtt keys in DNS.
 //!
-//! - [`keystore`]: the key store and its rotation schedule, shared by
-//!   `zrtt dns`, the gateway and `zrtt keys rotate`;
+//! - [`store`]: the key-store engine under both stores: directory, lock,
+//!   policy file, rotation schedule, status;
+//! - [`keystore`]: the key store (semi-static keys and their records),
+//!   shared by `zrtt dns`, the gateway and `zrtt keys rotate`;
 //! - [`pvstore`]: the verifier key store (provenance verifier keys, their
 //!   signed records and rotation), shared by `zrtt pv serve` and `zrtt dns`;
 //! - [`records`]: the DNS records (HTTPS `key65380`, TXT, AAAA tunnel, TLSA)
@@ -29,6 +31,7 @@ pub mod pvstore;
 pub mod records;
 pub mod resolver;
 pub mod server;
+pub mod store;
 pub mod zone;
 
 /// The DNS wire types used in this crate's API (hickory-proto).

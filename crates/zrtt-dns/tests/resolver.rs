@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hickory_proto::op::{Message, MessageType};
+use hickory_proto::op::{Message, MessageType, ResponseCode};
 use hickory_proto::rr::{Name, RecordType};
 use hickory_proto::serialize::binary::BinEncodable;
 use ring::rand::SystemRandom;
@@ -156,6 +156,8 @@ struct Misbehave {
     /// Put a forged copy (same key id, flipped public key bit) of the first
     /// zrtt TXT record before it.
     forged_txt_first: bool,
+    /// Answer every query with SERVFAIL.
+    servfail: bool,
 }
 
 /// A DNS proxy in front of the server, counting what it receives.
@@ -184,6 +186,12 @@ impl Drop for Proxy {
 
 fn rewrite(req: &[u8], udp: bool, upstream: SocketAddr, mb: &Misbehave) -> Option<Vec<u8>> {
     let req = Message::from_vec(req).ok()?;
+    if mb.servfail {
+        let mut r = req.clone();
+        r.metadata.message_type = MessageType::Response;
+        r.metadata.response_code = ResponseCode::ServFail;
+        return r.to_vec().ok();
+    }
     if udp && mb.tc_on_udp {
         let mut r = req.clone();
         r.metadata.message_type = MessageType::Response;
@@ -699,4 +707,116 @@ async fn invalid_host_names_are_refused() {
             Err(ResolveError::BadName { .. })
         ));
     }
+}
+
+/// Datagrams waiting on `sock`, read and dropped.
+fn drain(sock: &UdpSocket) -> usize {
+    sock.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 2048];
+    let mut n = 0;
+    while sock.recv(&mut buf).is_ok() {
+        n += 1;
+    }
+    n
+}
+
+fn servers(list: &[SocketAddr], timeout_ms: u64, attempts: u32) -> ResolverConfig {
+    let mut cfg = ResolverConfig::with_servers(list.to_vec());
+    cfg.timeout = Duration::from_millis(timeout_ms);
+    cfg.udp_attempts = attempts;
+    cfg
+}
+
+#[tokio::test]
+async fn a_silent_first_server_is_passed_over_for_the_second() {
+    let s = start_server("ed25519");
+    let p = start_proxy(s.addr, Misbehave::default());
+    let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let cfg = servers(&[silent.local_addr().unwrap(), p.addr], 300, 2);
+    let r = Resolver::new(cfg, trust());
+    let t = Instant::now();
+    let got = r.resolve(HOST, at(T0 + 10)).await.unwrap();
+    assert!(
+        t.elapsed() >= Duration::from_millis(290),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(ids(&got.keys), s.published);
+    assert_eq!(got.addrs.len(), 2);
+    assert!(got.failed.is_empty(), "{:?}", got.failed);
+    // HTTPS, A, AAAA and TLSA: each asked of the silent server once, then
+    // answered by the second.
+    assert_eq!(drain(&silent), 4);
+    assert_eq!(p.queries(), 4);
+    assert_eq!(got.lookups, 8);
+}
+
+#[tokio::test]
+async fn servfail_moves_to_the_next_server_and_is_not_asked_again() {
+    let s = start_server("ed25519");
+    let bad = start_proxy(
+        s.addr,
+        Misbehave {
+            servfail: true,
+            ..Default::default()
+        },
+    );
+    let good = start_proxy(s.addr, Misbehave::default());
+    let r = Resolver::new(servers(&[bad.addr, good.addr], 2000, 2), trust());
+    let got = r.resolve(HOST, at(T0 + 10)).await.unwrap();
+    assert_eq!(ids(&got.keys), s.published);
+    assert_eq!((bad.queries(), good.queries(), got.lookups), (4, 4, 8));
+    // Alone, a SERVFAIL server fails the lookup after one query per type.
+    let r = Resolver::new(servers(&[bad.addr], 2000, 2), trust());
+    let e = r.resolve(HOST, at(T0 + 10)).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ResolveError::Lookup {
+                error: LookupError::Rcode {
+                    rcode: ResponseCode::ServFail,
+                    ..
+                },
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(bad.queries(), 8);
+}
+
+#[tokio::test]
+async fn attempts_bound_the_tries_at_every_server() {
+    let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let list = [a.local_addr().unwrap(), b.local_addr().unwrap()];
+    let r = Resolver::new(servers(&list, 100, 3), trust());
+    // Pinned: only the TXT question goes out.
+    r.pin_cert(HOST, cert("ed25519-cert.pem"));
+    let t = Instant::now();
+    let e = r.resolve_verifier(HOST, at(T0)).await.unwrap_err();
+    let took = t.elapsed();
+    // Three rounds over both servers, 100 ms per try, one after the other.
+    assert!(took >= Duration::from_millis(590), "{took:?}");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    assert_eq!((drain(&a), drain(&b)), (3, 3));
+    let ResolveError::Lookup {
+        error: LookupError::EveryServer(errors),
+        ..
+    } = &e
+    else {
+        panic!("{e}");
+    };
+    assert_eq!(errors.len(), 2);
+    for (err, server) in errors.iter().zip(list) {
+        assert_eq!(
+            err,
+            &LookupError::Timeout {
+                server,
+                attempts: 3,
+                timeout: Duration::from_millis(100),
+            }
+        );
+    }
+    assert!(e.to_string().contains(&list[1].to_string()), "{e}");
 }

@@ -132,7 +132,7 @@ struct VerifierDnsArgs {
     #[arg(long = "verifier-name", value_name = "NAME")]
     verifier_names: Vec<String>,
     /// DNS server for --verifier-name (`ADDR` or `ADDR:PORT`); default: the
-    /// first nameserver of /etc/resolv.conf.
+    /// nameservers of /etc/resolv.conf.
     #[arg(long, value_parser = crate::dnskeys::parse_dns_server, requires = "verifier_names")]
     dns_server: Option<SocketAddr>,
     /// CA certificates (PEM) that the certificates signing --verifier-name

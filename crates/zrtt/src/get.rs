@@ -63,7 +63,7 @@ pub struct GetArgs {
     #[arg(long)]
     cacert: Option<PathBuf>,
     /// DNS server for the key and address lookup (`ADDR[:PORT]`); default
-    /// the first nameserver of /etc/resolv.conf. Used when no --record is given.
+    /// the nameservers of /etc/resolv.conf. Used when no --record is given.
     #[arg(long, value_parser = parse_dns_server)]
     dns_server: Option<SocketAddr>,
     /// Do not look up key records in DNS (TLS unless --record is given).
@@ -129,7 +129,12 @@ async fn dns_lookup(
         },
         None => Trust::system(),
     };
-    let server = cfg.server;
+    let server = cfg
+        .servers
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
     let resolver = Arc::new(Resolver::new(cfg, trust));
     if let Some(p) = &a.cert {
         match util::load_cert(p) {
