@@ -9,19 +9,24 @@
 //! curl and `zrtt get` time themselves (`time_starttransfer`); openssl and
 //! ngtcp2 have no such timer, so they are timed from their first packet
 //! leaving the client (the hub's timestamp) to the response showing up in
-//! their output, which leaves out their process start-up.
+//! their output, which leaves out their process start-up. docs/LAB.md
+//! (section ladder) has the method and the reading.
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use serde_json::json;
-use zrtt_lab::{Lab, Topology};
+use zrtt_lab::Lab;
 
-use super::report::{round3, Axis, Chart, Progress, Report, Series, Summary, Table};
-use super::stack::{self, Children, GatewayOpts, Nginx, NginxServer, NginxTls, Site, Stream};
+use crate::client::{self, secs_field, ModeNotes};
+use crate::proc::{self, run_capture, time_client, Stream, WorkDir};
+use crate::progress::Progress;
+use crate::report::{round3, Axis, Chart, Report, Series, Summary, Table};
+use crate::stack::{self, Gateway, NginxTls, Site, SiteStack, Verifiers};
+use crate::Bench;
 
 const NAME: &str = "www.example.com";
 const PAGE_BYTES: usize = 1024;
@@ -29,8 +34,9 @@ const PAGE_BYTES: usize = 1024;
 /// The shim that gives `openssl s_client` TCP Fast Open (it has no flag).
 const TFO_PRELOAD_C: &str = include_str!("tfo_preload.c");
 
+/// A row of the ladder: a client stack against its server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stack {
+enum Stack {
     Http,
     Tls12,
     Tls13,
@@ -45,7 +51,7 @@ pub enum Stack {
     ZrttRevisit,
 }
 
-pub const STACKS: [Stack; 12] = [
+const STACKS: [Stack; 12] = [
     Stack::Http,
     Stack::Tls12,
     Stack::Tls13,
@@ -61,7 +67,7 @@ pub const STACKS: [Stack; 12] = [
 ];
 
 impl Stack {
-    pub fn id(self) -> &'static str {
+    fn id(self) -> &'static str {
         match self {
             Stack::Http => "http",
             Stack::Tls12 => "tls12",
@@ -78,7 +84,7 @@ impl Stack {
         }
     }
 
-    pub fn label(self) -> &'static str {
+    fn label(self) -> &'static str {
         match self {
             Stack::Http => "HTTP/1.1 over TCP (curl)",
             Stack::Tls12 => "TLS 1.2 (curl)",
@@ -96,7 +102,7 @@ impl Stack {
     }
 
     /// Needs state from an earlier visit to the same server.
-    pub fn needs_earlier_visit(self) -> bool {
+    fn needs_earlier_visit(self) -> bool {
         matches!(
             self,
             Stack::Tls13TfoRevisit
@@ -109,7 +115,7 @@ impl Stack {
 
     /// The reference lab's medians (docs/RESULTS.md, from
     /// `../shared/reference/baselines.md`) at RTT 20, 100, 200 ms.
-    pub fn reference_ms(self) -> Option<[f64; 3]> {
+    fn reference_ms(self) -> Option<[f64; 3]> {
         Some(match self {
             Stack::Http => [40.7, 200.9, 401.2],
             Stack::Tls12 => [86.4, 406.7, 807.4],
@@ -125,7 +131,7 @@ impl Stack {
     }
 
     /// Round trips to the first response byte by protocol design.
-    pub fn design_rtts(self) -> u32 {
+    fn design_rtts(self) -> u32 {
         match self {
             Stack::Tls12 => 4,
             Stack::Tls13 | Stack::Tls13TfoFirst => 3,
@@ -148,10 +154,25 @@ impl Stack {
     }
 }
 
+/// Options of `zrtt lab ladder`.
+#[derive(Clone, Debug)]
 pub struct LadderOpts {
+    /// Round-trip times, milliseconds.
     pub rtts_ms: Vec<u64>,
+    /// Runs per stack and RTT (the tables show medians).
     pub samples: usize,
+    /// Keep the working directory (configs, keys, logs) for inspection.
     pub keep: bool,
+}
+
+impl Default for LadderOpts {
+    fn default() -> Self {
+        LadderOpts {
+            rtts_ms: vec![20, 100, 200],
+            samples: 9,
+            keep: false,
+        }
+    }
 }
 
 /// Ports on the server host.
@@ -161,9 +182,11 @@ const GW_TOKENS: u16 = 4433;
 const GW_PROVEN: u16 = 4435;
 
 struct Env<'a> {
+    bench: &'a Bench,
     lab: &'a Lab,
     site: &'a Site,
-    server: std::net::Ipv4Addr,
+    modes: ModeNotes,
+    server: Ipv4Addr,
     preload: Option<PathBuf>,
     pv_state: PathBuf,
     token_state: PathBuf,
@@ -254,7 +277,9 @@ fn zrtt_get(env: &Env, s: Stack) -> Result<Command> {
     } else {
         GW_TOKENS
     };
-    let mut c = stack::zrtt_get(env.lab, "client", env.site, env.server, port, "/")?;
+    let mut c = client::zrtt_get(
+        env.bench, env.lab, "client", env.site, env.server, port, "/",
+    )?;
     c.args([
         "-w",
         "%{time_starttransfer} %{http_code} %{zrtt_mode} %{syn_data}",
@@ -276,17 +301,17 @@ fn measure(env: &Env, s: Stack, rtt: Duration) -> Result<f64> {
                 // Forget Fast Open cookies: a first visit has none.
                 let mut f = env.lab.command("client", "ip")?;
                 f.args(["tcp_metrics", "flush", "all"]);
-                stack::run_capture(f).context("flushing TCP metrics")?;
+                run_capture(f).context("flushing TCP metrics")?;
             }
-            let out = stack::run_capture(curl(env, s)?)?;
+            let out = run_capture(curl(env, s)?)?;
             let f: Vec<&str> = out.split_whitespace().collect();
             if f.len() != 2 || f[1] != "200" {
                 bail!("curl: unexpected output {out:?}");
             }
-            stack::secs_field(f[0])
+            secs_field(f[0])
         }
         "zrtt" => {
-            let out = stack::run_capture(zrtt_get(env, s)?)?;
+            let out = run_capture(zrtt_get(env, s)?)?;
             let f: Vec<&str> = out.split_whitespace().collect();
             // zrtt only (no TLS fallback): mode 0rtt-early (answered before
             // the handshake) or 0rtt-gated (held until the ACK).
@@ -298,19 +323,19 @@ fn measure(env: &Env, s: Stack, rtt: Duration) -> Result<f64> {
             } else {
                 "0rtt-early"
             };
-            stack::check_mode(
+            env.modes.check(
                 f[2],
                 expect,
                 &format!("RTT {} ms {}", rtt.as_millis(), s.id()),
             )?;
-            stack::secs_field(f[0])
+            secs_field(f[0])
         }
         "openssl" => {
             let cmd = s_client(env, s == Stack::Tls13ZeroRttTfo, true)?;
             // Linger after the answer so that the new session ticket
             // (sent when the client's Finished arrives) is saved.
             let linger = rtt + Duration::from_millis(100);
-            stack::time_client(
+            time_client(
                 env.lab,
                 "client",
                 cmd,
@@ -327,11 +352,10 @@ fn measure(env: &Env, s: Stack, rtt: Duration) -> Result<f64> {
                 // before, and a measured run may exit before the next
                 // ticket arrives. One unmeasured resumed connection saves it.
                 let mut warm = gtlsclient(env, true);
-                warm.stdout(std::process::Stdio::null())
-                    .stderr(std::process::Stdio::null());
+                warm.stdout(Stdio::null()).stderr(Stdio::null());
                 let _ = warm.status()?;
             }
-            stack::time_client(
+            time_client(
                 env.lab,
                 "client",
                 gtlsclient(env, s == Stack::H3ZeroRtt),
@@ -355,7 +379,7 @@ fn build_preload(dir: &Path) -> Result<PathBuf> {
         .arg(&so)
         .arg(&src)
         .arg("-ldl");
-    stack::run_capture(cc).context("compiling the TFO shim")?;
+    run_capture(cc).context("compiling the TFO shim")?;
     Ok(so)
 }
 
@@ -363,12 +387,9 @@ fn build_preload(dir: &Path) -> Result<PathBuf> {
 /// that the server accepts the early data.
 fn warm_sessions(env: &Env, notes: &mut Vec<String>) -> Result<()> {
     let mut c = s_client(env, false, false)?;
-    c.stdin(std::process::Stdio::piped());
+    c.stdin(Stdio::piped());
     // A full handshake plus a request; the ticket arrives with the answer.
-    let mut child = c
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()?;
+    let mut child = c.stdout(Stdio::piped()).stderr(Stdio::null()).spawn()?;
     {
         use std::io::Write;
         let mut stdin = child.stdin.take().context("stdin")?;
@@ -392,7 +413,7 @@ fn warm_sessions(env: &Env, notes: &mut Vec<String>) -> Result<()> {
         .arg(&env.sess)
         .arg("-early_data")
         .arg(&env.request);
-    let out = c.stdin(std::process::Stdio::null()).output()?;
+    let out = c.stdin(Stdio::null()).output()?;
     let text = String::from_utf8_lossy(&out.stdout);
     let accepted = text.contains("Early data was accepted");
     notes.push(format!(
@@ -405,8 +426,7 @@ fn warm_sessions(env: &Env, notes: &mut Vec<String>) -> Result<()> {
     ));
     // HTTP/3: one full connection saves the session and transport parameters.
     let mut h = gtlsclient(env, true);
-    h.stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
+    h.stdout(Stdio::null()).stderr(Stdio::null());
     let _ = h.status()?;
     if !env.h3_sess.exists() || !env.h3_tp.exists() {
         bail!("gtlsclient saved no session or transport parameters");
@@ -414,14 +434,16 @@ fn warm_sessions(env: &Env, notes: &mut Vec<String>) -> Result<()> {
     Ok(())
 }
 
-pub fn run(o: LadderOpts) -> Result<Report> {
-    stack::require_tools(&["nginx", "curl", "openssl", "gtlsclient", "gtlsserver"])?;
+/// Runs the ladder: every stack at every RTT, `samples` times, rows
+/// interleaved. Needs root and the peers scripts/install-deps.sh installs.
+pub fn run(bench: &Bench, o: &LadderOpts) -> Result<Report> {
+    proc::require_tools(&["nginx", "curl", "openssl", "gtlsclient", "gtlsserver"])?;
     if o.samples == 0 || o.rtts_ms.is_empty() {
         bail!("need at least one sample and one RTT");
     }
-    let work = stack::WorkDir::new("ladder", o.keep)?;
+    let work = WorkDir::new(&bench.console, "ladder", o.keep)?;
     let dir = work.path.clone();
-    let site = Site::create(&dir, NAME)?;
+    let site = Site::create(bench, &dir, NAME)?;
     site.page("index.html", PAGE_BYTES)?;
     let request = dir.join("request.txt");
     std::fs::write(
@@ -431,50 +453,38 @@ pub fn run(o: LadderOpts) -> Result<Report> {
     let preload = match build_preload(&dir) {
         Ok(p) => Some(p),
         Err(e) => {
-            eprintln!("ladder: no TFO for openssl s_client: {e:#}");
+            bench
+                .console
+                .line(&format!("ladder: no TFO for openssl s_client: {e:#}"));
             None
         }
     };
 
-    let first_rtt = Duration::from_millis(o.rtts_ms[0]);
-    let lab = Lab::up(
-        Topology::new()
-            .host("client")
-            .host("server")
-            .host("verifier")
-            .rtt("client", "server", first_rtt)
-            .rtt("client", "verifier", Duration::from_millis(10))
-            .rtt("server", "verifier", first_rtt),
-    )?;
+    let lab = Lab::up(stack::wan_with_verifier(Duration::from_millis(
+        o.rtts_ms[0],
+    )))?;
     let server = lab.addr("server")?;
-    let mut children = Children::default();
-    let nginx = Nginx {
-        servers: vec![
-            NginxServer {
-                listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
-                tls: None,
-                fast_open: false,
+    let verifiers = Verifiers::start(bench, &lab, &dir)?;
+    let token_key = dir.join("token.key");
+    write_token_key(&token_key)?;
+    let at = |port| SocketAddr::from((server, port));
+    let mut servers = SiteStack::new(bench, "server", &site)
+        .http(at(HTTP_PORT), true)
+        .tls(
+            at(TLS_PORT),
+            NginxTls {
+                protocols: "TLSv1.2 TLSv1.3",
+                resumption: true,
+                early_data: true,
             },
-            NginxServer {
-                listen: SocketAddr::from((server, HTTP_PORT)),
-                tls: None,
-                fast_open: true,
-            },
-            NginxServer {
-                listen: SocketAddr::from((server, TLS_PORT)),
-                tls: Some(NginxTls {
-                    protocols: "TLSv1.2 TLSv1.3",
-                    resumption: true,
-                    early_data: true,
-                }),
-                fast_open: true,
-            },
-        ],
-        keepalive_requests: 100,
-    };
-    children
-        .0
-        .push(nginx.spawn(&lab, "server", &site, "nginx")?);
+            true,
+        )
+        .gateway(Gateway {
+            token_key: Some(token_key),
+            ..Gateway::new(at(GW_TOKENS))
+        })
+        .gateway(Gateway::proven_by(at(GW_PROVEN), &verifiers))
+        .start(&lab, "client")?;
     let mut h3 = lab.command("server", "gtlsserver")?;
     h3.arg("-q")
         .arg("-d")
@@ -483,63 +493,32 @@ pub fn run(o: LadderOpts) -> Result<Report> {
         .arg(TLS_PORT.to_string())
         .arg(&site.key)
         .arg(&site.cert);
-    h3.stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    children.0.push(lab.spawn("server", h3)?);
-    let pv_state = dir.join("pv.state");
-    let (pvs, pv_keys) = stack::verifiers_and_certificates(
-        &lab,
-        "verifier",
-        &[4480, 4481],
-        &dir,
-        "client",
-        &pv_state,
-    )?;
-    children.0.extend(pvs);
-    let token_key = dir.join("token.key");
-    stack::write_token_key(&token_key)?;
-    children.0.push(stack::spawn_gateway(
-        &lab,
-        "server",
-        &site,
-        &GatewayOpts {
-            listen: Some(SocketAddr::from((server, GW_TOKENS))),
-            token_key: Some(token_key),
-            ..GatewayOpts::default()
-        },
-    )?);
-    children.0.push(stack::spawn_gateway(
-        &lab,
-        "server",
-        &site,
-        &GatewayOpts {
-            listen: Some(SocketAddr::from((server, GW_PROVEN))),
-            verifiers: pv_keys.clone(),
-            ..GatewayOpts::default()
-        },
-    )?);
-    let started = std::time::Instant::now();
-    for port in [HTTP_PORT, TLS_PORT, GW_TOKENS, GW_PROVEN] {
-        stack::wait_listening(&lab, "client", SocketAddr::from((server, port)))?;
-    }
+    h3.stdout(Stdio::null()).stderr(Stdio::null());
+    servers.adopt(lab.spawn("server", h3)?);
     let env = Env {
+        bench,
         lab: &lab,
         site: &site,
+        modes: ModeNotes::default(),
         server,
         preload,
-        pv_state,
+        pv_state: verifiers.state.clone(),
         token_state: dir.join("tokens.state"),
         sess: dir.join("tls.sess"),
         h3_sess: dir.join("h3.sess"),
         h3_tp: dir.join("h3.tp"),
         request,
     };
-    stack::settle_gateways(started);
+    servers.settle();
 
     let mut notes = Vec::new();
     let mut samples: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); STACKS.len()]; o.rtts_ms.len()];
     let mut failures: Vec<String> = Vec::new();
-    let mut progress = Progress::new("ladder", o.rtts_ms.len() * o.samples * STACKS.len());
+    let mut progress = Progress::new(
+        &bench.console,
+        "ladder",
+        o.rtts_ms.len() * o.samples * STACKS.len(),
+    );
     for (ri, &rtt_ms) in o.rtts_ms.iter().enumerate() {
         let rtt = Duration::from_millis(rtt_ms);
         lab.set_rtt("client", "server", rtt)?;
@@ -555,7 +534,7 @@ pub fn run(o: LadderOpts) -> Result<Report> {
             notes.extend(w_notes);
         }
         // A first visit (gated, unmeasured) obtains the address token.
-        let _ = stack::run_capture(zrtt_get(&env, Stack::ZrttRevisit)?);
+        let _ = run_capture(zrtt_get(&env, Stack::ZrttRevisit)?);
         for _ in 0..o.samples {
             for (si, &s) in STACKS.iter().enumerate() {
                 progress.tick(&format!("RTT {rtt_ms} ms: {}", s.id()));
@@ -570,12 +549,24 @@ pub fn run(o: LadderOpts) -> Result<Report> {
             }
         }
     }
-    drop(children);
+    let modes = env.modes.note();
+    drop(env);
+    drop(servers);
+    drop(verifiers);
     lab.down()?;
     if failures.len() > o.samples * o.rtts_ms.len() {
         bail!("too many failed measurements: {}", failures.join("; "));
     }
-    Ok(report(&o, &samples, notes, failures))
+    Ok(report(o, &samples, notes, failures, modes))
+}
+
+/// Writes a fresh 32-byte token sealing key (mode 0600) to `path`.
+fn write_token_key(path: &Path) -> Result<()> {
+    let mut b = [0u8; 32];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b)
+        .map_err(|_| anyhow::anyhow!("random number generator failed"))?;
+    zrtt_dns::fsutil::write_atomic(path, &b, true)
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 fn ref_index(rtt_ms: u64) -> Option<usize> {
@@ -587,12 +578,13 @@ fn report(
     samples: &[Vec<Vec<f64>>],
     mut notes: Vec<String>,
     failures: Vec<String>,
+    modes: Option<String>,
 ) -> Report {
     let mut r = Report::new(
         "ladder",
         "Time to first response byte, no DNS (`zrtt lab ladder`)",
     );
-    r.setup = super::machine_lines();
+    r.standard_setup();
     r.setup.push(format!(
         "Client and server in `zrtt-` namespaces joined by the delay hub; RTT {} ms; a {PAGE_BYTES}-byte page; median of {} runs per cell, rows interleaved.",
         o.rtts_ms.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", "),
@@ -679,8 +671,6 @@ fn report(
         x: Axis::Categories(STACKS.iter().map(|s| s.id().to_string()).collect()),
         series,
     });
-    notes.push("Reference: the same kind of lab (namespaces, TUN delay hub, Debian nginx 1.22.1, curl 7.88.1, OpenSSL 3.0, ngtcp2 0.12) measured independently on a 2-core VM (`../shared/reference/baselines.md`). DZone's TLS 1.3 + TFO measurement at 250-280 ms RTT: TLS 1.2 1.15 s, TLS 1.3 0.80 s, TLS 1.3 + TFO 0.58 s (about 4.3, 3.0 and 2.2 RTT).".into());
-    notes.push("Every 1-RTT row of existing stacks needs an earlier visit (a TFO cookie, a session ticket); zrtt's proven row is a first contact: the key comes from DNS, the address proof from provenance verifiers the server trusts.".into());
     if !failures.is_empty() {
         notes.push(format!(
             "Failed measurements ({}): {}",
@@ -689,7 +679,7 @@ fn report(
         ));
     }
     r.notes = notes;
-    r.notes.extend(stack::take_mode_notes());
+    r.notes.extend(modes);
     r.data = json!({"rtts_ms": o.rtts_ms, "samples": o.samples, "page_bytes": PAGE_BYTES, "rows": rows_json});
     r
 }
