@@ -17,9 +17,9 @@ use anyhow::{bail, Result};
 use serde_json::json;
 use zrtt_lab::Lab;
 
-use crate::client::{self, secs_field, ModeNotes};
-use crate::proc::{self, run_capture, WorkDir};
-use crate::progress::Progress;
+use crate::client::{self, secs_field, write_out, ModeNotes, ZRTT_ONLY};
+use crate::proc::{self, WorkDir};
+use crate::progress::{Failures, Progress};
 use crate::report::{round3, Axis, Chart, Report, Series, Summary, Table};
 use crate::stack::{self, Gateway, NginxTls, Site, SiteStack, Verifiers};
 use crate::Bench;
@@ -105,7 +105,7 @@ struct Env<'a> {
 fn fetch(env: &Env, k: Kind, kb: f64) -> Result<(f64, f64)> {
     let (lab, site, server) = (env.lab, env.site, env.server);
     let path = object(kb);
-    let out = match k {
+    let f = match k {
         Kind::Tls13 => {
             let mut c = lab.command("client", "curl")?;
             c.args([
@@ -125,7 +125,7 @@ fn fetch(env: &Env, k: Kind, kb: f64) -> Result<(f64, f64)> {
                 "%{time_starttransfer} %{time_total} %{http_code} %{size_download}",
                 &format!("https://{NAME}/{path}"),
             ]);
-            run_capture(c)?
+            write_out(c, k.id(), 4, 2)?
         }
         Kind::ZrttProven | Kind::ZrttUnproven | Kind::ZrttWindow => {
             let port = match k {
@@ -142,19 +142,18 @@ fn fetch(env: &Env, k: Kind, kb: f64) -> Result<(f64, f64)> {
                 port,
                 &format!("/{path}"),
             )?;
-            c.args([
+            c.args(ZRTT_ONLY).args([
                 "-w",
                 "%{time_starttransfer} %{time_total} %{http_code} %{size_download} %{zrtt_mode}",
             ]);
             if k != Kind::ZrttUnproven {
                 c.arg("--pv-state").arg(env.pv_state);
             }
-            run_capture(c)?
+            write_out(c, k.id(), 5, 2)?
         }
     };
-    let f: Vec<&str> = out.split_whitespace().collect();
-    if f.len() < 4 || f[2] != "200" || f[3] != bytes(kb).to_string() {
-        bail!("{}: unexpected output {out:?}", k.id());
+    if f[3] != bytes(kb).to_string() {
+        bail!("{}: {} bytes, expected {}", k.id(), f[3], bytes(kb));
     }
     if k != Kind::Tls13 {
         let expect = if k == Kind::ZrttUnproven {
@@ -162,11 +161,11 @@ fn fetch(env: &Env, k: Kind, kb: f64) -> Result<(f64, f64)> {
         } else {
             "0rtt-early"
         };
-        let got = f.get(4).copied().unwrap_or("none");
+        let got = f.get(4).map_or("none", String::as_str);
         env.modes
             .check(got, expect, &format!("{kb} KB {}", k.id()))?;
     }
-    Ok((secs_field(f[0])?, secs_field(f[1])?))
+    Ok((secs_field(&f[0])?, secs_field(&f[1])?))
 }
 
 /// Runs the sweep: every size and stack, `trials` times, interleaved.
@@ -233,7 +232,7 @@ pub fn run(bench: &Bench, o: &AsapOpts) -> Result<Report> {
         .sum();
     let mut progress = Progress::new(&bench.console, "asap", total);
     let mut samples = vec![vec![(Vec::new(), Vec::new()); kinds.len()]; sizes.len()];
-    let mut failures = Vec::new();
+    let mut failures = Failures::new("asap");
     for t in 0..o.trials {
         for (si, &kb) in sizes.iter().enumerate() {
             for (ki, &k) in kinds.iter().enumerate() {
@@ -246,11 +245,7 @@ pub fn run(bench: &Bench, o: &AsapOpts) -> Result<Report> {
                         samples[si][ki].0.push(fb);
                         samples[si][ki].1.push(tot);
                     }
-                    Err(e) => {
-                        let msg = format!("{kb} KB {}: {e:#}", k.id());
-                        progress.note(&format!("asap: {msg}"));
-                        failures.push(msg);
-                    }
+                    Err(e) => failures.record(&progress, format!("{kb} KB {}: {e:#}", k.id())),
                 }
             }
         }
@@ -260,10 +255,9 @@ pub fn run(bench: &Bench, o: &AsapOpts) -> Result<Report> {
     drop(servers);
     drop(verifiers);
     lab.down()?;
-    if failures.len() * 10 > total {
-        bail!("more than 10% of fetches failed: {}", failures.join("; "));
-    }
-    Ok(report(o, &sizes, &kinds, &samples, failures, modes))
+    failures.at_most(total / 10, "more than 10% of fetches failed")?;
+    let notes = failures.note("fetches").into_iter().chain(modes).collect();
+    Ok(report(o, &sizes, &kinds, &samples, notes))
 }
 
 type Samples = Vec<Vec<(Vec<f64>, Vec<f64>)>>;
@@ -273,8 +267,7 @@ fn report(
     sizes: &[f64],
     kinds: &[Kind],
     samples: &Samples,
-    failures: Vec<String>,
-    modes: Option<String>,
+    notes: Vec<String>,
 ) -> Report {
     let rtt = o.rtt_ms as f64;
     let mut r = Report::new(
@@ -417,14 +410,7 @@ fn report(
             },
         ],
     });
-    if !failures.is_empty() {
-        r.notes.push(format!(
-            "Failed fetches ({}): {}",
-            failures.len(),
-            failures.join("; ")
-        ));
-    }
-    r.notes.extend(modes);
+    r.notes = notes;
     r.data = json!({"rtt_ms": o.rtt_ms, "trials": o.trials, "sizes": rows});
     r
 }

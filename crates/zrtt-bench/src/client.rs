@@ -8,12 +8,17 @@ use std::sync::Mutex;
 use anyhow::{bail, Context, Result};
 use zrtt_lab::Lab;
 
+use crate::proc::run_capture;
 use crate::stack::Site;
 use crate::Bench;
 
+/// What the scenarios add to [`zrtt_get`]: zrtt or an error (no TLS
+/// fallback), 30 s at most.
+pub(crate) const ZRTT_ONLY: [&str; 3] = ["--zrtt-only", "-m", "30s"];
+
 /// `zrtt get` in `host` for `https://<site>:<port><path>` at `server`,
-/// zrtt only, with the site's key records from files (no DNS), the body
-/// discarded; callers add `-w` and state options.
+/// with the site's key records from files (no DNS), the body discarded;
+/// callers add a time limit, `-w` and state options.
 pub(crate) fn zrtt_get(
     bench: &Bench,
     lab: &Lab,
@@ -24,26 +29,30 @@ pub(crate) fn zrtt_get(
     path: &str,
 ) -> Result<Command> {
     let mut c = lab.command(host, &bench.zrtt)?;
-    c.args([
-        "get",
-        "-o",
-        "/dev/null",
-        "-m",
-        "30s",
-        "--zrtt-only",
-        "--cacert",
-    ])
-    .arg(&site.ca)
-    .arg("--cert")
-    .arg(&site.cert)
-    .arg("--record")
-    .arg(&site.records)
-    .args([
-        "--resolve",
-        &format!("{}:{port}:{server}", site.name),
-        &format!("https://{}:{port}{path}", site.name),
-    ]);
+    c.args(["get", "-o", "/dev/null", "--cacert"])
+        .arg(&site.ca)
+        .arg("--cert")
+        .arg(&site.cert)
+        .arg("--record")
+        .arg(&site.records)
+        .args([
+            "--resolve",
+            &format!("{}:{port}:{server}", site.name),
+            &format!("https://{}:{port}{path}", site.name),
+        ]);
     Ok(c)
+}
+
+/// Runs a client whose `-w` format prints `n` fields, field `status` the
+/// HTTP status; the fields, or an error unless there are `n` and the
+/// status is 200.
+pub(crate) fn write_out(cmd: Command, what: &str, n: usize, status: usize) -> Result<Vec<String>> {
+    let out = run_capture(cmd)?;
+    let f: Vec<String> = out.split_whitespace().map(String::from).collect();
+    if f.len() != n || f[status] != "200" {
+        bail!("{what}: unexpected output {out:?}");
+    }
+    Ok(f)
 }
 
 /// Seconds as printed by curl's `-w` into milliseconds.
@@ -119,5 +128,24 @@ mod tests {
             "a: labelled 0rtt-gated, expected 0rtt-early (2x); b: labelled 0rtt-early, expected 0rtt-gated (1x)."
         ));
         assert!(m.check("tls1.3", "0rtt-early", "c").is_err());
+    }
+
+    #[test]
+    fn write_out_checks_count_and_status() {
+        let echo = |out: &str| {
+            let mut c = Command::new("echo");
+            c.args(out.split(' '));
+            c
+        };
+        let f = write_out(echo("0.0201 200 0rtt-early"), "x", 3, 1).unwrap();
+        assert_eq!(f, ["0.0201", "200", "0rtt-early"]);
+        assert_eq!(secs_field(&f[0]).unwrap(), 20.1);
+        let e = write_out(echo("0.0201 404 0rtt-early"), "zrtt get", 3, 1).unwrap_err();
+        assert!(
+            e.to_string().starts_with("zrtt get: unexpected output"),
+            "{e}"
+        );
+        assert!(write_out(echo("0.0201 200"), "x", 3, 1).is_err());
+        assert!(secs_field("x").is_err());
     }
 }

@@ -12,8 +12,8 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use zrtt_lab::Lab;
 
-use crate::client::secs_field;
-use crate::proc::{self, run_capture, WorkDir};
+use crate::client::{self, secs_field, write_out};
+use crate::proc::{self, WorkDir};
 use crate::report::Summary;
 use crate::stack::{self, Gateway, NginxTls, Site, SiteStack, Verifiers};
 use crate::Bench;
@@ -232,42 +232,22 @@ pub fn run(bench: &Bench, o: &DemoOpts) -> Result<DemoReport> {
             "%{time_connect} %{time_appconnect} %{time_starttransfer} %{http_code}",
         ])
         .arg(format!("https://{NAME}/"));
-        let out = run_capture(curl)?;
-        let f: Vec<&str> = out.split_whitespace().collect();
-        if f.len() != 4 || f[3] != "200" {
-            bail!("curl: unexpected output {out:?}");
-        }
-        let (c, tls, ttfb) = (secs_field(f[0])?, secs_field(f[1])?, secs_field(f[2])?);
+        let f = write_out(curl, "curl", 4, 3)?;
+        let (c, tls, ttfb) = (secs_field(&f[0])?, secs_field(&f[1])?, secs_field(&f[2])?);
         rows[0].connect_ms.push(c);
         rows[0].tls_ms.push(tls - c);
         rows[0].ttfb_ms.push(ttfb);
         rows[0].modes.push("tls1.3".into());
         for (i, port) in [(1usize, 4433u16), (2, 4434), (3, 4435)] {
-            let mut get = lab.command("client", &bench.zrtt)?;
-            get.arg("get");
+            let mut get = client::zrtt_get(bench, &lab, "client", &site, server_ip, port, "/")?;
+            get.args(["-m", "10s", "-w"])
+                .arg("%{time_connect} %{time_starttransfer} %{http_code} %{zrtt_mode} %{syn_data}");
             if i == 3 {
                 get.arg("--pv-state").arg(&verifiers.state);
             }
-            get.args(["-o", "/dev/null", "-m", "10s", "--cacert"])
-                .arg(&site.ca)
-                .arg("--cert")
-                .arg(&site.cert)
-                .arg("--record")
-                .arg(&site.records)
-                .args([
-                    "--resolve",
-                    &format!("{NAME}:{port}:{server_ip}"),
-                    "-w",
-                    "%{time_connect} %{time_starttransfer} %{http_code} %{zrtt_mode} %{syn_data}",
-                ])
-                .arg(format!("https://{NAME}:{port}/"));
-            let out = run_capture(get)?;
-            let f: Vec<&str> = out.split_whitespace().collect();
-            if f.len() != 5 || f[2] != "200" {
-                bail!("zrtt get: unexpected output {out:?}");
-            }
-            rows[i].connect_ms.push(secs_field(f[0])?);
-            rows[i].ttfb_ms.push(secs_field(f[1])?);
+            let f = write_out(get, "zrtt get", 5, 2)?;
+            rows[i].connect_ms.push(secs_field(&f[0])?);
+            rows[i].ttfb_ms.push(secs_field(&f[1])?);
             rows[i].modes.push(format!("{} syn_data={}", f[3], f[4]));
         }
     }

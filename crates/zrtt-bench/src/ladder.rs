@@ -21,9 +21,9 @@ use anyhow::{bail, Context, Result};
 use serde_json::json;
 use zrtt_lab::Lab;
 
-use crate::client::{self, secs_field, ModeNotes};
+use crate::client::{self, secs_field, write_out, ModeNotes, ZRTT_ONLY};
 use crate::proc::{self, run_capture, time_client, Stream, WorkDir};
-use crate::progress::Progress;
+use crate::progress::{Failures, Progress};
 use crate::report::{round3, Axis, Chart, Report, Series, Summary, Table};
 use crate::stack::{self, Gateway, NginxTls, Site, SiteStack, Verifiers};
 use crate::Bench;
@@ -280,7 +280,7 @@ fn zrtt_get(env: &Env, s: Stack) -> Result<Command> {
     let mut c = client::zrtt_get(
         env.bench, env.lab, "client", env.site, env.server, port, "/",
     )?;
-    c.args([
+    c.args(ZRTT_ONLY).args([
         "-w",
         "%{time_starttransfer} %{http_code} %{zrtt_mode} %{syn_data}",
     ]);
@@ -303,32 +303,24 @@ fn measure(env: &Env, s: Stack, rtt: Duration) -> Result<f64> {
                 f.args(["tcp_metrics", "flush", "all"]);
                 run_capture(f).context("flushing TCP metrics")?;
             }
-            let out = run_capture(curl(env, s)?)?;
-            let f: Vec<&str> = out.split_whitespace().collect();
-            if f.len() != 2 || f[1] != "200" {
-                bail!("curl: unexpected output {out:?}");
-            }
-            secs_field(f[0])
+            let f = write_out(curl(env, s)?, "curl", 2, 1)?;
+            secs_field(&f[0])
         }
         "zrtt" => {
-            let out = run_capture(zrtt_get(env, s)?)?;
-            let f: Vec<&str> = out.split_whitespace().collect();
             // zrtt only (no TLS fallback): mode 0rtt-early (answered before
             // the handshake) or 0rtt-gated (held until the ACK).
-            if f.len() != 4 || f[1] != "200" || !f[2].starts_with("0rtt") {
-                bail!("zrtt get: unexpected output {out:?}");
-            }
+            let f = write_out(zrtt_get(env, s)?, "zrtt get", 4, 1)?;
             let expect = if s == Stack::ZrttUnproven {
                 "0rtt-gated"
             } else {
                 "0rtt-early"
             };
             env.modes.check(
-                f[2],
+                &f[2],
                 expect,
                 &format!("RTT {} ms {}", rtt.as_millis(), s.id()),
             )?;
-            secs_field(f[0])
+            secs_field(&f[0])
         }
         "openssl" => {
             let cmd = s_client(env, s == Stack::Tls13ZeroRttTfo, true)?;
@@ -513,7 +505,7 @@ pub fn run(bench: &Bench, o: &LadderOpts) -> Result<Report> {
 
     let mut notes = Vec::new();
     let mut samples: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); STACKS.len()]; o.rtts_ms.len()];
-    let mut failures: Vec<String> = Vec::new();
+    let mut failures = Failures::new("ladder");
     let mut progress = Progress::new(
         &bench.console,
         "ladder",
@@ -540,11 +532,7 @@ pub fn run(bench: &Bench, o: &LadderOpts) -> Result<Report> {
                 progress.tick(&format!("RTT {rtt_ms} ms: {}", s.id()));
                 match measure(&env, s, rtt) {
                     Ok(ms) => samples[ri][si].push(ms),
-                    Err(e) => {
-                        let msg = format!("RTT {rtt_ms} {}: {e:#}", s.id());
-                        progress.note(&format!("ladder: {msg}"));
-                        failures.push(msg);
-                    }
+                    Err(e) => failures.record(&progress, format!("RTT {rtt_ms} {}: {e:#}", s.id())),
                 }
             }
         }
@@ -554,10 +542,10 @@ pub fn run(bench: &Bench, o: &LadderOpts) -> Result<Report> {
     drop(servers);
     drop(verifiers);
     lab.down()?;
-    if failures.len() > o.samples * o.rtts_ms.len() {
-        bail!("too many failed measurements: {}", failures.join("; "));
-    }
-    Ok(report(o, &samples, notes, failures, modes))
+    failures.at_most(o.samples * o.rtts_ms.len(), "too many failed measurements")?;
+    notes.extend(failures.note("measurements"));
+    notes.extend(modes);
+    Ok(report(o, &samples, notes))
 }
 
 /// Writes a fresh 32-byte token sealing key (mode 0600) to `path`.
@@ -573,13 +561,7 @@ fn ref_index(rtt_ms: u64) -> Option<usize> {
     [20, 100, 200].iter().position(|&r| r == rtt_ms)
 }
 
-fn report(
-    o: &LadderOpts,
-    samples: &[Vec<Vec<f64>>],
-    mut notes: Vec<String>,
-    failures: Vec<String>,
-    modes: Option<String>,
-) -> Report {
+fn report(o: &LadderOpts, samples: &[Vec<Vec<f64>>], notes: Vec<String>) -> Report {
     let mut r = Report::new(
         "ladder",
         "Time to first response byte, no DNS (`zrtt lab ladder`)",
@@ -671,15 +653,7 @@ fn report(
         x: Axis::Categories(STACKS.iter().map(|s| s.id().to_string()).collect()),
         series,
     });
-    if !failures.is_empty() {
-        notes.push(format!(
-            "Failed measurements ({}): {}",
-            failures.len(),
-            failures.join("; ")
-        ));
-    }
     r.notes = notes;
-    r.notes.extend(modes);
     r.data = json!({"rtts_ms": o.rtts_ms, "samples": o.samples, "page_bytes": PAGE_BYTES, "rows": rows_json});
     r
 }

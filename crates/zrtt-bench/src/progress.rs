@@ -74,3 +74,104 @@ impl Progress {
         self.console.line(msg);
     }
 }
+
+/// The measurements of a run that failed: each shown as it happens, all
+/// listed in the report's notes.
+pub(crate) struct Failures {
+    scenario: &'static str,
+    list: Vec<String>,
+}
+
+impl Failures {
+    pub(crate) fn new(scenario: &'static str) -> Failures {
+        Failures {
+            scenario,
+            list: Vec::new(),
+        }
+    }
+
+    /// One failure, shown below the progress bar.
+    pub(crate) fn record(&mut self, progress: &Progress, msg: String) {
+        progress.note(&format!("{}: {msg}", self.scenario));
+        self.list.push(msg);
+    }
+
+    /// Fails the run when more than `max` measurements failed.
+    pub(crate) fn at_most(&self, max: usize, what: &str) -> anyhow::Result<()> {
+        if self.list.len() > max {
+            anyhow::bail!("{what}: {}", self.list.join("; "));
+        }
+        Ok(())
+    }
+
+    /// The report's note listing the failures of `what` (none: no note).
+    pub(crate) fn note(&self, what: &str) -> Option<String> {
+        (!self.list.is_empty()).then(|| {
+            format!(
+                "Failed {what} ({}): {}",
+                self.list.len(),
+                self.list.join("; ")
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// A writer the test can read back.
+    #[derive(Clone, Default)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Shared {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_log_gets_a_line_per_tenth_and_the_notes() {
+        let out = Shared::default();
+        let mut p = Progress::new(&Console::new(out.clone(), false), "ladder", 100);
+        for i in 0..100 {
+            p.tick(&format!("step {i}"));
+            if i == 4 {
+                p.note("ladder: a failure");
+            }
+        }
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 11, "{text}");
+        assert_eq!(lines[0], "ladder: a failure");
+        assert!(lines[1].starts_with("ladder [###"), "{}", lines[1]);
+        assert!(
+            lines[10].contains(" 100/100 100% eta 0s step 99"),
+            "{}",
+            lines[10]
+        );
+    }
+
+    #[test]
+    fn failures_bound_a_run_and_make_one_note() {
+        let progress = Progress::new(&Console::default(), "t", 3);
+        let mut f = Failures::new("t");
+        assert!(f.note("fetches").is_none());
+        f.record(&progress, "a: refused".into());
+        f.record(&progress, "b: timed out".into());
+        assert!(f.at_most(2, "too many").is_ok());
+        let e = f.at_most(1, "too many").unwrap_err();
+        assert_eq!(e.to_string(), "too many: a: refused; b: timed out");
+        assert_eq!(
+            f.note("fetches").unwrap(),
+            "Failed fetches (2): a: refused; b: timed out"
+        );
+    }
+}

@@ -21,9 +21,9 @@ use anyhow::{bail, Context, Result};
 use serde_json::json;
 use zrtt_lab::{Lab, Topology};
 
-use crate::client::{secs_field, ModeNotes};
+use crate::client::{secs_field, write_out, ModeNotes};
 use crate::proc::{self, run_capture, Children, WorkDir};
-use crate::progress::Progress;
+use crate::progress::{Failures, Progress};
 use crate::report::{round3, Axis, Chart, Report, Series, Summary, Table};
 use crate::stack::{Gateway, NginxTls, Site, SiteStack, Verifiers};
 use crate::Bench;
@@ -142,12 +142,8 @@ fn fetch(env: &Env, k: Kind, resolver: Ipv4Addr) -> Result<f64> {
                 "%{time_namelookup} %{time_starttransfer} %{http_code}",
                 &format!("https://{TLS_NAME}/"),
             ]);
-            let out = run_capture(c)?;
-            let f: Vec<&str> = out.split_whitespace().collect();
-            if f.len() != 3 || f[2] != "200" {
-                bail!("curl: unexpected output {out:?}");
-            }
-            secs_field(f[1])
+            let f = write_out(c, "curl", 3, 2)?;
+            secs_field(&f[1])
         }
         Kind::ZrttUnproven | Kind::ZrttProven => {
             let mut c = env.lab.command("client", &env.bench.zrtt)?;
@@ -173,18 +169,14 @@ fn fetch(env: &Env, k: Kind, resolver: Ipv4Addr) -> Result<f64> {
                 "%{time_namelookup} %{time_starttransfer} %{http_code} %{zrtt_mode}",
                 &format!("https://{ZRTT_NAME}/"),
             ]);
-            let out = run_capture(c)?;
-            let f: Vec<&str> = out.split_whitespace().collect();
+            let f = write_out(c, "zrtt get", 4, 2)?;
             let expect = if k == Kind::ZrttProven {
                 "0rtt-early"
             } else {
                 "0rtt-gated"
             };
-            if f.len() != 4 || f[2] != "200" {
-                bail!("zrtt get: unexpected output {out:?}");
-            }
-            env.modes.check(f[3], expect, k.id())?;
-            secs_field(f[1])
+            env.modes.check(&f[3], expect, k.id())?;
+            secs_field(&f[1])
         }
     }
 }
@@ -310,12 +302,9 @@ pub fn run(bench: &Bench, o: &ZtlsOpts) -> Result<Report> {
     // samples[loc][placement][cold=0/warm=1][kind]
     let mut samples =
         vec![vec![vec![vec![Vec::new(); KINDS.len()]; 2]; PLACEMENTS.len()]; LOCATIONS.len()];
-    let mut failures = Vec::new();
-    let mut progress = Progress::new(
-        &bench.console,
-        "ztls",
-        LOCATIONS.len() * PLACEMENTS.len() * 2 * o.samples * KINDS.len(),
-    );
+    let mut failures = Failures::new("ztls");
+    let total = LOCATIONS.len() * PLACEMENTS.len() * 2 * o.samples * KINDS.len();
+    let mut progress = Progress::new(&bench.console, "ztls", total);
     for (li, (loc, rtt)) in LOCATIONS.iter().enumerate() {
         lab.set_rtt("client", "www", ms(*rtt))?;
         lab.set_rtt("client", "tls", ms(*rtt))?;
@@ -344,11 +333,10 @@ pub fn run(bench: &Bench, o: &ZtlsOpts) -> Result<Report> {
                         .and_then(|()| fetch(&env, *k, resolvers[pi]));
                         match r {
                             Ok(v) => samples[li][pi][ci][ki].push(v),
-                            Err(e) => {
-                                let msg = format!("{loc} {tag} {cache} {}: {e:#}", k.id());
-                                progress.note(&format!("ztls: {msg}"));
-                                failures.push(msg);
-                            }
+                            Err(e) => failures.record(
+                                &progress,
+                                format!("{loc} {tag} {cache} {}: {e:#}", k.id()),
+                            ),
                         }
                     }
                 }
@@ -359,15 +347,14 @@ pub fn run(bench: &Bench, o: &ZtlsOpts) -> Result<Report> {
     drop(env);
     drop((zrtt_server, tls_server, verifiers, children));
     lab.down().context("tearing the lab down")?;
-    if failures.len() * 10 > LOCATIONS.len() * PLACEMENTS.len() * 2 * o.samples * KINDS.len() {
-        bail!("more than 10% of fetches failed: {}", failures.join("; "));
-    }
-    Ok(report(o, &samples, failures, modes))
+    failures.at_most(total / 10, "more than 10% of fetches failed")?;
+    let notes = failures.note("fetches").into_iter().chain(modes).collect();
+    Ok(report(o, &samples, notes))
 }
 
 type Samples = Vec<Vec<Vec<Vec<Vec<f64>>>>>;
 
-fn report(o: &ZtlsOpts, samples: &Samples, failures: Vec<String>, modes: Option<String>) -> Report {
+fn report(o: &ZtlsOpts, samples: &Samples, notes: Vec<String>) -> Report {
     let mut r = Report::new("ztls", "ZTLS Table 3: first response with DNS, by resolver placement and server distance (`zrtt lab ztls`)");
     r.standard_setup();
     r.setup.push(format!(
@@ -471,14 +458,7 @@ fn report(o: &ZtlsOpts, samples: &Samples, failures: Vec<String>, modes: Option<
         x: Axis::Categories(cats),
         series: ser,
     });
-    if !failures.is_empty() {
-        r.notes.push(format!(
-            "Failed fetches ({}): {}",
-            failures.len(),
-            failures.join("; ")
-        ));
-    }
-    r.notes.extend(modes);
+    r.notes = notes;
     r.data = json!({"samples": o.samples, "auth_rtt_ms": o.auth_rtt_ms, "cells": cells});
     r
 }
