@@ -12,7 +12,8 @@
 //! - `stack`: the one builder for a site's server side (backend nginx, TLS
 //!   nginx baseline, zrtt gateways, provenance verifiers) that every
 //!   scenario and the demo use.
-//! - [`report`]: statistics, tables, charts, and the files a run writes.
+//! - `report`: statistics, tables, charts, and the files a [`Report`]
+//!   writes.
 //!
 //! The caller decides where messages go: progress and status lines go to
 //! the [`Console`] in [`Bench`], results come back as values. How each
@@ -33,7 +34,7 @@ pub mod ladder;
 pub mod plt;
 mod proc;
 mod progress;
-pub mod report;
+mod report;
 mod stack;
 pub mod throughput;
 pub mod ztls;
