@@ -3,7 +3,9 @@
 `zrtt lab <name> --out docs/results`) into docs/RESULTS.md between the
 markers `<!-- BEGIN <name> -->` and `<!-- END <name> -->`, and the hub
 check (check.txt) between `<!-- BEGIN check -->` / `<!-- END check -->`.
-Text outside the markers (the reading of the results) is left alone."""
+Relative links in the markdown (the SVG beside it, docs/LAB.md) are made
+relative to RESULTS.md. Text outside the markers (the reading of the
+results) is left alone."""
 import os
 import re
 import sys
@@ -17,8 +19,16 @@ for m in re.finditer(r"<!-- BEGIN (\w+) -->", text):
     txt = os.path.join(results, f"{name}.txt")
     if os.path.exists(md):
         body = open(md).read().strip()
-        # Images are written next to the markdown; RESULTS.md is one level up.
-        body = re.sub(r"\]\((\w+\.svg)\)", rf"]({rel}/\1)", body)
+        # Links are relative to the results directory (images beside the
+        # markdown, docs/LAB.md one level up); make them relative to DOC.
+        body = re.sub(
+            r"\]\(([^):#]+)(#[^)]*)?\)",
+            lambda l: "]("
+            + os.path.normpath(os.path.join(rel, l.group(1))).replace(os.sep, "/")
+            + (l.group(2) or "")
+            + ")",
+            body,
+        )
         # Scenario titles become subsections.
         body = re.sub(r"^## ", "### ", body, flags=re.M)
     elif os.path.exists(txt):

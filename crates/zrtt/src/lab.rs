@@ -1,11 +1,27 @@
-//! `zrtt lab`: the emulated wide-area lab (crate `zrtt-lab`).
+//! `zrtt lab`: flags for the emulated wide-area lab (crate `zrtt-lab`) and
+//! its scenarios (crate `zrtt-bench`). Defaults come from the libraries'
+//! option structs.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
 use clap::Subcommand;
+use zrtt_bench::asap::AsapOpts;
+use zrtt_bench::ladder::LadderOpts;
+use zrtt_bench::plt::PltOpts;
+use zrtt_bench::throughput::ThroughputOpts;
+use zrtt_bench::ztls::ZtlsOpts;
+use zrtt_bench::{Bench, Console, Report};
+use zrtt_lab::CheckOptions;
+
+/// A default list as the flag takes it: `20,100,200`.
+fn csv<T: std::fmt::Display>(v: impl IntoIterator<Item = T>) -> String {
+    let v: Vec<String> = v.into_iter().map(|x| x.to_string()).collect();
+    v.join(",")
+}
 
 #[derive(Subcommand, Debug)]
 pub enum LabCommand {
@@ -14,16 +30,16 @@ pub enum LabCommand {
     /// Exits 1 if any RTT misses the target.
     Check {
         /// Round-trip times to check, milliseconds.
-        #[arg(long, value_delimiter = ',', default_value = "20,100,200")]
+        #[arg(long, value_delimiter = ',', default_value = csv(CheckOptions::default().rtts.iter().map(|d| d.as_millis())))]
         rtt: Vec<u64>,
         /// UDP echo probes per RTT.
-        #[arg(long, default_value_t = 50)]
+        #[arg(long, default_value_t = CheckOptions::default().probes)]
         probes: usize,
         /// TCP handshakes per RTT (0 disables the TCP rows).
-        #[arg(long, default_value_t = 10)]
+        #[arg(long, default_value_t = CheckOptions::default().tcp_connects)]
         tcp_connects: usize,
         /// How long before a deadline the hub stops sleeping and spins, microseconds.
-        #[arg(long, default_value_t = 1000)]
+        #[arg(long, default_value_t = CheckOptions::default().spin_margin.as_micros() as u64)]
         spin_us: u64,
         /// Do not give the hub real-time (SCHED_FIFO) priority, to see what it buys.
         #[arg(long)]
@@ -36,10 +52,10 @@ pub enum LabCommand {
     /// the reference lab's figures beside. Writes ladder.md/.svg/.json.
     Ladder {
         /// Round-trip times, milliseconds.
-        #[arg(long, value_delimiter = ',', default_value = "20,100,200")]
+        #[arg(long, value_delimiter = ',', default_value = csv(LadderOpts::default().rtts_ms))]
         rtt: Vec<u64>,
         /// Runs per stack and RTT (the tables show medians).
-        #[arg(long, default_value_t = 9)]
+        #[arg(long, default_value_t = LadderOpts::default().samples)]
         samples: usize,
         #[command(flatten)]
         out: OutArgs,
@@ -49,13 +65,13 @@ pub enum LabCommand {
     /// Writes asap.md/.svg/.json.
     Asap {
         /// Round-trip time, milliseconds.
-        #[arg(long, default_value_t = 100)]
+        #[arg(long, default_value_t = AsapOpts::default().rtt_ms)]
         rtt: u64,
         /// Object sizes, KB (11.18, ASAP's median object, is always added).
-        #[arg(long, value_delimiter = ',', default_value = "1,4,11.18,32,100,500")]
+        #[arg(long, value_delimiter = ',', default_value = csv(AsapOpts::default().sizes_kb))]
         sizes: Vec<f64>,
         /// Fetches per size and stack (medians; ASAP-style: at least 200).
-        #[arg(long, default_value_t = 200)]
+        #[arg(long, default_value_t = AsapOpts::default().trials)]
         trials: usize,
         #[command(flatten)]
         out: OutArgs,
@@ -65,10 +81,10 @@ pub enum LabCommand {
     /// zrtt, beside the TFO reproduction's table. Writes plt.md/.svg/.json.
     Plt {
         /// Round-trip times, milliseconds.
-        #[arg(long, value_delimiter = ',', default_value = "20,100,200")]
+        #[arg(long, value_delimiter = ',', default_value = csv(PltOpts::default().rtts_ms))]
         rtt: Vec<u64>,
         /// Measured page loads per stack and RTT.
-        #[arg(long, default_value_t = 9)]
+        #[arg(long, default_value_t = PltOpts::default().loads)]
         loads: usize,
         #[command(flatten)]
         out: OutArgs,
@@ -79,13 +95,13 @@ pub enum LabCommand {
     /// HTTPCrypt's figures. Writes throughput.md/.svg/.json.
     Throughput {
         /// Response sizes, KB.
-        #[arg(long, value_delimiter = ',', default_value = "1,10,100")]
+        #[arg(long, value_delimiter = ',', default_value = csv(ThroughputOpts::default().sizes_kb))]
         sizes: Vec<usize>,
         /// Measured seconds per cell (after a warm-up of a quarter of that, 0.5-2 s).
-        #[arg(long, default_value_t = 4.0)]
+        #[arg(long, default_value_t = ThroughputOpts::default().seconds)]
         seconds: f64,
         /// Connections in flight (each request on a new connection).
-        #[arg(long, default_value_t = 16)]
+        #[arg(long, default_value_t = ThroughputOpts::default().concurrency)]
         concurrency: usize,
         #[command(flatten)]
         out: OutArgs,
@@ -96,10 +112,10 @@ pub enum LabCommand {
     /// ztls.md/.svg/.json.
     Ztls {
         /// Fetches per cell (the tables show medians).
-        #[arg(long, default_value_t = 9)]
+        #[arg(long, default_value_t = ZtlsOpts::default().samples)]
         samples: usize,
         /// RTT from every resolver to the authoritative server, ms (cold lookups).
-        #[arg(long, default_value_t = 50.0)]
+        #[arg(long, default_value_t = ZtlsOpts::default().auth_rtt_ms)]
         auth_rtt: f64,
         #[command(flatten)]
         out: OutArgs,
@@ -117,7 +133,14 @@ pub struct OutArgs {
     keep: bool,
 }
 
-fn finish(report: &crate::scenario::report::Report, out: &OutArgs) -> Result<ExitCode> {
+/// Scenarios run this binary in the lab's hosts; progress goes to stderr.
+pub fn bench() -> Result<Bench> {
+    let tty = std::io::stderr().is_terminal();
+    Ok(Bench::new(std::env::current_exe()?).with_console(Console::new(std::io::stderr(), tty)))
+}
+
+fn finish(report: Result<Report>, out: &OutArgs) -> Result<ExitCode> {
+    let report = report?;
     let files = report.write(&out.out)?;
     println!("{}", report.markdown());
     for f in files {
@@ -138,14 +161,16 @@ pub fn run(cmd: LabCommand) -> Result<ExitCode> {
             spin_us,
             no_realtime,
         } => {
-            let opts = zrtt_lab::CheckOptions {
+            let mut opts = CheckOptions {
                 rtts: rtt.into_iter().map(Duration::from_millis).collect(),
                 probes,
                 tcp_connects,
                 spin_margin: Duration::from_micros(spin_us),
-                realtime_priority: if no_realtime { None } else { Some(50) },
-                ..zrtt_lab::CheckOptions::default()
+                ..CheckOptions::default()
             };
+            if no_realtime {
+                opts.realtime_priority = None;
+            }
             eprintln!(
                 "zrtt lab check: {} RTT(s), {} probes each ...",
                 opts.rtts.len(),
@@ -160,12 +185,12 @@ pub fn run(cmd: LabCommand) -> Result<ExitCode> {
             })
         }
         LabCommand::Ladder { rtt, samples, out } => {
-            let r = crate::scenario::ladder::run(crate::scenario::ladder::LadderOpts {
+            let o = LadderOpts {
                 rtts_ms: rtt,
                 samples,
                 keep: out.keep,
-            })?;
-            finish(&r, &out)
+            };
+            finish(zrtt_bench::ladder::run(&bench()?, &o), &out)
         }
         LabCommand::Asap {
             rtt,
@@ -173,33 +198,33 @@ pub fn run(cmd: LabCommand) -> Result<ExitCode> {
             trials,
             out,
         } => {
-            let r = crate::scenario::asap::run(crate::scenario::asap::AsapOpts {
+            let o = AsapOpts {
                 rtt_ms: rtt,
                 sizes_kb: sizes,
                 trials,
                 keep: out.keep,
-            })?;
-            finish(&r, &out)
+            };
+            finish(zrtt_bench::asap::run(&bench()?, &o), &out)
         }
         LabCommand::Plt { rtt, loads, out } => {
-            let r = crate::scenario::plt::run(crate::scenario::plt::PltOpts {
+            let o = PltOpts {
                 rtts_ms: rtt,
                 loads,
                 keep: out.keep,
-            })?;
-            finish(&r, &out)
+            };
+            finish(zrtt_bench::plt::run(&bench()?, &o), &out)
         }
         LabCommand::Ztls {
             samples,
             auth_rtt,
             out,
         } => {
-            let r = crate::scenario::ztls::run(crate::scenario::ztls::ZtlsOpts {
+            let o = ZtlsOpts {
                 samples,
                 auth_rtt_ms: auth_rtt,
                 keep: out.keep,
-            })?;
-            finish(&r, &out)
+            };
+            finish(zrtt_bench::ztls::run(&bench()?, &o), &out)
         }
         LabCommand::Throughput {
             sizes,
@@ -207,14 +232,13 @@ pub fn run(cmd: LabCommand) -> Result<ExitCode> {
             concurrency,
             out,
         } => {
-            let r =
-                crate::scenario::throughput::run(crate::scenario::throughput::ThroughputOpts {
-                    sizes_kb: sizes,
-                    seconds,
-                    concurrency,
-                    keep: out.keep,
-                })?;
-            finish(&r, &out)
+            let o = ThroughputOpts {
+                sizes_kb: sizes,
+                seconds,
+                concurrency,
+                keep: out.keep,
+            };
+            finish(zrtt_bench::throughput::run(&bench()?, &o), &out)
         }
         LabCommand::Clean => {
             let removed = zrtt_lab::cleanup_stale_namespaces()?;

@@ -14,7 +14,6 @@ mod keys;
 mod lab;
 mod proxy;
 mod pv;
-mod scenario;
 mod util;
 
 /// zrtt: the first secure request to a server in one network round trip.

@@ -7,16 +7,22 @@
 //!
 //! TCP metrics caching is off in both hosts (`tcp_no_metrics_save`), so no
 //! trial inherits a congestion window or ssthresh from an earlier one.
+//! docs/LAB.md (section asap) has the method and the reading.
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
 use serde_json::json;
-use zrtt_lab::{Lab, Topology};
+use zrtt_lab::Lab;
 
-use super::report::{round3, Axis, Chart, Progress, Report, Series, Summary, Table};
-use super::stack::{self, Children, GatewayOpts, Nginx, NginxServer, NginxTls, Site};
+use crate::client::{self, secs_field, write_out, ModeNotes, ZRTT_ONLY};
+use crate::proc::{self, WorkDir};
+use crate::progress::{Failures, Progress};
+use crate::report::{round3, Axis, Chart, Report, Series, Summary, Table};
+use crate::stack::{self, Gateway, NginxTls, Site, SiteStack, Verifiers};
+use crate::Bench;
 
 const NAME: &str = "www.example.com";
 /// ASAP's median web object size (KB).
@@ -26,13 +32,28 @@ const GW_PROVEN: u16 = 4435;
 const GW_PLAIN: u16 = 4433;
 const GW_WINDOW: u16 = 4436;
 
+/// Options of `zrtt lab asap`.
+#[derive(Clone, Debug)]
 pub struct AsapOpts {
+    /// Round-trip time, milliseconds.
     pub rtt_ms: u64,
-    /// Object sizes, KB (1 KB = 1024 bytes).
+    /// Object sizes, KB (1 KB = 1024 bytes; [`MEDIAN_KB`] is always added).
     pub sizes_kb: Vec<f64>,
-    /// Fetches per size and stack.
+    /// Fetches per size and stack (medians; ASAP-style: at least 200).
     pub trials: usize,
+    /// Keep the working directory (configs, keys, logs) for inspection.
     pub keep: bool,
+}
+
+impl Default for AsapOpts {
+    fn default() -> Self {
+        AsapOpts {
+            rtt_ms: 100,
+            sizes_kb: vec![1.0, 4.0, MEDIAN_KB, 32.0, 100.0, 500.0],
+            trials: 200,
+            keep: false,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,17 +91,21 @@ fn object(kb: f64) -> String {
     format!("o{}.bin", bytes(kb))
 }
 
+/// What every fetch needs.
+struct Env<'a> {
+    bench: &'a Bench,
+    lab: &'a Lab,
+    site: &'a Site,
+    server: Ipv4Addr,
+    pv_state: &'a Path,
+    modes: ModeNotes,
+}
+
 /// One fetch: (first byte, last byte) in ms from the client's start.
-fn fetch(
-    lab: &Lab,
-    site: &Site,
-    server: std::net::Ipv4Addr,
-    pv: &std::path::Path,
-    k: Kind,
-    kb: f64,
-) -> Result<(f64, f64)> {
+fn fetch(env: &Env, k: Kind, kb: f64) -> Result<(f64, f64)> {
+    let (lab, site, server) = (env.lab, env.site, env.server);
     let path = object(kb);
-    let out = match k {
+    let f = match k {
         Kind::Tls13 => {
             let mut c = lab.command("client", "curl")?;
             c.args([
@@ -100,7 +125,7 @@ fn fetch(
                 "%{time_starttransfer} %{time_total} %{http_code} %{size_download}",
                 &format!("https://{NAME}/{path}"),
             ]);
-            stack::run_capture(c)?
+            write_out(c, k.id(), 4, 2)?
         }
         Kind::ZrttProven | Kind::ZrttUnproven | Kind::ZrttWindow => {
             let port = match k {
@@ -108,20 +133,27 @@ fn fetch(
                 Kind::ZrttWindow => GW_WINDOW,
                 _ => GW_PROVEN,
             };
-            let mut c = stack::zrtt_get(lab, "client", site, server, port, &format!("/{path}"))?;
-            c.args([
+            let mut c = client::zrtt_get(
+                env.bench,
+                lab,
+                "client",
+                site,
+                server,
+                port,
+                &format!("/{path}"),
+            )?;
+            c.args(ZRTT_ONLY).args([
                 "-w",
                 "%{time_starttransfer} %{time_total} %{http_code} %{size_download} %{zrtt_mode}",
             ]);
             if k != Kind::ZrttUnproven {
-                c.arg("--pv-state").arg(pv);
+                c.arg("--pv-state").arg(env.pv_state);
             }
-            stack::run_capture(c)?
+            write_out(c, k.id(), 5, 2)?
         }
     };
-    let f: Vec<&str> = out.split_whitespace().collect();
-    if f.len() < 4 || f[2] != "200" || f[3] != bytes(kb).to_string() {
-        bail!("{}: unexpected output {out:?}", k.id());
+    if f[3] != bytes(kb).to_string() {
+        bail!("{}: {} bytes, expected {}", k.id(), f[3], bytes(kb));
     }
     if k != Kind::Tls13 {
         let expect = if k == Kind::ZrttUnproven {
@@ -129,21 +161,24 @@ fn fetch(
         } else {
             "0rtt-early"
         };
-        let got = f.get(4).copied().unwrap_or("none");
-        stack::check_mode(got, expect, &format!("{kb} KB {}", k.id()))?;
+        let got = f.get(4).map_or("none", String::as_str);
+        env.modes
+            .check(got, expect, &format!("{kb} KB {}", k.id()))?;
     }
-    Ok((stack::secs_field(f[0])?, stack::secs_field(f[1])?))
+    Ok((secs_field(&f[0])?, secs_field(&f[1])?))
 }
 
-pub fn run(o: AsapOpts) -> Result<Report> {
-    stack::require_tools(&["nginx", "curl"])?;
+/// Runs the sweep: every size and stack, `trials` times, interleaved.
+/// Needs root, nginx and curl.
+pub fn run(bench: &Bench, o: &AsapOpts) -> Result<Report> {
+    proc::require_tools(&["nginx", "curl"])?;
     if o.trials == 0 || o.sizes_kb.is_empty() || o.sizes_kb.iter().any(|k| k.is_nan() || *k <= 0.0)
     {
         bail!("need at least one trial and positive sizes");
     }
-    let work = stack::WorkDir::new("asap", o.keep)?;
+    let work = WorkDir::new(&bench.console, "asap", o.keep)?;
     let dir = work.path.clone();
-    let site = Site::create(&dir, NAME)?;
+    let site = Site::create(bench, &dir, NAME)?;
     let mut sizes = o.sizes_kb.clone();
     if !sizes.iter().any(|&k| (k - MEDIAN_KB).abs() < 1e-9) {
         sizes.push(MEDIAN_KB);
@@ -152,82 +187,34 @@ pub fn run(o: AsapOpts) -> Result<Report> {
     for &kb in &sizes {
         site.page(&object(kb), bytes(kb))?;
     }
-    let rtt = Duration::from_millis(o.rtt_ms);
-    let lab = Lab::up(
-        Topology::new()
-            .host("client")
-            .host("server")
-            .host("verifier")
-            .rtt("client", "server", rtt)
-            .rtt("client", "verifier", Duration::from_millis(10))
-            .rtt("server", "verifier", rtt),
-    )?;
-    stack::sysctl(
+    let lab = Lab::up(stack::wan_with_verifier(Duration::from_millis(o.rtt_ms)))?;
+    proc::sysctl(
         &lab,
         &["client", "server"],
         "net.ipv4.tcp_no_metrics_save",
         "1",
     )?;
     let server = lab.addr("server")?;
-    let mut children = Children::default();
-    let nginx = Nginx {
-        servers: vec![
-            NginxServer {
-                listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
-                tls: None,
-                fast_open: false,
-            },
-            NginxServer {
-                listen: SocketAddr::from((server, TLS_PORT)),
-                tls: Some(NginxTls {
-                    protocols: "TLSv1.3",
-                    resumption: false,
-                    early_data: false,
-                }),
-                fast_open: false,
-            },
-        ],
-        keepalive_requests: 100,
+    let verifiers = Verifiers::start(bench, &lab, &dir)?;
+    let at = |port| SocketAddr::from((server, port));
+    let servers = SiteStack::new(bench, "server", &site)
+        .tls(at(TLS_PORT), NginxTls::TLS13, false)
+        .gateway(Gateway::proven_by(at(GW_PROVEN), &verifiers))
+        .gateway(Gateway::new(at(GW_PLAIN)))
+        .gateway(Gateway {
+            proven_window: Some(zrtt_proto::admission::INITIAL_WINDOW),
+            ..Gateway::proven_by(at(GW_WINDOW), &verifiers)
+        })
+        .start(&lab, "client")?;
+    servers.settle();
+    let env = Env {
+        bench,
+        lab: &lab,
+        site: &site,
+        server,
+        pv_state: &verifiers.state,
+        modes: ModeNotes::default(),
     };
-    children
-        .0
-        .push(nginx.spawn(&lab, "server", &site, "nginx")?);
-    let pv_state = dir.join("pv.state");
-    let (pvs, pv_keys) = stack::verifiers_and_certificates(
-        &lab,
-        "verifier",
-        &[4480, 4481],
-        &dir,
-        "client",
-        &pv_state,
-    )?;
-    children.0.extend(pvs);
-    for (port, verifiers, window) in [
-        (GW_PROVEN, pv_keys.clone(), None),
-        (GW_PLAIN, Vec::new(), None),
-        (
-            GW_WINDOW,
-            pv_keys,
-            Some(zrtt_proto::admission::INITIAL_WINDOW),
-        ),
-    ] {
-        children.0.push(stack::spawn_gateway(
-            &lab,
-            "server",
-            &site,
-            &GatewayOpts {
-                listen: Some(SocketAddr::from((server, port))),
-                verifiers,
-                proven_window: window,
-                ..GatewayOpts::default()
-            },
-        )?);
-    }
-    let started = std::time::Instant::now();
-    for port in [TLS_PORT, GW_PROVEN, GW_PLAIN, GW_WINDOW] {
-        stack::wait_listening(&lab, "client", SocketAddr::from((server, port)))?;
-    }
-    stack::settle_gateways(started);
 
     // samples[size][kind] = (first byte, total)
     let kinds = [
@@ -243,9 +230,9 @@ pub fn run(o: AsapOpts) -> Result<Report> {
         .iter()
         .map(|&kb| kinds.iter().filter(|&&k| runs_for(kb, k)).count() * o.trials)
         .sum();
-    let mut progress = Progress::new("asap", total);
+    let mut progress = Progress::new(&bench.console, "asap", total);
     let mut samples = vec![vec![(Vec::new(), Vec::new()); kinds.len()]; sizes.len()];
-    let mut failures = Vec::new();
+    let mut failures = Failures::new("asap");
     for t in 0..o.trials {
         for (si, &kb) in sizes.iter().enumerate() {
             for (ki, &k) in kinds.iter().enumerate() {
@@ -253,26 +240,24 @@ pub fn run(o: AsapOpts) -> Result<Report> {
                     continue;
                 }
                 progress.tick(&format!("trial {}: {kb} KB {}", t + 1, k.id()));
-                match fetch(&lab, &site, server, &pv_state, k, kb) {
+                match fetch(&env, k, kb) {
                     Ok((fb, tot)) => {
                         samples[si][ki].0.push(fb);
                         samples[si][ki].1.push(tot);
                     }
-                    Err(e) => {
-                        let msg = format!("{kb} KB {}: {e:#}", k.id());
-                        progress.note(&format!("asap: {msg}"));
-                        failures.push(msg);
-                    }
+                    Err(e) => failures.record(&progress, format!("{kb} KB {}: {e:#}", k.id())),
                 }
             }
         }
     }
-    drop(children);
+    let modes = env.modes.note();
+    drop(env);
+    drop(servers);
+    drop(verifiers);
     lab.down()?;
-    if failures.len() * 10 > total {
-        bail!("more than 10% of fetches failed: {}", failures.join("; "));
-    }
-    Ok(report(&o, &sizes, &kinds, &samples, failures))
+    failures.at_most(total / 10, "more than 10% of fetches failed")?;
+    let notes = failures.note("fetches").into_iter().chain(modes).collect();
+    Ok(report(o, &sizes, &kinds, &samples, notes))
 }
 
 type Samples = Vec<Vec<(Vec<f64>, Vec<f64>)>>;
@@ -282,7 +267,7 @@ fn report(
     sizes: &[f64],
     kinds: &[Kind],
     samples: &Samples,
-    failures: Vec<String>,
+    notes: Vec<String>,
 ) -> Report {
     let rtt = o.rtt_ms as f64;
     let mut r = Report::new(
@@ -292,7 +277,7 @@ fn report(
             o.rtt_ms
         ),
     );
-    r.setup = super::machine_lines();
+    r.standard_setup();
     r.setup.push(format!(
         "New connection per fetch, whole object (first to last byte, from the client's start); {} trials per size and stack, interleaved; TCP metrics caching off; initial window 10 on both sides.",
         o.trials
@@ -425,16 +410,7 @@ fn report(
             },
         ],
     });
-    r.notes.push("ASAP (CoNEXT 2011) §5: at 100 ms RTT the kernel implementation saves about one RTT for objects from 1 KB to 500 KB; small requests get up to two-thirds faster; 11.18 KB is the median web object. The dashed line is that claim applied to our TLS 1.3 medians.".into());
-    r.notes.push("zrtt saves the TLS handshake round trip and the TCP handshake wait, so up to 2 RTT against TCP + TLS 1.3 when the address is proven, 1 RTT when it is not (the unproven row at 11.18 KB, the equivalent of ASAP's comparison with TCP and of ZTLS). Before the handshake completes a gateway sends a proven client at most three times its first flight by default, so answers larger than about 1.3 KB (three first flights) wait one more round trip and the default saves about 1 RTT beyond that size; with the opt-in proven window (`--proven-window 14600`, one initial congestion window, as TFO sends a cookie holder) the saving stays 2 RTT up to the window and beyond, since slow start then continues a round trip earlier. docs/PROTOCOL.md §8 explains why the window is not the default. After the first flight every stack shares TCP slow start, so the saving stays constant in milliseconds while its share falls as objects grow.".into());
-    if !failures.is_empty() {
-        r.notes.push(format!(
-            "Failed fetches ({}): {}",
-            failures.len(),
-            failures.join("; ")
-        ));
-    }
-    r.notes.extend(stack::take_mode_notes());
+    r.notes = notes;
     r.data = json!({"rtt_ms": o.rtt_ms, "trials": o.trials, "sizes": rows});
     r
 }

@@ -9,7 +9,8 @@
 //! Real components: unbound 1.17 (default settings, QNAME minimisation on)
 //! as every resolver, `zrtt dns` as the authoritative server for
 //! example.com, nginx as the TLS 1.3 server, `zrtt gateway` in front of
-//! nginx for zrtt.
+//! nginx for zrtt. docs/LAB.md (section ztls) has the method and the
+//! reading.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -20,26 +21,30 @@ use anyhow::{bail, Context, Result};
 use serde_json::json;
 use zrtt_lab::{Lab, Topology};
 
-use super::report::{round3, Axis, Chart, Progress, Report, Series, Summary, Table};
-use super::stack::{self, Children, GatewayOpts, Nginx, NginxServer, NginxTls, Site};
+use crate::client::{secs_field, write_out, ModeNotes};
+use crate::proc::{self, run_capture, Children, WorkDir};
+use crate::progress::{Failures, Progress};
+use crate::report::{round3, Axis, Chart, Report, Series, Summary, Table};
+use crate::stack::{Gateway, NginxTls, Site, SiteStack, Verifiers};
+use crate::Bench;
 
 const ZRTT_NAME: &str = "www.example.com";
 const TLS_NAME: &str = "tls.example.com";
 
 /// Server locations: name and RTT from the client (ZTLS Fig. 4, Seoul client).
-pub const LOCATIONS: [(&str, f64); 3] = [("Seoul", 8.2), ("Tokyo", 39.8), ("Ohio", 180.6)];
+const LOCATIONS: [(&str, f64); 3] = [("Seoul", 8.2), ("Tokyo", 39.8), ("Ohio", 180.6)];
 
 /// Resolver placements: name, lab host running unbound, client RTT (ms).
 /// The RTTs follow ZTLS Table 4's warm lookup times (stub 0.5, local about
 /// 6, public about 40 ms).
-pub const PLACEMENTS: [(&str, &str, f64); 3] = [
+const PLACEMENTS: [(&str, &str, f64); 3] = [
     ("stub", "client", 0.0),
     ("local", "local", 6.0),
     ("public", "public", 40.0),
 ];
 
 /// ZTLS Table 3 medians (ms): [placement][location] = (ZTLS, TLS).
-pub const PAPER: [[(f64, f64); 3]; 3] = [
+const PAPER: [[(f64, f64); 3]; 3] = [
     [(26.1, 29.4), (88.4, 122.7), (366.5, 544.5)],
     [(33.2, 38.2), (95.9, 132.9), (367.4, 544.2)],
     [(63.8, 67.8), (127.5, 160.5), (405.2, 580.4)],
@@ -64,11 +69,26 @@ impl Kind {
     }
 }
 
+/// Options of `zrtt lab ztls`.
+#[derive(Clone, Debug)]
 pub struct ZtlsOpts {
+    /// Fetches per cell (the tables show medians).
     pub samples: usize,
-    /// RTT between every resolver and the authoritative server (cold lookups).
+    /// RTT between every resolver and the authoritative server (cold
+    /// lookups), milliseconds.
     pub auth_rtt_ms: f64,
+    /// Keep the working directory (configs, keys, logs) for inspection.
     pub keep: bool,
+}
+
+impl Default for ZtlsOpts {
+    fn default() -> Self {
+        ZtlsOpts {
+            samples: 9,
+            auth_rtt_ms: 50.0,
+            keep: false,
+        }
+    }
 }
 
 fn ms(v: f64) -> Duration {
@@ -83,11 +103,13 @@ fn unbound_conf(dir: &Path, listen: Ipv4Addr, auth: Ipv4Addr, tag: &str) -> Stri
 }
 
 struct Env<'a> {
+    bench: &'a Bench,
     lab: &'a Lab,
     www: &'a Site,
     tls: &'a Site,
     pv_state: PathBuf,
     dir: PathBuf,
+    modes: ModeNotes,
 }
 
 /// Empties unbound's caches for example.com on `host`.
@@ -96,7 +118,7 @@ fn flush(env: &Env, host: &str, tag: &str) -> Result<()> {
     c.arg("-c")
         .arg(env.dir.join(format!("unbound-{tag}.conf")))
         .args(["flush_zone", "example.com"]);
-    stack::run_capture(c).map(|_| ())
+    run_capture(c).map(|_| ())
 }
 
 /// One fetch with DNS: ms from the client's start to the first response byte.
@@ -120,16 +142,11 @@ fn fetch(env: &Env, k: Kind, resolver: Ipv4Addr) -> Result<f64> {
                 "%{time_namelookup} %{time_starttransfer} %{http_code}",
                 &format!("https://{TLS_NAME}/"),
             ]);
-            let out = stack::run_capture(c)?;
-            let f: Vec<&str> = out.split_whitespace().collect();
-            if f.len() != 3 || f[2] != "200" {
-                bail!("curl: unexpected output {out:?}");
-            }
-            stack::secs_field(f[1])
+            let f = write_out(c, "curl", 3, 2)?;
+            secs_field(&f[1])
         }
         Kind::ZrttUnproven | Kind::ZrttProven => {
-            let exe = std::env::current_exe()?;
-            let mut c = env.lab.command("client", exe)?;
+            let mut c = env.lab.command("client", &env.bench.zrtt)?;
             c.arg("get");
             if k == Kind::ZrttProven {
                 c.arg("--pv-state").arg(&env.pv_state);
@@ -152,31 +169,29 @@ fn fetch(env: &Env, k: Kind, resolver: Ipv4Addr) -> Result<f64> {
                 "%{time_namelookup} %{time_starttransfer} %{http_code} %{zrtt_mode}",
                 &format!("https://{ZRTT_NAME}/"),
             ]);
-            let out = stack::run_capture(c)?;
-            let f: Vec<&str> = out.split_whitespace().collect();
+            let f = write_out(c, "zrtt get", 4, 2)?;
             let expect = if k == Kind::ZrttProven {
                 "0rtt-early"
             } else {
                 "0rtt-gated"
             };
-            if f.len() != 4 || f[2] != "200" {
-                bail!("zrtt get: unexpected output {out:?}");
-            }
-            stack::check_mode(f[3], expect, k.id())?;
-            stack::secs_field(f[1])
+            env.modes.check(&f[3], expect, k.id())?;
+            secs_field(&f[1])
         }
     }
 }
 
-pub fn run(o: ZtlsOpts) -> Result<Report> {
-    stack::require_tools(&["nginx", "curl", "unbound", "unbound-control"])?;
+/// Runs every location, resolver placement and cache state, `samples`
+/// times. Needs root, nginx, curl and unbound.
+pub fn run(bench: &Bench, o: &ZtlsOpts) -> Result<Report> {
+    proc::require_tools(&["nginx", "curl", "unbound", "unbound-control"])?;
     if o.samples == 0 {
         bail!("need at least one sample");
     }
-    let work = stack::WorkDir::new("ztls", o.keep)?;
+    let work = WorkDir::new(&bench.console, "ztls", o.keep)?;
     let dir = work.path.clone();
-    let www = Site::create(&dir.join("www"), ZRTT_NAME)?;
-    let tls = Site::create(&dir.join("tls"), TLS_NAME)?;
+    let www = Site::create(bench, &dir.join("www"), ZRTT_NAME)?;
+    let tls = Site::create(bench, &dir.join("tls"), TLS_NAME)?;
     // ZTLS's answer was five bytes of application data; ours is a small page.
     www.page("index.html", 100)?;
     tls.page("index.html", 100)?;
@@ -210,8 +225,7 @@ pub fn run(o: ZtlsOpts) -> Result<Report> {
         "$ORIGIN example.com.\n$TTL 3600\n@ IN SOA ns1 hostmaster ( 1 7200 900 1209600 300 )\n  IN NS ns1\nns1 IN A {auth}\nwww IN A {www_ip}\ntls IN A {tls_ip}\n"
     );
     std::fs::write(dir.join("example.com.zone"), zone)?;
-    let exe = std::env::current_exe()?;
-    let mut dns = lab.command("auth", &exe)?;
+    let mut dns = lab.command("auth", &bench.zrtt)?;
     dns.args(["dns", "--zone"])
         .arg(dir.join("example.com.zone"))
         .arg("--keystore")
@@ -243,64 +257,28 @@ pub fn run(o: ZtlsOpts) -> Result<Report> {
         resolvers.push(listen);
     }
 
-    // Servers.
-    let backend = SocketAddr::from(([127, 0, 0, 1], 8080));
-    let nginx_www = Nginx {
-        servers: vec![NginxServer {
-            listen: backend,
-            tls: None,
-            fast_open: false,
-        }],
-        keepalive_requests: 100,
-    };
-    children
-        .0
-        .push(nginx_www.spawn(&lab, "www", &www, "nginx")?);
-    let nginx_tls = Nginx {
-        servers: vec![NginxServer {
-            listen: SocketAddr::from((tls_ip, 443)),
-            tls: Some(NginxTls {
-                protocols: "TLSv1.3",
-                resumption: false,
-                early_data: false,
-            }),
-            fast_open: false,
-        }],
-        keepalive_requests: 100,
-    };
-    children
-        .0
-        .push(nginx_tls.spawn(&lab, "tls", &tls, "nginx")?);
-    let pv_state = dir.join("pv.state");
-    let (pvs, pv_keys) = stack::verifiers_and_certificates(
-        &lab,
-        "verifier",
-        &[4480, 4481],
-        &dir,
-        "client",
-        &pv_state,
-    )?;
-    children.0.extend(pvs);
-    children.0.push(stack::spawn_gateway(
-        &lab,
-        "www",
-        &www,
-        &GatewayOpts {
-            listen: Some(SocketAddr::from((www_ip, 443))),
-            verifiers: pv_keys,
-            ..GatewayOpts::default()
-        },
-    )?);
-    let started = std::time::Instant::now();
-    stack::wait_listening(&lab, "client", SocketAddr::from((www_ip, 443)))?;
-    stack::wait_listening(&lab, "client", SocketAddr::from((tls_ip, 443)))?;
-    stack::settle_gateways(started);
+    // Servers: the zrtt site's nginx backend and gateway on `www`, the TLS
+    // site's nginx on `tls`.
+    let verifiers = Verifiers::start(bench, &lab, &dir)?;
+    let zrtt_server = SiteStack::new(bench, "www", &www)
+        .gateway(Gateway::proven_by(
+            SocketAddr::from((www_ip, 443)),
+            &verifiers,
+        ))
+        .start(&lab, "client")?;
+    let tls_server = SiteStack::new(bench, "tls", &tls)
+        .without_backend()
+        .tls(SocketAddr::from((tls_ip, 443)), NginxTls::TLS13, false)
+        .start(&lab, "client")?;
+    zrtt_server.settle();
     let env = Env {
+        bench,
         lab: &lab,
         www: &www,
         tls: &tls,
-        pv_state,
+        pv_state: verifiers.state.clone(),
         dir: dir.clone(),
+        modes: ModeNotes::default(),
     };
 
     // Every resolver answers before measuring (unbound starts in the background).
@@ -324,11 +302,9 @@ pub fn run(o: ZtlsOpts) -> Result<Report> {
     // samples[loc][placement][cold=0/warm=1][kind]
     let mut samples =
         vec![vec![vec![vec![Vec::new(); KINDS.len()]; 2]; PLACEMENTS.len()]; LOCATIONS.len()];
-    let mut failures = Vec::new();
-    let mut progress = Progress::new(
-        "ztls",
-        LOCATIONS.len() * PLACEMENTS.len() * 2 * o.samples * KINDS.len(),
-    );
+    let mut failures = Failures::new("ztls");
+    let total = LOCATIONS.len() * PLACEMENTS.len() * 2 * o.samples * KINDS.len();
+    let mut progress = Progress::new(&bench.console, "ztls", total);
     for (li, (loc, rtt)) in LOCATIONS.iter().enumerate() {
         lab.set_rtt("client", "www", ms(*rtt))?;
         lab.set_rtt("client", "tls", ms(*rtt))?;
@@ -357,36 +333,35 @@ pub fn run(o: ZtlsOpts) -> Result<Report> {
                         .and_then(|()| fetch(&env, *k, resolvers[pi]));
                         match r {
                             Ok(v) => samples[li][pi][ci][ki].push(v),
-                            Err(e) => {
-                                let msg = format!("{loc} {tag} {cache} {}: {e:#}", k.id());
-                                progress.note(&format!("ztls: {msg}"));
-                                failures.push(msg);
-                            }
+                            Err(e) => failures.record(
+                                &progress,
+                                format!("{loc} {tag} {cache} {}: {e:#}", k.id()),
+                            ),
                         }
                     }
                 }
             }
         }
     }
-    drop(children);
+    let modes = env.modes.note();
+    drop(env);
+    drop((zrtt_server, tls_server, verifiers, children));
     lab.down().context("tearing the lab down")?;
-    if failures.len() * 10 > LOCATIONS.len() * PLACEMENTS.len() * 2 * o.samples * KINDS.len() {
-        bail!("more than 10% of fetches failed: {}", failures.join("; "));
-    }
-    Ok(report(&o, &samples, failures))
+    failures.at_most(total / 10, "more than 10% of fetches failed")?;
+    let notes = failures.note("fetches").into_iter().chain(modes).collect();
+    Ok(report(o, &samples, notes))
 }
 
 type Samples = Vec<Vec<Vec<Vec<Vec<f64>>>>>;
 
-fn report(o: &ZtlsOpts, samples: &Samples, failures: Vec<String>) -> Report {
+fn report(o: &ZtlsOpts, samples: &Samples, notes: Vec<String>) -> Report {
     let mut r = Report::new("ztls", "ZTLS Table 3: first response with DNS, by resolver placement and server distance (`zrtt lab ztls`)");
-    r.setup = super::machine_lines();
+    r.standard_setup();
     r.setup.push(format!(
         "Client in Seoul-like position; server RTTs {}; resolvers (unbound 1.17, defaults) on the client itself, {} ms away (LAN) and {} ms away (public); authoritative `zrtt dns` {} ms from every resolver; median of {} fetches per cell.",
         LOCATIONS.iter().map(|(n, r)| format!("{n} {r} ms")).collect::<Vec<_>>().join(", "),
         PLACEMENTS[1].2, PLACEMENTS[2].2, o.auth_rtt_ms, o.samples
     ));
-    r.setup.push("Cold: the resolver's cache for example.com is flushed before every fetch (`unbound-control flush_zone`); warm: primed once. TLS 1.3 = curl (glibc resolver, A only) to nginx; zrtt = `zrtt get --dns-server` (HTTPS, A, AAAA, TLSA in parallel) to `zrtt gateway`; unproven zrtt waits for the TCP handshake like ZTLS does, proven zrtt (provenance certificates) does not.".into());
     r.setup.push(format!(
         "Reproduce: `sudo zrtt lab ztls --samples {} --auth-rtt {}`.",
         o.samples, o.auth_rtt_ms
@@ -483,16 +458,7 @@ fn report(o: &ZtlsOpts, samples: &Samples, failures: Vec<String>) -> Report {
         x: Axis::Categories(cats),
         series: ser,
     });
-    r.notes.push("ZTLS (WWW 2023) Table 3 medians, Seoul client, Z-data cached at the resolver: stub 26.1/29.4 (Seoul), 88.4/122.7 (Tokyo), 366.5/544.5 (Ohio); local 33.2/38.2, 95.9/132.9, 367.4/544.2; public 63.8/67.8, 127.5/160.5, 405.2/580.4 (ZTLS / TLS 1.3, ms). ZTLS keeps the TCP handshake, so it corresponds to our unproven row; the paper's TLS numbers end with 5 bytes of application data, ours with an HTTP response.".into());
-    r.notes.push("Cold lookups with unbound's default QNAME minimisation cost zrtt one more authoritative round trip than an A lookup (docs/DNS.md §6a), which shows in the cold rows.".into());
-    if !failures.is_empty() {
-        r.notes.push(format!(
-            "Failed fetches ({}): {}",
-            failures.len(),
-            failures.join("; ")
-        ));
-    }
-    r.notes.extend(stack::take_mode_notes());
+    r.notes = notes;
     r.data = json!({"samples": o.samples, "auth_rtt_ms": o.auth_rtt_ms, "cells": cells});
     r
 }

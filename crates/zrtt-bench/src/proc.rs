@@ -1,0 +1,248 @@
+//! Processes and places of a lab run: the working directory, children
+//! stopped on every exit, commands run to completion, waiting for a
+//! listener, and clients timed from their first packet.
+
+use std::io::Read;
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use zrtt_lab::{Lab, LabChild};
+
+use crate::Console;
+
+/// A temporary directory removed on drop unless kept (then its path is
+/// shown on the console).
+pub(crate) struct WorkDir {
+    pub(crate) path: PathBuf,
+    keep: bool,
+    console: Console,
+}
+
+impl WorkDir {
+    pub(crate) fn new(console: &Console, what: &str, keep: bool) -> Result<WorkDir> {
+        let path = std::env::temp_dir().join(format!("zrtt-{what}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
+        Ok(WorkDir {
+            path,
+            keep,
+            console: console.clone(),
+        })
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        if self.keep {
+            self.console.line(&format!("kept {}", self.path.display()));
+        } else {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// Children terminated by PID even on early return; the lab's own teardown
+/// would also catch them.
+#[derive(Default)]
+pub(crate) struct Children(pub(crate) Vec<LabChild>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &self.0 {
+            let _ = c.terminate(Duration::from_secs(2));
+        }
+    }
+}
+
+/// Fails unless every program in `tools` is on the PATH.
+pub(crate) fn require_tools(tools: &[&str]) -> Result<()> {
+    for tool in tools {
+        if !have_tool(tool) {
+            bail!("{tool} not found: run scripts/install-deps.sh as root");
+        }
+    }
+    Ok(())
+}
+
+fn have_tool(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Sets `sysctl name=value` in each of `hosts`.
+pub(crate) fn sysctl(lab: &Lab, hosts: &[&str], name: &str, value: &str) -> Result<()> {
+    for h in hosts {
+        let mut c = lab.command(h, "sysctl")?;
+        c.args(["-q", "-w", &format!("{name}={value}")]);
+        run_capture(c).with_context(|| format!("sysctl {name} in {h}"))?;
+    }
+    Ok(())
+}
+
+/// Waits (up to 15 s) until a TCP connect from `host` to `addr` succeeds.
+pub(crate) fn wait_listening(lab: &Lab, host: &str, addr: SocketAddr) -> Result<()> {
+    let ok = lab.in_host(host, move || {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    })?;
+    if !ok {
+        bail!("nothing listens on {addr} after 15 s");
+    }
+    Ok(())
+}
+
+/// Runs `cmd` to completion; its stdout, or an error with its output.
+pub(crate) fn run_capture(mut cmd: Command) -> Result<String> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {:?}", cmd.get_program()))?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        bail!(
+            "{:?} failed ({}): {}{}",
+            cmd.get_args().collect::<Vec<_>>(),
+            out.status,
+            stdout,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(stdout)
+}
+
+/// Where a timed client's marker appears.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// Scans `r` for `marker`; sends the moment it is seen, then drains `r`
+/// (keeping the last 4 KiB for error messages).
+fn watch(mut r: impl Read, marker: Option<Vec<u8>>, tx: mpsc::Sender<Instant>) -> Vec<u8> {
+    let mut tail: Vec<u8> = Vec::new();
+    let mut buf = [0u8; 8192];
+    let mut found = marker.is_none();
+    loop {
+        let n = match r.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let now = Instant::now();
+        tail.extend_from_slice(&buf[..n]);
+        if !found {
+            if let Some(m) = &marker {
+                if tail.windows(m.len()).any(|w| w == m.as_slice()) {
+                    found = true;
+                    let _ = tx.send(now);
+                }
+            }
+        }
+        if tail.len() > 4096 {
+            tail.drain(..tail.len() - 4096);
+        }
+    }
+    tail
+}
+
+/// Runs a client program in `host` and times it from its first packet
+/// (the lab's hub timestamps it as it leaves the host) to the moment
+/// `marker` appears in its output: time to the first response byte without
+/// the program's start-up. Once the marker is seen the program gets
+/// `linger` to finish by itself (saving session state, say) before it is
+/// stopped; without a marker it is stopped after `timeout`. Returns
+/// milliseconds.
+pub(crate) fn time_client(
+    lab: &Lab,
+    host: &str,
+    mut cmd: Command,
+    stream: Stream,
+    marker: &str,
+    timeout: Duration,
+    linger: Duration,
+) -> Result<f64> {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    lab.arm_first_packet(host)?;
+    let mut child = lab.spawn(host, cmd)?;
+    let (tx, rx) = mpsc::channel();
+    let m = marker.as_bytes().to_vec();
+    let out = child.stdout.take().context("stdout")?;
+    let err = child.stderr.take().context("stderr")?;
+    let (mo, me) = match stream {
+        Stream::Stdout => (Some(m), None),
+        Stream::Stderr => (None, Some(m)),
+    };
+    let tx2 = tx.clone();
+    let t_out = std::thread::spawn(move || watch(out, mo, tx));
+    let t_err = std::thread::spawn(move || watch(err, me, tx2));
+    let seen = rx.recv_timeout(timeout).ok();
+    if seen.is_some() {
+        let _ = child.wait_timeout(linger);
+    }
+    let _ = child.terminate(Duration::from_millis(500));
+    let tail_out = t_out.join().unwrap_or_default();
+    let tail_err = t_err.join().unwrap_or_default();
+    let first = lab.first_packet(host)?;
+    match (seen, first) {
+        (Some(t), Some(f)) if t >= f => Ok(t.duration_since(f).as_secs_f64() * 1000.0),
+        (Some(_), Some(_)) => bail!("marker {marker:?} seen before the first packet"),
+        (Some(_), None) => bail!("marker {marker:?} seen but no packet left {host}"),
+        (None, _) => bail!(
+            "no {marker:?} within {timeout:?}; output: {}{}",
+            String::from_utf8_lossy(&tail_out),
+            String::from_utf8_lossy(&tail_err)
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watch_finds_a_marker_split_across_reads() {
+        struct Chunks(Vec<&'static [u8]>);
+        impl Read for Chunks {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                if self.0.is_empty() {
+                    return Ok(0);
+                }
+                let c = self.0.remove(0);
+                buf[..c.len()].copy_from_slice(c);
+                Ok(c.len())
+            }
+        }
+        let (tx, rx) = mpsc::channel();
+        let tail = watch(
+            Chunks(vec![b"noise HTT", b"P/1.1 200 OK", b" more"]),
+            Some(b"HTTP/1.1 200".to_vec()),
+            tx,
+        );
+        assert!(rx.try_recv().is_ok());
+        assert!(rx.try_recv().is_err(), "reported once");
+        assert_eq!(tail, b"noise HTTP/1.1 200 OK more");
+        let (tx, rx) = mpsc::channel();
+        watch(
+            Chunks(vec![b"HTTP/1.0 404"]),
+            Some(b"HTTP/1.1 200".to_vec()),
+            tx,
+        );
+        assert!(rx.try_recv().is_err());
+    }
+}
