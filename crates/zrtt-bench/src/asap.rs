@@ -30,7 +30,7 @@ pub const MEDIAN_KB: f64 = 11.18;
 const TLS_PORT: u16 = 443;
 const GW_PROVEN: u16 = 4435;
 const GW_PLAIN: u16 = 4433;
-const GW_WINDOW: u16 = 4436;
+const GW_STRICT: u16 = 4436;
 
 /// Options of `zrtt lab asap`.
 #[derive(Clone, Debug)]
@@ -61,7 +61,7 @@ enum Kind {
     Tls13,
     ZrttProven,
     ZrttUnproven,
-    ZrttWindow,
+    ZrttStrict,
 }
 
 impl Kind {
@@ -70,7 +70,7 @@ impl Kind {
             Kind::Tls13 => "TCP + TLS 1.3 (curl, nginx)",
             Kind::ZrttProven => "zrtt, first contact, proven",
             Kind::ZrttUnproven => "zrtt, first contact, unproven",
-            Kind::ZrttWindow => "zrtt, first contact, proven, --proven-window 14600",
+            Kind::ZrttStrict => "zrtt, first contact, proven, --strict-amplification (3x)",
         }
     }
     fn id(self) -> &'static str {
@@ -78,7 +78,7 @@ impl Kind {
             Kind::Tls13 => "tls13",
             Kind::ZrttProven => "zrtt-proven",
             Kind::ZrttUnproven => "zrtt-unproven",
-            Kind::ZrttWindow => "zrtt-proven-window",
+            Kind::ZrttStrict => "zrtt-proven-strict",
         }
     }
 }
@@ -127,10 +127,10 @@ fn fetch(env: &Env, k: Kind, kb: f64) -> Result<(f64, f64)> {
             ]);
             write_out(c, k.id(), 4, 2)?
         }
-        Kind::ZrttProven | Kind::ZrttUnproven | Kind::ZrttWindow => {
+        Kind::ZrttProven | Kind::ZrttUnproven | Kind::ZrttStrict => {
             let port = match k {
                 Kind::ZrttUnproven => GW_PLAIN,
-                Kind::ZrttWindow => GW_WINDOW,
+                Kind::ZrttStrict => GW_STRICT,
                 _ => GW_PROVEN,
             };
             let mut c = client::zrtt_get(
@@ -202,8 +202,8 @@ pub fn run(bench: &Bench, o: &AsapOpts) -> Result<Report> {
         .gateway(Gateway::proven_by(at(GW_PROVEN), &verifiers))
         .gateway(Gateway::new(at(GW_PLAIN)))
         .gateway(Gateway {
-            proven_window: Some(zrtt_proto::admission::INITIAL_WINDOW),
-            ..Gateway::proven_by(at(GW_WINDOW), &verifiers)
+            strict: true,
+            ..Gateway::proven_by(at(GW_STRICT), &verifiers)
         })
         .start(&lab, "client")?;
     servers.settle();
@@ -221,7 +221,7 @@ pub fn run(bench: &Bench, o: &AsapOpts) -> Result<Report> {
         Kind::Tls13,
         Kind::ZrttProven,
         Kind::ZrttUnproven,
-        Kind::ZrttWindow,
+        Kind::ZrttStrict,
     ];
     // The sweep compares TLS 1.3 with proven zrtt; the other variants run at
     // the median object size only.
@@ -299,9 +299,9 @@ fn report(
             "TLS 1.3",
             "zrtt proven (3x bound)",
             "saved (RTTs)",
-            "zrtt proven, window 14.6 KB",
+            "zrtt proven, strict 3x",
             "saved (RTTs)",
-            "window / TLS 1.3",
+            "strict / TLS 1.3",
             "ASAP paper",
         ],
     );
@@ -399,7 +399,7 @@ fn report(
                 reference: false,
             },
             Series {
-                name: "zrtt, first contact, window 14.6 KB".into(),
+                name: "zrtt, first contact, strict 3x".into(),
                 values: w_series,
                 reference: false,
             },

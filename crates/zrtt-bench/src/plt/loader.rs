@@ -86,7 +86,7 @@ impl Loader {
                     .await?
                     .0,
             ),
-            Proto::Tls13 | Proto::Zrtt | Proto::ZrttWindow => {
+            Proto::Tls13 | Proto::Zrtt | Proto::ZrttStrict => {
                 let cfg = if self.proto == Proto::Tls13 {
                     &self.tls
                 } else {

@@ -37,7 +37,7 @@ const PER_HOST: usize = 6;
 const HTTP_PORT: u16 = 80;
 const TLS_PORT: u16 = 443;
 const GW_PORT: u16 = 4435;
-const GW_WINDOW_PORT: u16 = 4436;
+const GW_STRICT_PORT: u16 = 4436;
 
 /// A stack the page is loaded with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -46,7 +46,7 @@ enum Proto {
     TcpTfo,
     Tls13,
     Zrtt,
-    ZrttWindow,
+    ZrttStrict,
 }
 
 const PROTOS: [Proto; 5] = [
@@ -54,7 +54,7 @@ const PROTOS: [Proto; 5] = [
     Proto::TcpTfo,
     Proto::Tls13,
     Proto::Zrtt,
-    Proto::ZrttWindow,
+    Proto::ZrttStrict,
 ];
 
 impl Proto {
@@ -64,7 +64,7 @@ impl Proto {
             Proto::TcpTfo => "tcp-tfo",
             Proto::Tls13 => "tls13",
             Proto::Zrtt => "zrtt",
-            Proto::ZrttWindow => "zrtt-window",
+            Proto::ZrttStrict => "zrtt-strict",
         }
     }
     fn label(self) -> &'static str {
@@ -73,7 +73,7 @@ impl Proto {
             Proto::TcpTfo => "HTTP over TCP + TFO (cookies cached)",
             Proto::Tls13 => "HTTPS, TLS 1.3",
             Proto::Zrtt => "zrtt, first contact, proven",
-            Proto::ZrttWindow => "zrtt, proven, --proven-window 14600",
+            Proto::ZrttStrict => "zrtt, proven, --strict-amplification (3x)",
         }
     }
     fn port(self) -> u16 {
@@ -81,7 +81,7 @@ impl Proto {
             Proto::Tcp | Proto::TcpTfo => HTTP_PORT,
             Proto::Tls13 => TLS_PORT,
             Proto::Zrtt => GW_PORT,
-            Proto::ZrttWindow => GW_WINDOW_PORT,
+            Proto::ZrttStrict => GW_STRICT_PORT,
         }
     }
 }
@@ -189,8 +189,8 @@ pub fn run(bench: &Bench, o: &PltOpts) -> Result<Report> {
                 .keepalive_requests(1000)
                 .gateway(Gateway::proven_by(at(GW_PORT), &verifiers))
                 .gateway(Gateway {
-                    proven_window: Some(zrtt_proto::admission::INITIAL_WINDOW),
-                    ..Gateway::proven_by(at(GW_WINDOW_PORT), &verifiers)
+                    strict: true,
+                    ..Gateway::proven_by(at(GW_STRICT_PORT), &verifiers)
                 })
                 .start(&lab, "client")?,
         );
@@ -260,7 +260,7 @@ fn report(o: &PltOpts, samples: &[Vec<Vec<f64>>], bytes: usize) -> Report {
             "TCP + TFO",
             "TLS 1.3",
             "zrtt",
-            "zrtt, window 14.6 KB (opt-in)",
+            "zrtt, strict 3x (opt-in)",
             "TFO gain",
             "zrtt vs TLS 1.3",
             "paper: TCP / TFO (s), gain",

@@ -57,8 +57,9 @@ pub(crate) struct Gateway {
     pub(crate) verifiers: Vec<String>,
     /// Token sealing key file: the gateway issues address tokens.
     pub(crate) token_key: Option<PathBuf>,
-    /// `--proven-window` (default: the gateway's own bound).
-    pub(crate) proven_window: Option<usize>,
+    /// `--strict-amplification`: three times the flight before the
+    /// handshake, not the default initial window.
+    pub(crate) strict: bool,
     /// `--admin`: the metrics page.
     pub(crate) admin: Option<SocketAddr>,
     /// Where its stderr goes (default: discarded).
@@ -74,7 +75,7 @@ impl Gateway {
             trust: None,
             verifiers: Vec::new(),
             token_key: None,
-            proven_window: None,
+            strict: false,
             admin: None,
             log: None,
         }
@@ -99,6 +100,9 @@ impl Gateway {
             "--keystore".into(),
             keystore.into(),
         ];
+        if self.strict {
+            a.push("--strict-amplification".into());
+        }
         let mut flag = |k: &str, v: OsString| {
             a.push(k.into());
             a.push(v);
@@ -114,9 +118,6 @@ impl Gateway {
         }
         if let Some(k) = &self.token_key {
             flag("--token-key", k.into());
-        }
-        if let Some(w) = self.proven_window {
-            flag("--proven-window", w.to_string().into());
         }
         if let Some(admin) = self.admin {
             flag("--admin", admin.to_string().into());
@@ -369,7 +370,7 @@ mod tests {
             trust: Some(Ipv4Addr::LOCALHOST),
             verifiers: vec!["aa".into(), "bb".into()],
             token_key: Some("/t.key".into()),
-            proven_window: Some(14600),
+            strict: true,
             admin: Some("127.0.0.1:9090".parse().unwrap()),
             ..Gateway::new(listen)
         }
@@ -379,6 +380,7 @@ mod tests {
         assert_eq!(
             tail,
             [
+                "--strict-amplification",
                 "--trust",
                 "127.0.0.1/32",
                 "--verifier",
@@ -389,8 +391,6 @@ mod tests {
                 "2",
                 "--token-key",
                 "/t.key",
-                "--proven-window",
-                "14600",
                 "--admin",
                 "127.0.0.1:9090"
             ]
