@@ -14,6 +14,7 @@
 #   ngtcp2-client,  gtlsclient / gtlsserver: HTTP/3 1-RTT and 0-RTT in the lab
 #   ngtcp2-server
 #   gcc             builds the small LD_PRELOAD shim that gives s_client TFO
+#   nghttp2-client  h2load: HTTP/2 load against the gateway's TLS path
 set -euo pipefail
 
 need=()
@@ -28,6 +29,7 @@ command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v gtlsclient >/dev/null 2>&1 || need+=(ngtcp2-client)
 command -v gtlsserver >/dev/null 2>&1 || need+=(ngtcp2-server)
 command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
+command -v h2load >/dev/null 2>&1 || need+=(nghttp2-client)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

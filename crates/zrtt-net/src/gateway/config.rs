@@ -136,7 +136,15 @@ impl GatewayConfig {
     }
 }
 
-/// A rustls server config (ring, TLS 1.3 only, ALPN http/1.1).
+/// Sessions remembered for resumption (TLS 1.2 session ids and TLS 1.3
+/// tickets, which are single-use: see [`tls_server_config`]).
+pub const TLS_SESSION_CACHE: usize = 32_768;
+
+/// A rustls server config (ring) as a TLS edge serves it: TLS 1.3 and 1.2,
+/// ALPN `h2` and `http/1.1`, resumption from a server-side session cache.
+/// The cache (not stateless tickets) makes every TLS 1.3 ticket
+/// single-use, which is what lets a server accept 0-RTT data without
+/// replays (RFC 8446 §8.1); a fleet shares it to resume across gateways.
 pub fn tls_server_config(
     chain: Vec<pki_types::CertificateDer<'static>>,
     key: pki_types::PrivateKeyDer<'static>,
@@ -144,10 +152,11 @@ pub fn tls_server_config(
     let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
-    .with_protocol_versions(&[&rustls::version::TLS13])?
+    .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
     .with_no_client_auth()
     .with_single_cert(chain, key)?;
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-    cfg.send_tls13_tickets = 0;
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    cfg.session_storage = rustls::server::ServerSessionMemoryCache::new(TLS_SESSION_CACHE);
+    cfg.send_tls13_tickets = 2;
     Ok(Arc::new(cfg))
 }

@@ -208,6 +208,16 @@ pub(super) async fn serve(
             peer: peer.ip(),
         }),
     );
-    relay::serve_http(shared.clone(), stream, peer, gate, early, Some(ctl), slot).await;
+    relay::serve_http(
+        shared.clone(),
+        stream,
+        peer,
+        gate,
+        early,
+        Some(ctl),
+        slot,
+        relay::Protocol::Http1,
+    )
+    .await;
     Ok(())
 }

@@ -53,6 +53,10 @@ counters! {
     amplification_holds,
     /// TLS connections.
     tls_connections,
+    /// Of those, connections that negotiated HTTP/2 (ALPN h2).
+    tls_h2_connections,
+    /// TLS connections that resumed a session (ticket or session id).
+    tls_resumed,
     /// Connections that were neither zrtt nor TLS (closed).
     other_refused,
     /// HTTP requests forwarded to the backend.

@@ -19,7 +19,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::early_answer::{EarlyCtl, EarlyUse};
@@ -64,9 +64,23 @@ struct ConnCtx {
     slot: Arc<SourceSlot>,
 }
 
-/// Serve HTTP/1.1 on `io` (a zrtt channel or TLS) until the client closes
-/// or stays idle; `early`: the first request is a served early request,
+/// The HTTP version a client connection speaks: ALPN decides on TLS;
+/// zrtt channels carry HTTP/1.1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Protocol {
+    /// HTTP/1.1 (keep-alive, one request at a time).
+    Http1,
+    /// HTTP/2 (multiplexed streams).
+    Http2,
+}
+
+/// Most concurrent HTTP/2 streams per connection (nginx's default is 128).
+const MAX_H2_STREAMS: u32 = 128;
+
+/// Serve HTTP on `io` (a zrtt channel or TLS) until the client closes or
+/// stays idle; `early`: the first request is a served early request,
 /// `ctl` the connection's confirmation state (zrtt only).
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn serve_http<S>(
     shared: Arc<Shared>,
     io: S,
@@ -75,6 +89,7 @@ pub(super) async fn serve_http<S>(
     early: bool,
     ctl: Option<Arc<EarlyCtl>>,
     slot: Arc<SourceSlot>,
+    protocol: Protocol,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -91,15 +106,30 @@ pub(super) async fn serve_http<S>(
         let ctx = ctx.clone();
         async move { Ok::<_, Infallible>(forward(&shared, &ctx, req).await) }
     });
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new())
-        .keep_alive(true)
-        .header_read_timeout(idle_timeout)
-        // Bounded buffering per connection: a slow reader costs at most
-        // this plus the channel's own bound (stream.rs), never the whole
-        // answer: hyper stops reading the backend until the client reads.
-        .max_buf_size(MAX_HTTP_BUFFER);
-    if let Err(e) = http.serve_connection(TokioIo::new(io), svc).await {
+    let served = match protocol {
+        Protocol::Http1 => {
+            let mut http = hyper::server::conn::http1::Builder::new();
+            http.timer(TokioTimer::new())
+                .keep_alive(true)
+                .header_read_timeout(idle_timeout)
+                // Bounded buffering per connection: a slow reader costs at
+                // most this plus the channel's own bound (stream.rs), never
+                // the whole answer: hyper stops reading the backend until
+                // the client reads.
+                .max_buf_size(MAX_HTTP_BUFFER);
+            http.serve_connection(TokioIo::new(io), svc).await
+        }
+        Protocol::Http2 => {
+            let mut http = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+            http.timer(TokioTimer::new())
+                .max_concurrent_streams(MAX_H2_STREAMS)
+                .max_send_buf_size(MAX_HTTP_BUFFER)
+                .keep_alive_interval(Some(idle_timeout))
+                .keep_alive_timeout(idle_timeout);
+            http.serve_connection(TokioIo::new(io), svc).await
+        }
+    };
+    if let Err(e) = served {
         tracing::debug!("http {peer}: {e}");
     }
 }
@@ -216,6 +246,17 @@ async fn forward(shared: &Shared, ctx: &ConnCtx, req: Request<Incoming>) -> Resp
     };
     let mut headers = parts.headers.clone();
     forwarding_fields(&mut headers, ctx.peer);
+    // HTTP/2 carries the host in the request target (:authority); an
+    // HTTP/1.1 backend needs it as Host.
+    if !headers.contains_key(hyper::header::HOST) {
+        if let Some(v) = parts
+            .uri
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        {
+            headers.insert(hyper::header::HOST, v);
+        }
+    }
     // An early request may have to be sent twice (425): keep its body.
     let (mut body, saved): (Body, Option<Bytes>) = if early {
         match Limited::new(body, 64 * 1024).collect().await {

@@ -43,5 +43,15 @@ pub(super) async fn serve(
     let Ok(Ok(tls)) = tokio::time::timeout(t.first_flight, acceptor.accept(tcp)).await else {
         return;
     };
-    relay::serve_http(shared.clone(), tls, peer, gate, false, None, slot).await;
+    let protocol = match tls.get_ref().1.alpn_protocol() {
+        Some(b"h2") => relay::Protocol::Http2,
+        _ => relay::Protocol::Http1,
+    };
+    if protocol == relay::Protocol::Http2 {
+        Metrics::inc(&shared.metrics.tls_h2_connections);
+    }
+    if tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
+        Metrics::inc(&shared.metrics.tls_resumed);
+    }
+    relay::serve_http(shared.clone(), tls, peer, gate, false, None, slot, protocol).await;
 }

@@ -1,0 +1,187 @@
+//! The gateway's TLS path against clients nobody here wrote: curl over
+//! HTTP/2 and HTTP/1.1 with TLS 1.2 and 1.3, `openssl s_client` resuming a
+//! session, h2load. Each test says why it skips when a tool is missing
+//! (scripts/install-deps.sh installs them).
+
+mod common;
+use common::*;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+const HOST: &str = "www.example.com";
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn skip(test: &str, tools: &[&str]) -> bool {
+    for t in tools {
+        if !have(t) {
+            eprintln!("{test}: skipped: {t} not installed (run scripts/install-deps.sh)");
+            return true;
+        }
+    }
+    false
+}
+
+/// `zrtt gateway` on a free loopback port in front of the `ok` backend;
+/// returns it and its port (from its `listening` line).
+fn gateway(dir: &Path, extra: &[&str]) -> (Guard, u16) {
+    let backend = backend().to_string();
+    let mut args = vec![
+        "gateway",
+        "--listen",
+        "127.0.0.1:0",
+        "--backend",
+        &backend,
+        "--key",
+        "k1.key",
+        "--record",
+        "k1.rec",
+        "--cert",
+        "cert.pem",
+        "--cert-key",
+        "cert.key",
+    ];
+    args.extend_from_slice(extra);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zrtt"))
+        .args(&args)
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port = line
+        .trim()
+        .strip_prefix("listening ")
+        .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
+        .unwrap_or_else(|| panic!("no listening line: {line:?}"))
+        .port();
+    (Guard(child), port)
+}
+
+fn setup() -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    key_and_record(tmp.path(), HOST);
+    tmp
+}
+
+/// curl with the test CA; returns `(stdout, success)`.
+fn curl(dir: &Path, port: u16, flags: &[&str]) -> (String, bool) {
+    let resolve = format!("{HOST}:{port}:127.0.0.1");
+    let url = format!("https://{HOST}:{port}/hello");
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--cacert", "ca.pem", "--resolve"])
+        .arg(&resolve)
+        .args(flags)
+        .args(["-w", "\n%{http_version} %{http_code} %{ssl_verify_result}"])
+        .arg(&url)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        out.status.success(),
+    )
+}
+
+#[test]
+fn curl_speaks_http2_and_http11_over_tls12_and_tls13() {
+    if skip(
+        "curl_speaks_http2_and_http11_over_tls12_and_tls13",
+        &["curl"],
+    ) {
+        return;
+    }
+    let tmp = setup();
+    let dir = tmp.path();
+    let (_gw, port) = gateway(dir, &[]);
+    for (flags, version) in [
+        (&["--http2", "--tlsv1.3"][..], "2"),
+        (&["--http2", "--tlsv1.2", "--tls-max", "1.2"][..], "2"),
+        (&["--http1.1", "--tlsv1.3"][..], "1.1"),
+        (&["--http1.1", "--tlsv1.2", "--tls-max", "1.2"][..], "1.1"),
+    ] {
+        let (out, ok) = curl(dir, port, flags);
+        assert!(ok, "curl {flags:?}: {out}");
+        assert_eq!(out, format!("ok\n{version} 200 0"), "curl {flags:?}");
+    }
+}
+
+#[test]
+fn openssl_resumes_a_session() {
+    if skip("openssl_resumes_a_session", &["openssl"]) {
+        return;
+    }
+    let tmp = setup();
+    let dir = tmp.path();
+    let (_gw, port) = gateway(dir, &[]);
+    let connect = format!("127.0.0.1:{port}");
+    for (tls, label) in [("-tls1_3", "TLSv1.3"), ("-tls1_2", "TLSv1.2")] {
+        let session = dir.join(format!("session{tls}"));
+        let run = |resume: bool| {
+            let mut cmd = Command::new("openssl");
+            cmd.args(["s_client", tls, "-connect", &connect, "-servername", HOST])
+                .args(["-CAfile", "ca.pem", "-alpn", "http/1.1", "-ign_eof"])
+                .current_dir(dir)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null());
+            if resume {
+                cmd.arg("-sess_in").arg(&session);
+            } else {
+                cmd.arg("-sess_out").arg(&session);
+            }
+            let mut child = cmd.spawn().unwrap();
+            use std::io::Write;
+            let req = format!("GET / HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n");
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(req.as_bytes())
+                .unwrap();
+            let out = child.wait_with_output().unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let first = run(false);
+        assert!(first.contains(&format!("New, {label}")), "{first}");
+        assert!(first.contains("\r\n\r\nok"), "{first}");
+        let again = run(true);
+        assert!(again.contains(&format!("Reused, {label}")), "{again}");
+        assert!(again.contains("\r\n\r\nok"), "{again}");
+    }
+}
+
+#[test]
+fn h2load_completes_without_errors() {
+    if skip("h2load_completes_without_errors", &["h2load"]) {
+        return;
+    }
+    let tmp = setup();
+    let dir = tmp.path();
+    let (_gw, port) = gateway(dir, &[]);
+    let out = Command::new("h2load")
+        .args(["-n", "400", "-c", "4", "-m", "8"])
+        .arg(format!("https://127.0.0.1:{port}/"))
+        .args(["--header", &format!(":authority: {HOST}")])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("400 succeeded, 0 failed, 0 errored"),
+        "{text}"
+    );
+    assert!(text.contains("Application protocol: h2"), "{text}");
+}
