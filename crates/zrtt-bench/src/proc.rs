@@ -165,7 +165,8 @@ fn watch(mut r: impl Read, marker: Option<Vec<u8>>, tx: mpsc::Sender<Instant>) -
 /// the program's start-up. Once the marker is seen the program gets
 /// `linger` to finish by itself (saving session state, say) before it is
 /// stopped; without a marker it is stopped after `timeout`. Returns
-/// milliseconds.
+/// milliseconds and the tail of the program's output (stdout then stderr),
+/// for callers that must check how the run went.
 pub(crate) fn time_client(
     lab: &Lab,
     host: &str,
@@ -174,7 +175,7 @@ pub(crate) fn time_client(
     marker: &str,
     timeout: Duration,
     linger: Duration,
-) -> Result<f64> {
+) -> Result<(f64, String)> {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -200,7 +201,14 @@ pub(crate) fn time_client(
     let tail_err = t_err.join().unwrap_or_default();
     let first = lab.first_packet(host)?;
     match (seen, first) {
-        (Some(t), Some(f)) if t >= f => Ok(t.duration_since(f).as_secs_f64() * 1000.0),
+        (Some(t), Some(f)) if t >= f => Ok((
+            t.duration_since(f).as_secs_f64() * 1000.0,
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&tail_out),
+                String::from_utf8_lossy(&tail_err)
+            ),
+        )),
         (Some(_), Some(_)) => bail!("marker {marker:?} seen before the first packet"),
         (Some(_), None) => bail!("marker {marker:?} seen but no packet left {host}"),
         (None, _) => bail!(

@@ -185,3 +185,123 @@ fn h2load_completes_without_errors() {
     );
     assert!(text.contains("Application protocol: h2"), "{text}");
 }
+
+/// An HTTP/1.1 backend answering `ok` and recording each request's first
+/// line and whether it carried `Early-Data: 1`.
+fn recording_backend() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+) {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen2 = seen.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let seen = seen2.clone();
+            std::thread::spawn(move || {
+                let mut s = s;
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while let Ok(n) = s.read(&mut chunk) {
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                        let first = head.lines().next().unwrap_or("").to_owned();
+                        let early = head.lines().any(|l| l.trim() == "early-data: 1");
+                        seen.lock().unwrap().push(format!("{first} early={early}"));
+                        buf.drain(..end + 4);
+                        let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
+                    }
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+#[test]
+fn openssl_0rtt_is_answered_once_and_a_replayed_ticket_gets_no_early_data() {
+    if skip("openssl_0rtt_...", &["openssl"]) {
+        return;
+    }
+    let tmp = setup();
+    let dir = tmp.path();
+    let (backend, seen) = recording_backend();
+    let backend = backend.to_string();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zrtt"))
+        .args(["gateway", "--listen", "127.0.0.1:0", "--backend", &backend])
+        .args([
+            "--key", "k1.key", "--record", "k1.rec", "--cert", "cert.pem",
+        ])
+        .args(["--cert-key", "cert.key"])
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _gw = Guard(child);
+    let addr = line.trim().strip_prefix("listening ").unwrap().to_owned();
+    let req = format!("GET /early HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n");
+    std::fs::write(dir.join("early.txt"), &req).unwrap();
+    let session = dir.join("session.pem");
+    let run = |args: &[&str], stdin: &[u8]| {
+        let mut cmd = Command::new("openssl");
+        cmd.args([
+            "s_client",
+            "-tls1_3",
+            "-connect",
+            &addr,
+            "-servername",
+            HOST,
+        ])
+        .args(["-CAfile", "ca.pem", "-alpn", "http/1.1", "-ign_eof"])
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+        let mut child = cmd.spawn().unwrap();
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(stdin).unwrap();
+        let out = child.wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let sess = session.to_str().unwrap();
+    // A full handshake gets a ticket.
+    let first = run(&["-sess_out", sess], req.as_bytes());
+    assert!(first.contains("New, TLSv1.3"), "{first}");
+    assert!(first.contains("\r\n\r\nok"), "{first}");
+    // Resumed with the request as early data: accepted and answered.
+    let early = run(&["-sess_in", sess, "-early_data", "early.txt"], b"");
+    assert!(early.contains("Reused, TLSv1.3"), "{early}");
+    assert!(early.contains("Early data was accepted"), "{early}");
+    assert!(early.contains("\r\n\r\nok"), "{early}");
+    // The same ticket again (a replay of the ClientHello's PSK): tickets
+    // are single-use, so no resumption and no early data. The client then
+    // sends its request after the handshake, as 1-RTT data.
+    let replay = run(
+        &["-sess_in", sess, "-early_data", "early.txt"],
+        req.as_bytes(),
+    );
+    assert!(!replay.contains("Early data was accepted"), "{replay}");
+    assert!(replay.contains("New, TLSv1.3"), "{replay}");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        vec![
+            "get /early http/1.1 early=false".to_owned(),
+            "get /early http/1.1 early=true".to_owned(),
+            "get /early http/1.1 early=false".to_owned(),
+        ],
+        "early data ran once, marked; the replayed ticket's early data never ran"
+    );
+}

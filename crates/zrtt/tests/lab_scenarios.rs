@@ -74,7 +74,7 @@ fn ladder_round_trips() {
     }
     let js = scenario("ladder", &["--rtt", "20", "--samples", "2"]);
     let rows = js["data"]["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 12);
+    assert_eq!(rows.len(), 14);
     let mut seen = Vec::new();
     for r in rows {
         let id = r["id"].as_str().unwrap();

@@ -11,6 +11,9 @@ use anyhow::{bail, Context, Result};
 use zrtt_lab::Lab;
 
 use super::{Stack, GW_PROVEN, GW_TOKENS, HTTP_PORT, NAME, TLS_PORT};
+
+/// The gateway whose TLS path the gateway rows use (any gateway would do).
+const GW_TLS_PORT: u16 = GW_TOKENS;
 use crate::client::{self, secs_field, write_out, ModeNotes, ZRTT_ONLY};
 use crate::proc::{run_capture, time_client, Stream};
 use crate::stack::Site;
@@ -30,6 +33,8 @@ pub(super) struct Env<'a> {
     pub(super) pv_state: PathBuf,
     pub(super) token_state: PathBuf,
     pub(super) sess: PathBuf,
+    /// The openssl session for the gateway's TLS path.
+    pub(super) gw_sess: PathBuf,
     pub(super) h3_sess: PathBuf,
     pub(super) h3_tp: PathBuf,
     pub(super) request: PathBuf,
@@ -69,21 +74,33 @@ fn curl(env: &Env, s: Stack) -> Result<Command> {
     Ok(c)
 }
 
-fn s_client(env: &Env, tfo: bool, early: bool) -> Result<Command> {
+/// Where an openssl row connects: nginx's TLS port, or a zrtt gateway's
+/// TLS path; with its own session file.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum TlsServer {
+    Nginx,
+    Gateway,
+}
+
+fn s_client(env: &Env, server: TlsServer, tfo: bool, early: bool) -> Result<Command> {
     let mut c = env.lab.command("client", "env")?;
     if tfo {
         let p = env.preload.as_ref().context("no TFO shim (cc missing?)")?;
         c.arg(format!("LD_PRELOAD={}", p.display()));
     }
+    let (port, sess) = match server {
+        TlsServer::Nginx => (TLS_PORT, &env.sess),
+        TlsServer::Gateway => (GW_TLS_PORT, &env.gw_sess),
+    };
     c.args(["openssl", "s_client", "-connect"])
-        .arg(format!("{}:{TLS_PORT}", env.server))
+        .arg(format!("{}:{port}", env.server))
         .args(["-servername", NAME, "-tls1_3", "-quiet", "-CAfile"])
         .arg(&env.site.ca)
         .arg("-sess_out")
-        .arg(&env.sess);
+        .arg(sess);
     if early {
         c.arg("-sess_in")
-            .arg(&env.sess)
+            .arg(sess)
             .arg("-early_data")
             .arg(&env.request);
     }
@@ -132,6 +149,18 @@ pub(super) fn zrtt_get(env: &Env, s: Stack) -> Result<Command> {
 }
 
 /// One measurement of `s`: milliseconds to the first response byte.
+/// A sample whose server refused the early data it was meant to measure.
+#[derive(Debug)]
+pub(super) struct Refused;
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the server refused the early data")
+    }
+}
+
+impl std::error::Error for Refused {}
+
 pub(super) fn measure(env: &Env, s: Stack, rtt: Duration) -> Result<f64> {
     let timeout = Duration::from_secs(15);
     match s.tool() {
@@ -162,11 +191,16 @@ pub(super) fn measure(env: &Env, s: Stack, rtt: Duration) -> Result<f64> {
             secs_field(&f[0])
         }
         "openssl" => {
-            let cmd = s_client(env, s == Stack::Tls13ZeroRttTfo, true)?;
+            let server = match s {
+                Stack::GwTls13ZeroRtt | Stack::GwTls13ZeroRttTfo => TlsServer::Gateway,
+                _ => TlsServer::Nginx,
+            };
+            let tfo = matches!(s, Stack::Tls13ZeroRttTfo | Stack::GwTls13ZeroRttTfo);
+            let cmd = s_client(env, server, tfo, true)?;
             // Linger after the answer so that the new session ticket
             // (sent when the client's Finished arrives) is saved.
             let linger = rtt + Duration::from_millis(100);
-            time_client(
+            Ok(time_client(
                 env.lab,
                 "client",
                 cmd,
@@ -174,7 +208,8 @@ pub(super) fn measure(env: &Env, s: Stack, rtt: Duration) -> Result<f64> {
                 "HTTP/1.1 200",
                 timeout,
                 linger,
-            )
+            )?
+            .0)
         }
         _ => {
             if s == Stack::H3ZeroRtt {
@@ -186,7 +221,7 @@ pub(super) fn measure(env: &Env, s: Stack, rtt: Duration) -> Result<f64> {
                 warm.stdout(Stdio::null()).stderr(Stdio::null());
                 let _ = warm.status()?;
             }
-            time_client(
+            let (ms, output) = time_client(
                 env.lab,
                 "client",
                 gtlsclient(env, s == Stack::H3ZeroRtt),
@@ -195,7 +230,13 @@ pub(super) fn measure(env: &Env, s: Stack, rtt: Duration) -> Result<f64> {
                 timeout,
                 // It exits by itself once the stream closes, saving the session.
                 2 * rtt + Duration::from_millis(500),
-            )
+            )?;
+            if s == Stack::H3ZeroRtt && output.contains("Early data was rejected") {
+                // The server's choice, not the network's: the sample did
+                // not measure 0-RTT, so it is retaken, never counted.
+                return Err(Refused.into());
+            }
+            Ok(ms)
         }
     }
 }
@@ -217,7 +258,26 @@ pub(super) fn build_preload(dir: &Path) -> Result<PathBuf> {
 /// Sessions for the resumption rows: one full connection each, and a check
 /// that the server accepts the early data.
 pub(super) fn warm_sessions(env: &Env, notes: &mut Vec<String>) -> Result<()> {
-    let mut c = s_client(env, false, false)?;
+    warm_tls(env, TlsServer::Gateway, notes)?;
+    warm_tls(env, TlsServer::Nginx, notes)?;
+    // HTTP/3: one full connection saves the session and transport parameters.
+    let mut h = gtlsclient(env, true);
+    h.stdout(Stdio::null()).stderr(Stdio::null());
+    let _ = h.status()?;
+    if !env.h3_sess.exists() || !env.h3_tp.exists() {
+        bail!("gtlsclient saved no session or transport parameters");
+    }
+    Ok(())
+}
+
+/// A session for one TLS server's resumption rows: one full connection,
+/// and a check that the server accepts the early data.
+fn warm_tls(env: &Env, server: TlsServer, notes: &mut Vec<String>) -> Result<()> {
+    let (port, sess, who) = match server {
+        TlsServer::Nginx => (TLS_PORT, &env.sess, "nginx"),
+        TlsServer::Gateway => (GW_TLS_PORT, &env.gw_sess, "the zrtt gateway"),
+    };
+    let mut c = s_client(env, server, false, false)?;
     c.stdin(Stdio::piped());
     // A full handshake plus a request; the ticket arrives with the answer.
     let mut child = c.stdout(Stdio::piped()).stderr(Stdio::null()).spawn()?;
@@ -229,19 +289,19 @@ pub(super) fn warm_sessions(env: &Env, notes: &mut Vec<String>) -> Result<()> {
     }
     let _ = child.kill();
     let _ = child.wait();
-    if !env.sess.exists() {
+    if !sess.exists() {
         bail!("openssl s_client saved no session");
     }
     // Is early data accepted? s_client says so when not quiet.
     let mut c = env.lab.command("client", "timeout")?;
     c.args(["3", "openssl", "s_client", "-connect"])
-        .arg(format!("{}:{TLS_PORT}", env.server))
+        .arg(format!("{}:{port}", env.server))
         .args(["-servername", NAME, "-tls1_3", "-ign_eof", "-CAfile"])
         .arg(&env.site.ca)
         .arg("-sess_in")
-        .arg(&env.sess)
+        .arg(sess)
         .arg("-sess_out")
-        .arg(&env.sess)
+        .arg(sess)
         .arg("-early_data")
         .arg(&env.request);
     let out = c.stdin(Stdio::null()).output()?;
@@ -250,17 +310,10 @@ pub(super) fn warm_sessions(env: &Env, notes: &mut Vec<String>) -> Result<()> {
     notes.push(format!(
         "openssl s_client early data check: {}",
         if accepted {
-            "nginx accepted the 0-RTT request"
+            format!("{who} accepted the 0-RTT request")
         } else {
-            "nginx did NOT accept early data (the 0-RTT rows then show 2 RTT)"
+            format!("{who} did NOT accept early data (its 0-RTT rows then show 2 RTT)")
         }
     ));
-    // HTTP/3: one full connection saves the session and transport parameters.
-    let mut h = gtlsclient(env, true);
-    h.stdout(Stdio::null()).stderr(Stdio::null());
-    let _ = h.status()?;
-    if !env.h3_sess.exists() || !env.h3_tp.exists() {
-        bail!("gtlsclient saved no session or transport parameters");
-    }
     Ok(())
 }

@@ -44,6 +44,8 @@ enum Stack {
     Tls13TfoRevisit,
     Tls13ZeroRtt,
     Tls13ZeroRttTfo,
+    GwTls13ZeroRtt,
+    GwTls13ZeroRttTfo,
     H3,
     H3ZeroRtt,
     ZrttProven,
@@ -51,7 +53,7 @@ enum Stack {
     ZrttRevisit,
 }
 
-const STACKS: [Stack; 12] = [
+const STACKS: [Stack; 14] = [
     Stack::Http,
     Stack::Tls12,
     Stack::Tls13,
@@ -59,6 +61,8 @@ const STACKS: [Stack; 12] = [
     Stack::Tls13TfoRevisit,
     Stack::Tls13ZeroRtt,
     Stack::Tls13ZeroRttTfo,
+    Stack::GwTls13ZeroRtt,
+    Stack::GwTls13ZeroRttTfo,
     Stack::H3,
     Stack::H3ZeroRtt,
     Stack::ZrttProven,
@@ -76,6 +80,8 @@ impl Stack {
             Stack::Tls13TfoRevisit => "tls13-tfo-revisit",
             Stack::Tls13ZeroRtt => "tls13-0rtt",
             Stack::Tls13ZeroRttTfo => "tls13-0rtt-tfo",
+            Stack::GwTls13ZeroRtt => "gw-tls13-0rtt",
+            Stack::GwTls13ZeroRttTfo => "gw-tls13-0rtt-tfo",
             Stack::H3 => "h3",
             Stack::H3ZeroRtt => "h3-0rtt",
             Stack::ZrttProven => "zrtt-first-proven",
@@ -93,6 +99,10 @@ impl Stack {
             Stack::Tls13TfoRevisit => "TLS 1.3 + TFO, cookie cached (curl)",
             Stack::Tls13ZeroRtt => "TLS 1.3 0-RTT resumption (openssl s_client)",
             Stack::Tls13ZeroRttTfo => "TLS 1.3 0-RTT + TFO, both cached (openssl s_client)",
+            Stack::GwTls13ZeroRtt => "TLS 1.3 0-RTT resumption, zrtt gateway's TLS path (openssl s_client)",
+            Stack::GwTls13ZeroRttTfo => {
+                "TLS 1.3 0-RTT + TFO, zrtt gateway's TLS path, ticket bound to the address (openssl s_client)"
+            }
             Stack::H3 => "HTTP/3 1-RTT (ngtcp2)",
             Stack::H3ZeroRtt => "HTTP/3 0-RTT, resumed (ngtcp2)",
             Stack::ZrttProven => "zrtt, first contact, proven (2 verifiers)",
@@ -108,6 +118,8 @@ impl Stack {
             Stack::Tls13TfoRevisit
                 | Stack::Tls13ZeroRtt
                 | Stack::Tls13ZeroRttTfo
+                | Stack::GwTls13ZeroRtt
+                | Stack::GwTls13ZeroRttTfo
                 | Stack::H3ZeroRtt
                 | Stack::ZrttRevisit
         )
@@ -138,15 +150,23 @@ impl Stack {
             Stack::Http
             | Stack::Tls13TfoRevisit
             | Stack::Tls13ZeroRtt
+            | Stack::GwTls13ZeroRtt
             | Stack::H3
             | Stack::ZrttUnproven => 2,
-            Stack::Tls13ZeroRttTfo | Stack::H3ZeroRtt | Stack::ZrttProven | Stack::ZrttRevisit => 1,
+            Stack::Tls13ZeroRttTfo
+            | Stack::GwTls13ZeroRttTfo
+            | Stack::H3ZeroRtt
+            | Stack::ZrttProven
+            | Stack::ZrttRevisit => 1,
         }
     }
 
     fn tool(self) -> &'static str {
         match self {
-            Stack::Tls13ZeroRtt | Stack::Tls13ZeroRttTfo => "openssl",
+            Stack::Tls13ZeroRtt
+            | Stack::Tls13ZeroRttTfo
+            | Stack::GwTls13ZeroRtt
+            | Stack::GwTls13ZeroRttTfo => "openssl",
             Stack::H3 | Stack::H3ZeroRtt => "gtlsclient",
             Stack::ZrttProven | Stack::ZrttUnproven | Stack::ZrttRevisit => "zrtt",
             _ => "curl",
@@ -228,6 +248,7 @@ pub fn run(bench: &Bench, o: &LadderOpts) -> Result<Report> {
         )
         .gateway(Gateway {
             token_key: Some(token_key),
+            log: Some(dir.join("gw-tokens.log")),
             ..Gateway::new(at(GW_TOKENS))
         })
         .gateway(Gateway::proven_by(at(GW_PROVEN), &verifiers))
@@ -252,6 +273,7 @@ pub fn run(bench: &Bench, o: &LadderOpts) -> Result<Report> {
         pv_state: verifiers.state.clone(),
         token_state: dir.join("tokens.state"),
         sess: dir.join("tls.sess"),
+        gw_sess: dir.join("gw-tls.sess"),
         h3_sess: dir.join("h3.sess"),
         h3_tp: dir.join("h3.tp"),
         request,
@@ -261,6 +283,7 @@ pub fn run(bench: &Bench, o: &LadderOpts) -> Result<Report> {
     let mut notes = Vec::new();
     let mut samples: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); STACKS.len()]; o.rtts_ms.len()];
     let mut failures = Failures::new("ladder");
+    let mut refused = 0usize;
     let mut progress = Progress::new(
         &bench.console,
         "ladder",
@@ -272,6 +295,7 @@ pub fn run(bench: &Bench, o: &LadderOpts) -> Result<Report> {
         lab.set_rtt("server", "verifier", rtt)?;
         // Warm state for the revisit rows at this RTT.
         let _ = std::fs::remove_file(&env.sess);
+        let _ = std::fs::remove_file(&env.gw_sess);
         let _ = std::fs::remove_file(&env.h3_sess);
         let _ = std::fs::remove_file(&env.h3_tp);
         let _ = std::fs::remove_file(&env.token_state);
@@ -285,7 +309,19 @@ pub fn run(bench: &Bench, o: &LadderOpts) -> Result<Report> {
         for _ in 0..o.samples {
             for (si, &s) in STACKS.iter().enumerate() {
                 progress.tick(&format!("RTT {rtt_ms} ms: {}", s.id()));
-                match measure(&env, s, rtt) {
+                // A sample whose server refused its early data is retaken
+                // (a few times), never counted as a slow sample.
+                let mut result = measure(&env, s, rtt);
+                for _ in 0..3 {
+                    match &result {
+                        Err(e) if e.is::<clients::Refused>() => {
+                            refused += 1;
+                            result = measure(&env, s, rtt);
+                        }
+                        _ => break,
+                    }
+                }
+                match result {
                     Ok(ms) => samples[ri][si].push(ms),
                     Err(e) => failures.record(&progress, format!("RTT {rtt_ms} {}: {e:#}", s.id())),
                 }
@@ -299,6 +335,11 @@ pub fn run(bench: &Bench, o: &LadderOpts) -> Result<Report> {
     lab.down()?;
     failures.at_most(o.samples * o.rtts_ms.len(), "too many failed measurements")?;
     notes.extend(failures.note("measurements"));
+    if refused > 0 {
+        notes.push(format!(
+            "{refused} sample(s) retaken because the server refused their early data (HTTP/3 0-RTT)"
+        ));
+    }
     notes.extend(modes);
     Ok(report(o, &samples, notes))
 }

@@ -243,7 +243,10 @@ impl<'a> SiteStack<'a> {
             let mut c = self.command(lab, &self.bench.zrtt)?;
             c.args(g.args(&self.site.keystore)).stdout(Stdio::null());
             match &g.log {
-                Some(p) => c.stderr(std::fs::File::create(p)?),
+                Some(p) => c
+                    .arg("--log-level")
+                    .arg("debug")
+                    .stderr(std::fs::File::create(p)?),
                 None => c.stderr(Stdio::null()),
             };
             let child = lab.spawn(&self.host, c)?;

@@ -136,12 +136,17 @@ impl GatewayConfig {
     }
 }
 
+/// Most TLS 1.3 early data accepted from a resumed client (as zrtt's
+/// default `max_early_data`).
+pub const TLS_MAX_EARLY_DATA: u32 = 16_384;
+
 /// Sessions remembered for resumption (TLS 1.2 session ids and TLS 1.3
 /// tickets, which are single-use: see [`tls_server_config`]).
 pub const TLS_SESSION_CACHE: usize = 32_768;
 
 /// A rustls server config (ring) as a TLS edge serves it: TLS 1.3 and 1.2,
-/// ALPN `h2` and `http/1.1`, resumption from a server-side session cache.
+/// ALPN `h2` and `http/1.1`, resumption from a server-side session cache,
+/// 0-RTT early data on resumption.
 /// The cache (not stateless tickets) makes every TLS 1.3 ticket
 /// single-use, which is what lets a server accept 0-RTT data without
 /// replays (RFC 8446 §8.1); a fleet shares it to resume across gateways.
@@ -158,5 +163,10 @@ pub fn tls_server_config(
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     cfg.session_storage = rustls::server::ServerSessionMemoryCache::new(TLS_SESSION_CACHE);
     cfg.send_tls13_tickets = 2;
+    // TLS 1.3 0-RTT for resumed clients (single-use tickets above), and
+    // the answer as half-RTT data: the gateway's TLS path decides when it
+    // may go out (gateway/tls).
+    cfg.max_early_data_size = TLS_MAX_EARLY_DATA;
+    cfg.send_half_rtt_data = true;
     Ok(Arc::new(cfg))
 }

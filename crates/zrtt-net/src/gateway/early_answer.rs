@@ -87,7 +87,7 @@ impl EarlyCtl {
         self.confirmed.load(Ordering::Acquire)
     }
 
-    fn set_confirmed(&self) {
+    pub(super) fn set_confirmed(&self) {
         if !self.confirmed.swap(true, Ordering::AcqRel) {
             self.confirmed_notify.notify_waiters();
         }
@@ -605,6 +605,14 @@ impl AsyncWrite for EarlyAnswer {
         if matches!(this.state, State::Open(_)) {
             // The Close record counts against the budget too.
             ready!(this.poll_close_room(cx))?;
+        }
+        if this.grant.is_some() && !this.complete() {
+            // An early answer's outcome is known only once the handshake
+            // completes (or does not): closing first would leave the socket
+            // in SYN_RECV and count a client that was merely quick as a
+            // failure. The answer is out already; only the end waits.
+            ready!(this.poll_handshake(cx))?;
+            this.complete();
         }
         match &mut this.state {
             State::Open(s) => Pin::new(s).poll_shutdown(cx),

@@ -31,7 +31,7 @@ const MAX_SAFETY_POLL: Duration = Duration::from_millis(250);
 #[derive(Debug)]
 pub struct Gate {
     fd: AsyncFd<OwnedFd>,
-    proven: bool,
+    proven: AtomicBool,
     complete: AtomicBool,
     max_wait: Duration,
     /// One waiter at a time watches the socket; others wait for it.
@@ -46,7 +46,7 @@ impl Gate {
     pub fn new(fd: OwnedFd, proven: bool, max_wait: Duration) -> Result<Self> {
         Ok(Self {
             fd: sys::register(fd, Interest::WRITABLE).map_err(Error::io("registering the gate"))?,
-            proven,
+            proven: AtomicBool::new(proven),
             complete: AtomicBool::new(false),
             max_wait,
             watch: tokio::sync::Mutex::new(()),
@@ -55,7 +55,13 @@ impl Gate {
 
     /// Whether the address was proven.
     pub fn proven(&self) -> bool {
-        self.proven
+        self.proven.load(Ordering::Acquire)
+    }
+
+    /// The address was proven after the gate was made (a TLS session
+    /// ticket bound to it, seen once the ClientHello was processed).
+    pub fn set_proven(&self) {
+        self.proven.store(true, Ordering::Release);
     }
 
     /// Non-blocking: has the TCP handshake completed? `Err` if the socket
@@ -78,7 +84,7 @@ impl Gate {
     /// Wait until bytes may be sent: at once for a proven address, else
     /// until the handshake completes (bounded).
     pub async fn wait_to_send(&self) -> Result<()> {
-        if self.proven {
+        if self.proven() {
             return Ok(());
         }
         self.wait_complete().await

@@ -201,7 +201,7 @@ async fn handle(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
             if active > shared.cfg.admission.limits.hard_max_connections {
                 return;
             }
-            tls::serve(&shared, tcp, peer, gate_fd, slot).await;
+            tls::serve(&shared, tcp, peer, gate_fd, active, slot).await;
         }
         _ => Metrics::inc(&shared.metrics.other_refused),
     }

@@ -57,6 +57,11 @@ counters! {
     tls_h2_connections,
     /// TLS connections that resumed a session (ticket or session id).
     tls_resumed,
+    /// TLS connections that sent 0-RTT early data rustls accepted.
+    tls_early_data,
+    /// TLS connections answered before their TCP handshake completed (a
+    /// session issued to their address).
+    tls_answered_early,
     /// Connections that were neither zrtt nor TLS (closed).
     other_refused,
     /// HTTP requests forwarded to the backend.

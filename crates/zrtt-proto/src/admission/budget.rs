@@ -123,6 +123,14 @@ impl AmplificationBudget {
         n
     }
 
+    /// Charge up to `want` bytes of another protocol's records (TLS) as
+    /// they go on the wire; returns how many fit (0: wait for the handshake).
+    pub fn take_bytes(&mut self, want: usize) -> usize {
+        let n = want.min(self.remaining());
+        self.spent += n;
+        n
+    }
+
     /// Whether a record with an empty body (a Close) still fits.
     pub fn take_empty_record(&mut self) -> bool {
         if self.remaining() >= RECORD_OVERHEAD {
@@ -232,6 +240,15 @@ mod tests {
         let mut b = AmplificationBudget::new(RECORD_OVERHEAD);
         assert!(b.take_empty_record());
         assert!(!b.take_empty_record());
+    }
+
+    #[test]
+    fn raw_bytes_are_charged_exactly() {
+        let mut b = AmplificationBudget::new(100);
+        assert_eq!(b.take_bytes(60), 60);
+        assert_eq!(b.take_bytes(60), 40);
+        assert_eq!(b.take_bytes(1), 0);
+        assert_eq!(b.spent(), 100);
     }
 
     #[test]

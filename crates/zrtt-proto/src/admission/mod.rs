@@ -208,6 +208,8 @@ pub enum Proof {
     TrustedNetwork,
     /// A token this gateway (or its fleet) issued.
     Token,
+    /// A TLS session ticket issued to this address (resumption).
+    TlsTicket,
     /// Certificates from a quorum of provenance verifiers.
     Provenance {
         /// Verifier ids of the certificates that counted.
@@ -459,26 +461,61 @@ impl Admission {
             });
         }
         if d.proof.is_some() {
-            if !intake.may_answer_early() {
-                d.forced_gating = true;
-                d.proof = None;
-                return d;
-            }
-            let want =
-                AmplificationBudget::for_flight(evidence.received, self.config.proven_window);
-            // At least the strict bound, or nothing early.
-            let floor = AmplificationBudget::for_flight(evidence.received, 0)
-                .limit()
-                .min(want.limit());
-            match lock(&self.destinations).reserve(peer, want.limit(), floor, mono) {
-                Ok(granted) => d.budget = Some(AmplificationBudget::new(granted)),
-                Err(why) => {
-                    d.withheld = Some(why);
-                    d.proof = None;
-                }
-            }
+            self.grant(&mut d, intake, peer, evidence.received, mono);
         }
         d
+    }
+
+    /// The budget for a proof established elsewhere (a TLS session ticket
+    /// bound to the address it was issued to, [`Proof::TlsTicket`]): the
+    /// same load limits and per-destination budgets as a first flight's
+    /// proof. `received`: bytes the client sent before the handshake.
+    pub fn decide_proven(
+        &self,
+        intake: Intake,
+        peer: IpAddr,
+        proof: Proof,
+        received: usize,
+        mono: Instant,
+    ) -> Decision {
+        let mut d = Decision {
+            proof: Some(proof),
+            budget: None,
+            token: None,
+            provenance: None,
+            forced_gating: false,
+            withheld: None,
+        };
+        self.grant(&mut d, intake, canonical_ip(peer), received, mono);
+        d
+    }
+
+    /// Turn a valid proof into a budget, or gate it (load, destination).
+    fn grant(
+        &self,
+        d: &mut Decision,
+        intake: Intake,
+        peer: IpAddr,
+        received: usize,
+        mono: Instant,
+    ) {
+        if !intake.may_answer_early() {
+            d.forced_gating = true;
+            d.proof = None;
+            return;
+        }
+        let want = AmplificationBudget::for_flight(received, self.config.proven_window);
+        // At least the strict bound, or nothing early.
+        let floor = AmplificationBudget::for_flight(received, 0)
+            .limit()
+            .min(want.limit());
+        match lock(&self.destinations).reserve(peer, want.limit(), floor, mono) {
+            Ok(granted) => d.budget = Some(AmplificationBudget::new(granted)),
+            Err(why) => {
+                d.withheld = Some(why);
+                d.proof = None;
+            }
+        }
     }
 
     /// An early answer to `peer` (a decision with a budget) was followed by
