@@ -97,7 +97,7 @@ struct Env<'a> {
     lab: &'a Lab,
     site: &'a Site,
     server: Ipv4Addr,
-    pv_state: &'a Path,
+    provenance_state: &'a Path,
     modes: ModeNotes,
 }
 
@@ -147,7 +147,7 @@ fn fetch(env: &Env, k: Kind, kb: f64) -> Result<(f64, f64)> {
                 "%{time_starttransfer} %{time_total} %{http_code} %{size_download} %{zrtt_mode}",
             ]);
             if k != Kind::ZrttUnproven {
-                c.arg("--pv-state").arg(env.pv_state);
+                c.arg("--provenance-state").arg(env.provenance_state);
             }
             write_out(c, k.id(), 5, 2)?
         }
@@ -212,7 +212,7 @@ pub fn run(bench: &Bench, o: &AsapOpts) -> Result<Report> {
         lab: &lab,
         site: &site,
         server,
-        pv_state: &verifiers.state,
+        provenance_state: &verifiers.state,
         modes: ModeNotes::default(),
     };
 

@@ -243,7 +243,7 @@ pub fn run(bench: &Bench, o: &DemoOpts) -> Result<DemoReport> {
             get.args(["-m", "10s", "-w"])
                 .arg("%{time_connect} %{time_starttransfer} %{http_code} %{zrtt_mode} %{syn_data}");
             if i == 3 {
-                get.arg("--pv-state").arg(&verifiers.state);
+                get.arg("--provenance-state").arg(&verifiers.state);
             }
             let f = write_out(get, "zrtt get", 5, 2)?;
             rows[i].connect_ms.push(secs_field(&f[0])?);

@@ -46,7 +46,7 @@ pub use report::Report;
 #[derive(Clone, Debug)]
 pub struct Bench {
     /// The `zrtt` executable the lab's hosts run (`zrtt gateway`, `zrtt get`,
-    /// `zrtt pv`, `zrtt dns`, `zrtt keys cert`); the binary passes itself.
+    /// `zrtt verifier`, `zrtt dns`, `zrtt keys cert`); the binary passes itself.
     pub zrtt: PathBuf,
     /// Where progress and status lines go.
     pub console: Console,

@@ -107,7 +107,7 @@ struct Env<'a> {
     lab: &'a Lab,
     www: &'a Site,
     tls: &'a Site,
-    pv_state: PathBuf,
+    provenance_state: PathBuf,
     dir: PathBuf,
     modes: ModeNotes,
 }
@@ -149,7 +149,7 @@ fn fetch(env: &Env, k: Kind, resolver: Ipv4Addr) -> Result<f64> {
             let mut c = env.lab.command("client", &env.bench.zrtt)?;
             c.arg("get");
             if k == Kind::ZrttProven {
-                c.arg("--pv-state").arg(&env.pv_state);
+                c.arg("--provenance-state").arg(&env.provenance_state);
             }
             c.args([
                 "-o",
@@ -276,7 +276,7 @@ pub fn run(bench: &Bench, o: &ZtlsOpts) -> Result<Report> {
         lab: &lab,
         www: &www,
         tls: &tls,
-        pv_state: verifiers.state.clone(),
+        provenance_state: verifiers.state.clone(),
         dir: dir.clone(),
         modes: ModeNotes::default(),
     };

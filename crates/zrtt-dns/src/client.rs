@@ -15,7 +15,7 @@ pub const EDNS_PAYLOAD: u16 = 1232;
 
 /// How to reach the server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Transport {
+pub enum DnsTransport {
     /// One datagram each way.
     Udp,
     /// Two-byte length prefix on a TCP connection.
@@ -78,7 +78,7 @@ pub fn query_message(name: &str, rtype: RecordType) -> Result<Message, ClientErr
 pub fn exchange_bytes(
     server: SocketAddr,
     request: &[u8],
-    transport: Transport,
+    transport: DnsTransport,
     timeout: Duration,
 ) -> Result<Vec<u8>, ClientError> {
     let io = |error| ClientError::Io { server, error };
@@ -99,7 +99,7 @@ pub fn exchange_bytes(
         .get(..2)
         .ok_or_else(|| ClientError::BadQuestion("short message".into()))?;
     match transport {
-        Transport::Udp => {
+        DnsTransport::Udp => {
             let bind: SocketAddr = if server.is_ipv4() {
                 "0.0.0.0:0"
                     .parse()
@@ -123,7 +123,7 @@ pub fn exchange_bytes(
                 }
             }
         }
-        Transport::Tcp => {
+        DnsTransport::Tcp => {
             let mut s = TcpStream::connect_timeout(&server, left()?).map_err(timed_out)?;
             let len = u16::try_from(request.len())
                 .map_err(|_| ClientError::BadQuestion("message over 65535 bytes".into()))?;
@@ -151,7 +151,7 @@ pub fn exchange_bytes(
 pub fn exchange(
     server: SocketAddr,
     request: &Message,
-    transport: Transport,
+    transport: DnsTransport,
     timeout: Duration,
 ) -> Result<(Message, usize), ClientError> {
     let bytes = request
@@ -174,7 +174,7 @@ pub fn query(
     server: SocketAddr,
     name: &str,
     rtype: RecordType,
-    transport: Transport,
+    transport: DnsTransport,
     timeout: Duration,
 ) -> Result<(Message, usize), ClientError> {
     exchange(server, &query_message(name, rtype)?, transport, timeout)

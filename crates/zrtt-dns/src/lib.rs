@@ -4,8 +4,8 @@
 //!   policy file, rotation schedule, status;
 //! - [`keystore`]: the key store (semi-static keys and their records),
 //!   shared by `zrtt dns`, the gateway and `zrtt keys rotate`;
-//! - [`pvstore`]: the verifier key store (provenance verifier keys, their
-//!   signed records and rotation), shared by `zrtt pv serve` and `zrtt dns`;
+//! - [`verifier_store`]: the verifier key store (provenance verifier keys, their
+//!   signed records and rotation), shared by `zrtt verifier serve` and `zrtt dns`;
 //! - [`records`]: the DNS records (HTTPS `key65380`, TXT, AAAA tunnel, TLSA)
 //!   built from a store's published records;
 //! - [`zone`]: RFC 1035 zone files, with errors that name the file and line;
@@ -27,17 +27,17 @@ pub mod fsutil;
 pub mod keyfile;
 pub mod keystore;
 pub mod publish;
-pub mod pvstore;
 pub mod records;
 pub mod resolver;
 pub mod server;
 pub mod store;
+pub mod verifier_store;
 pub mod zone;
 
 /// The DNS wire types used in this crate's API (hickory-proto).
 pub use hickory_proto as proto;
 pub use keystore::{KeyStore, KeyStoreError, KeyStoreRandom, Policy, RotationReport, Status};
-pub use pvstore::{VerifierPolicy, VerifierStore};
+pub use verifier_store::{VerifierPolicy, VerifierStore};
 
 /// Every error of this crate, by category.
 #[derive(Debug, thiserror::Error)]

@@ -22,7 +22,7 @@ use hickory_proto::rr::rdata::tsig::TsigAlgorithm;
 use hickory_proto::rr::{DNSClass, Name, RData, Record, RecordType, TSigner};
 use zrtt_proto::UnixTime;
 
-use crate::client::{self, ClientError, Transport};
+use crate::client::{self, ClientError, DnsTransport};
 use crate::records::{fqdn, HostRecords, RecordsError};
 use crate::server::is_zrtt_txt;
 
@@ -245,7 +245,7 @@ pub fn lookup_hints(
     let mut v4 = Vec::new();
     let mut v6 = Vec::new();
     for rt in [RecordType::A, RecordType::AAAA] {
-        let (m, _) = client::query(server, host, rt, Transport::Tcp, timeout)?;
+        let (m, _) = client::query(server, host, rt, DnsTransport::Tcp, timeout)?;
         for r in &m.answers {
             match &r.data {
                 RData::A(a) if r.name == fqdn_lossy(host) => v4.push(a.0),
@@ -278,7 +278,7 @@ pub fn publish(
     let host = hr.host.to_ascii();
     for attempt in 1..=3 {
         let (txt_answer, _) =
-            client::query(server, &host, RecordType::TXT, Transport::Tcp, timeout)?;
+            client::query(server, &host, RecordType::TXT, DnsTransport::Tcp, timeout)?;
         let current: Vec<Record> = txt_answer
             .answers
             .iter()
@@ -295,7 +295,7 @@ pub fn publish(
         let bytes = m
             .to_vec()
             .map_err(|e| PublishError::Encode(e.to_string()))?;
-        let answer = client::exchange_bytes(server, &bytes, Transport::Tcp, timeout)?;
+        let answer = client::exchange_bytes(server, &bytes, DnsTransport::Tcp, timeout)?;
         let resp = match verifier.as_mut() {
             Some(v) => match v.verify(&answer) {
                 Ok(r) => r.into_message(),

@@ -29,8 +29,8 @@ use zrtt_proto::UnixTime;
 
 pub use crate::client::EDNS_PAYLOAD;
 use crate::keystore::{KeyStore, KeyStoreError, KeyStoreRandom};
-use crate::pvstore::VerifierStore;
 use crate::records::{self, HttpsOptions, RecordsError};
+use crate::verifier_store::VerifierStore;
 use crate::zone::{self, Zone, ZoneError};
 
 /// Errors starting or running the server.

@@ -14,7 +14,7 @@ use hickory_proto::op::{Message, MessageType, ResponseCode};
 use hickory_proto::rr::{Name, RecordType};
 use hickory_proto::serialize::binary::BinEncodable;
 use ring::rand::SystemRandom;
-use zrtt_dns::client::{self, Transport};
+use zrtt_dns::client::{self, DnsTransport};
 use zrtt_dns::resolver::{
     Encoding, LookupError, RefusalReason, Refused, ResolveError, Resolver, ResolverConfig, Trust,
 };
@@ -123,7 +123,7 @@ fn start_server(cert: &str) -> Running {
             addr,
             HOST,
             RecordType::HTTPS,
-            Transport::Udp,
+            DnsTransport::Udp,
             Duration::from_secs(2),
         )
         .unwrap();
@@ -207,7 +207,7 @@ fn rewrite(req: &[u8], udp: bool, upstream: SocketAddr, mb: &Misbehave) -> Optio
     }
     let bytes = up.to_vec().ok()?;
     let answer =
-        client::exchange_bytes(upstream, &bytes, Transport::Tcp, Duration::from_secs(3)).ok()?;
+        client::exchange_bytes(upstream, &bytes, DnsTransport::Tcp, Duration::from_secs(3)).ok()?;
     let mut resp = Message::from_vec(&answer).ok()?;
     resp.queries = req.queries.clone();
     if let Some((asked, real)) = &mb.rename {

@@ -13,7 +13,7 @@ use hickory_proto::op::{Message, ResponseCode};
 use hickory_proto::rr::{RData, RecordType};
 use hickory_proto::serialize::binary::BinEncodable;
 use ring::rand::SystemRandom;
-use zrtt_dns::client::{self, Transport};
+use zrtt_dns::client::{self, DnsTransport};
 use zrtt_dns::server::{self, HostConfig, Listener, ZoneState};
 use zrtt_dns::{KeyStore, Policy};
 use zrtt_proto::record::encodings::{self, SvcbRdata};
@@ -108,7 +108,7 @@ fn setup(rotate_in_server: bool) -> Running {
     }
 }
 
-fn ask(addr: SocketAddr, name: &str, rt: RecordType, t: Transport) -> (Message, usize) {
+fn ask(addr: SocketAddr, name: &str, rt: RecordType, t: DnsTransport) -> (Message, usize) {
     client::query(addr, name, rt, t, TIMEOUT).unwrap()
 }
 
@@ -137,7 +137,7 @@ fn key_ids(v: &[KeyRecord]) -> Vec<u32> {
 fn wait_for_keys(addr: SocketAddr, n: usize) -> (Message, usize) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let (m, len) = ask(addr, HOST, RecordType::HTTPS, Transport::Udp);
+        let (m, len) = ask(addr, HOST, RecordType::HTTPS, DnsTransport::Udp);
         if https_records(&m).len() == n {
             return (m, len);
         }
@@ -176,7 +176,7 @@ fn key_records_decode_verify_and_fit_1232_bytes() {
     assert!(svcb.to_presentation().contains("alpn=\"h2,http/1.1\""));
 
     // TXT: one per key, plus the zone's SPF record, untouched.
-    let (m, len) = ask(s.addr, HOST, RecordType::TXT, Transport::Udp);
+    let (m, len) = ask(s.addr, HOST, RecordType::TXT, DnsTransport::Udp);
     assert!(!m.metadata.truncation && len <= 1232, "{len}");
     let mut txt_keys = Vec::new();
     let mut spf = 0;
@@ -196,7 +196,7 @@ fn key_records_decode_verify_and_fit_1232_bytes() {
         s.addr,
         &format!("_zrtt.{HOST}"),
         RecordType::AAAA,
-        Transport::Udp,
+        DnsTransport::Udp,
     );
     assert!(!m.metadata.truncation && len <= 1232, "{len}");
     let addrs: Vec<Ipv6Addr> = m
@@ -213,18 +213,18 @@ fn key_records_decode_verify_and_fit_1232_bytes() {
     );
 
     // TLSA 3 0 0 carries the certificate that verifies them.
-    let (m, _) = ask(s.addr, HOST, RecordType::TLSA, Transport::Udp);
+    let (m, _) = ask(s.addr, HOST, RecordType::TLSA, DnsTransport::Udp);
     let der = m.answers[0].data.to_bytes().unwrap();
     assert_eq!(encodings::decode_tlsa_rdata(&der).unwrap(), cert.as_slice());
 
     // The same over TCP; and ordinary zone data is served.
-    let (m, _) = ask(s.addr, HOST, RecordType::HTTPS, Transport::Tcp);
+    let (m, _) = ask(s.addr, HOST, RecordType::HTTPS, DnsTransport::Tcp);
     assert_eq!(key_ids(&https_records(&m)), key_ids(&recs));
-    let (m, _) = ask(s.addr, HOST, RecordType::A, Transport::Udp);
+    let (m, _) = ask(s.addr, HOST, RecordType::A, DnsTransport::Udp);
     assert_eq!(m.answers.len(), 1);
-    let (m, _) = ask(s.addr, "nope.example.com", RecordType::A, Transport::Udp);
+    let (m, _) = ask(s.addr, "nope.example.com", RecordType::A, DnsTransport::Udp);
     assert_eq!(m.metadata.response_code, ResponseCode::NXDomain);
-    let (m, _) = ask(s.addr, "www.example.org", RecordType::A, Transport::Udp);
+    let (m, _) = ask(s.addr, "www.example.org", RecordType::A, DnsTransport::Udp);
     assert_eq!(m.metadata.response_code, ResponseCode::Refused);
 }
 

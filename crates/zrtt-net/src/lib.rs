@@ -10,7 +10,7 @@
 //!   zrtt hosts over zrtt, everything else unchanged;
 //! - [`http`]: hop-by-hop headers and generated answers, shared by the
 //!   gateway and the proxy;
-//! - [`pv`]: provenance verifiers: the service, the certificate request,
+//! - [`verifier`]: provenance verifiers: the service, the certificate request,
 //!   verifier keys from DNS;
 //! - [`stream`]: the zrtt channel as `AsyncRead + AsyncWrite`;
 //! - [`tfo`] and [`sys`]: Fast Open sockets and `TCP_INFO`.
@@ -25,9 +25,9 @@ pub mod error;
 pub mod gateway;
 pub mod http;
 pub mod proxy;
-pub mod pv;
 pub mod stream;
 pub mod sys;
 pub mod tfo;
+pub mod verifier;
 
 pub use error::{Error, Result};

@@ -14,7 +14,7 @@ use std::time::Duration;
 use common::*;
 use zrtt_lab::{Lab, Topology};
 use zrtt_net::client::Mode;
-use zrtt_net::pv::{self, ProvenanceStore, PvStats};
+use zrtt_net::verifier::{self, ProvenanceStore, VerifierStats};
 use zrtt_proto::provenance::{IssuePolicy, TrustPolicy, VerifierSigner};
 
 const RTT: Duration = Duration::from_millis(100);
@@ -65,12 +65,12 @@ fn lab_first_contact_proven_by_verifiers() {
                         .await
                         .unwrap();
                     addrs.push(l.local_addr().unwrap());
-                    tokio::spawn(pv::serve(
+                    tokio::spawn(verifier::serve(
                         l,
                         s,
                         IssuePolicy::default(),
                         zrtt_net::client::system_clock,
-                        Arc::new(PvStats::default()),
+                        Arc::new(VerifierStats::default()),
                         64,
                         std::future::pending::<()>(),
                     ));

@@ -1,4 +1,4 @@
-//! Provenance verifiers on loopback: `zrtt pv` servers issue certificates, a
+//! Provenance verifiers on loopback: `zrtt verifier` servers issue certificates, a
 //! gateway trusting a quorum answers early, everything else takes the gated
 //! path with its reason counted; refresh doubles; overload gates.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use zrtt_net::pv::{self, ProvenanceStore, PvStats};
+use zrtt_net::verifier::{self, ProvenanceStore, VerifierStats};
 use zrtt_proto::provenance::{IssuePolicy, TrustPolicy, VerifierKey, VerifierKeys, VerifierSigner};
 
 const LOCAL: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
@@ -18,16 +18,16 @@ const LOCAL: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 async fn start_pv() -> (
     SocketAddr,
     VerifierKey,
-    Arc<PvStats>,
+    Arc<VerifierStats>,
     tokio::sync::oneshot::Sender<()>,
 ) {
     let (signer, _) = VerifierSigner::generate(&ring::rand::SystemRandom::new()).unwrap();
     let key = signer.key();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let stats = Arc::new(PvStats::default());
+    let stats = Arc::new(VerifierStats::default());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(pv::serve(
+    tokio::spawn(verifier::serve(
         listener,
         Arc::new(signer),
         IssuePolicy::default(),
@@ -206,7 +206,7 @@ async fn verifier_rotation_keeps_doubling_and_the_gateway_trusts_what_it_is_give
     let (old, _) = VerifierSigner::generate(&rng).unwrap();
     let (new, _) = VerifierSigner::generate(&rng).unwrap();
     let (old_key, new_key) = (old.key(), new.key());
-    let issuer = Arc::new(pv::SharedIssuer::new(Some(VerifierKeys::new(
+    let issuer = Arc::new(verifier::SharedIssuer::new(Some(VerifierKeys::new(
         old,
         None,
         Vec::new(),
@@ -214,12 +214,12 @@ async fn verifier_rotation_keeps_doubling_and_the_gateway_trusts_what_it_is_give
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let a = listener.local_addr().unwrap();
     let (_stop, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(pv::serve(
+    tokio::spawn(verifier::serve(
         listener,
         issuer.clone(),
         IssuePolicy::default(),
         zrtt_net::client::system_clock,
-        Arc::new(PvStats::default()),
+        Arc::new(VerifierStats::default()),
         64,
         async move {
             let _ = rx.await;

@@ -34,7 +34,7 @@ pub struct DnsArgs {
     /// The host name is the store's `name`, and must be in the zone.
     #[arg(long = "keystore", value_name = "DIR")]
     keystores: Vec<PathBuf>,
-    /// Verifier key store directory (from `zrtt pv init`); repeat for several
+    /// Verifier key store directory (from `zrtt verifier init`); repeat for several
     /// verifiers. Its keys are published at `_zrttpv.<name>` (the store's
     /// `name`, which must be in the zone) for `zrtt gateway --verifier-name`.
     #[arg(long = "verifier-keystore", value_name = "DIR")]
@@ -66,11 +66,10 @@ pub struct DnsArgs {
     config: Option<PathBuf>,
     /// Log level on stderr: error, warn, info, debug.
     #[arg(long, default_value = "info")]
-    log_level: tracing::Level,
+    pub log_level: tracing::Level,
 }
 
 pub fn run(a: DnsArgs) -> Result<ExitCode> {
-    init_logging(a.log_level);
     let mut cfg = match &a.config {
         Some(p) => DnsConfig::from_file(p)?,
         None => DnsConfig::default(),
@@ -128,8 +127,8 @@ pub fn run(a: DnsArgs) -> Result<ExitCode> {
             }
             out.flush()?;
         }
-        eprintln!(
-            "zrtt dns: zone {} from {}, {} host(s), {} verifier(s){}",
+        tracing::info!(
+            "zone {} from {}, {} host(s), {} verifier(s){}",
             state.origin(),
             zone.display(),
             cfg.hosts.len(),
@@ -158,29 +157,4 @@ pub fn run(a: DnsArgs) -> Result<ExitCode> {
         Ok::<_, anyhow::Error>(())
     })?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// Logs to stderr at `level`; hickory's per-query lines only at debug.
-pub fn init_logging(level: tracing::Level) {
-    use tracing_subscriber::filter::{LevelFilter, Targets};
-    use tracing_subscriber::layer::SubscriberExt as _;
-    use tracing_subscriber::util::SubscriberInitExt as _;
-    let lib_level = if level >= tracing::Level::DEBUG {
-        LevelFilter::from_level(level)
-    } else {
-        LevelFilter::WARN
-    };
-    let filter = Targets::new()
-        .with_target("hickory_server", lib_level)
-        .with_target("hickory_proto", lib_level)
-        .with_target("hickory_net", lib_level)
-        .with_default(LevelFilter::from_level(level));
-    let _ = tracing_subscriber::registry()
-        .with(
-            tracing_subscriber::fmt::layer()
-                .with_writer(std::io::stderr)
-                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
-        )
-        .with(filter)
-        .try_init();
 }

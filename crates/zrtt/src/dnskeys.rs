@@ -1,6 +1,6 @@
 //! Flags shared by the clients of the binary (`zrtt get`, `zrtt proxy`)
 //! and the DNS users (`--dns-server`). What they configure lives in the
-//! library: `zrtt_net::client` (with `DnsKeySource`), `zrtt_net::pv::DnsVerifiers`.
+//! library: `zrtt_net::client` (with `DnsKeySource`), `zrtt_net::verifier::DnsVerifiers`.
 
 use std::net::{IpAddr, SocketAddr};
 

@@ -61,20 +61,20 @@ pub struct GatewayArgs {
     /// spoof sources.
     #[arg(long = "trust")]
     trusted: Vec<String>,
-    /// A provenance verifier's public key (64 hex digits, from `zrtt pv
+    /// A provenance verifier's public key (64 hex digits, from `zrtt verifier
     /// keygen`) whose certificates prove an address; repeatable. Each counts
     /// as one verifier toward --quorum.
     #[arg(long = "verifier")]
     verifiers: Vec<String>,
     #[command(flatten)]
-    pv_dns: Box<VerifierDnsArgs>,
+    verifier_dns: Box<VerifierDnsArgs>,
     /// Valid certificates from distinct trusted verifiers needed (default: 1).
     #[arg(long, default_value_t = 1)]
     quorum: usize,
     /// Certificate signature checks per second at most; beyond it flights
     /// are answered after the handshake instead (0 = unlimited).
     #[arg(long, default_value_t = 20_000.0)]
-    pv_checks_per_sec: f64,
+    provenance_checks_per_sec: f64,
     /// Serve counters as text on this address (any path), e.g. 127.0.0.1:9090.
     #[arg(long)]
     admin: Option<SocketAddr>,
@@ -106,7 +106,7 @@ pub struct GatewayArgs {
     /// Log level on stderr: error, warn, info, debug (debug: why each
     /// token or certificate was refused, overload fallbacks).
     #[arg(long, default_value = "info")]
-    log_level: tracing::Level,
+    pub log_level: tracing::Level,
     /// Longest wait for an unproven client's TCP handshake before dropping it.
     #[arg(long, default_value = "3s", value_parser = util::parse_duration)]
     gate_timeout: Duration,
@@ -196,67 +196,67 @@ fn keystore_keys(ks: &mut KeyStore, rotate: bool) -> Result<ServerConfig> {
     if rotate {
         let report = ks.rotate(util::now(), &ring::rand::SystemRandom::new())?;
         if report.changed() {
-            eprintln!("zrtt gateway: {report}");
+            tracing::info!("{report}");
         }
     }
     let keys = ks.server_keys(util::now());
     if keys.is_empty() {
-        eprintln!(
-            "zrtt gateway: warning: {} holds no live key (zrtt keys rotate); only TLS is served",
+        tracing::warn!(
+            "{} holds no live key (zrtt keys rotate); only TLS is served",
             ks.dir().display()
         );
     }
     Ok(ServerConfig::new(keys)?)
 }
 
-type PvPolicy = (
+type VerifierPolicy = (
     zrtt_net::gateway::SharedTrustPolicy,
-    Option<Arc<zrtt_net::pv::DnsVerifiers>>,
+    Option<Arc<zrtt_net::verifier::DnsVerifiers>>,
 );
 
 /// The provenance policy from --verifier and --verifier-name: `None`
 /// without either. With names, looks them up once (bounded by the
 /// resolver's timeouts) before the gateway serves; failures are logged and
 /// the names retried in the background.
-fn provenance(a: &GatewayArgs, rt: &tokio::runtime::Runtime) -> Result<Option<PvPolicy>> {
-    if a.verifiers.is_empty() && a.pv_dns.verifier_names.is_empty() {
+fn provenance(a: &GatewayArgs, rt: &tokio::runtime::Runtime) -> Result<Option<VerifierPolicy>> {
+    if a.verifiers.is_empty() && a.verifier_dns.verifier_names.is_empty() {
         return Ok(None);
     }
     let keys = a
         .verifiers
         .iter()
         .map(|h| {
-            zrtt_net::pv::parse_verifier_key(h)
+            zrtt_net::verifier::parse_verifier_key(h)
                 .ok_or_else(|| anyhow::anyhow!("--verifier {h:?}: need 64 hex digits"))
         })
         .collect::<Result<Vec<_>>>()?;
-    let verifiers = keys.len() + a.pv_dns.verifier_names.len();
+    let verifiers = keys.len() + a.verifier_dns.verifier_names.len();
     if a.quorum == 0 || a.quorum > verifiers {
         bail!("--quorum {} with {verifiers} verifier(s)", a.quorum);
     }
-    for n in &a.pv_dns.verifier_names {
+    for n in &a.verifier_dns.verifier_names {
         zrtt_proto::record::validate_name(&zrtt_proto::record::normalize_name(n))
             .map_err(|e| anyhow::anyhow!("--verifier-name {n:?}: {e}"))?;
     }
-    let dns = if a.pv_dns.verifier_names.is_empty() {
+    let dns = if a.verifier_dns.verifier_names.is_empty() {
         None
     } else {
-        let cfg = match a.pv_dns.dns_server {
+        let cfg = match a.verifier_dns.dns_server {
             Some(s) => zrtt_dns::resolver::ResolverConfig::new(s),
             None => zrtt_dns::resolver::ResolverConfig::system()?,
         };
-        let trust = match &a.pv_dns.verifier_cacert {
+        let trust = match &a.verifier_dns.verifier_cacert {
             Some(p) => zrtt_dns::resolver::Trust::from_pem_file(p)?,
             None => zrtt_dns::resolver::Trust::system(),
         };
         let resolver = Arc::new(zrtt_dns::resolver::Resolver::new(cfg, trust));
-        for pin in &a.pv_dns.verifier_certs {
+        for pin in &a.verifier_dns.verifier_certs {
             let Some((name, file)) = pin.split_once('=') else {
                 bail!("--verifier-cert {pin:?}: use NAME=FILE");
             };
             let name = zrtt_proto::record::normalize_name(name);
             if !a
-                .pv_dns
+                .verifier_dns
                 .verifier_names
                 .iter()
                 .any(|n| zrtt_proto::record::normalize_name(n) == name)
@@ -265,9 +265,9 @@ fn provenance(a: &GatewayArgs, rt: &tokio::runtime::Runtime) -> Result<Option<Pv
             }
             resolver.pin_cert(&name, util::load_cert(Path::new(file))?.to_vec());
         }
-        Some(Arc::new(zrtt_net::pv::DnsVerifiers::new(
+        Some(Arc::new(zrtt_net::verifier::DnsVerifiers::new(
             resolver,
-            a.pv_dns.verifier_names.clone(),
+            a.verifier_dns.verifier_names.clone(),
             keys.clone(),
             a.quorum,
         )))
@@ -291,10 +291,10 @@ fn provenance(a: &GatewayArgs, rt: &tokio::runtime::Runtime) -> Result<Option<Pv
 /// Look the verifier names up, log what changed or failed, and put the
 /// resulting policy in force. Returns whether any lookup failed.
 async fn refresh_verifiers(
-    dns: &zrtt_net::pv::DnsVerifiers,
+    dns: &zrtt_net::verifier::DnsVerifiers,
     policy: &zrtt_net::gateway::SharedTrustPolicy,
 ) -> bool {
-    use zrtt_net::pv::VerifierLookup;
+    use zrtt_net::verifier::VerifierLookup;
     let before: Vec<u32> = policy
         .read()
         .unwrap_or_else(|p| p.into_inner())
@@ -312,8 +312,8 @@ async fn refresh_verifiers(
                         .iter()
                         .map(|k| format!("{:08x} until {}", k.key.id, util::fmt_time(k.not_after)))
                         .collect();
-                    eprintln!(
-                        "zrtt gateway: verifier {name}: trusting {} key(s): {}",
+                    tracing::info!(
+                        "verifier {name}: trusting {} key(s): {}",
                         keys.len(),
                         list.join(", ")
                     );
@@ -321,8 +321,8 @@ async fn refresh_verifiers(
             }
             VerifierLookup::Kept { reason, kept } => {
                 failed = true;
-                eprintln!(
-                    "zrtt gateway: verifier {name}: no usable keys from DNS ({reason}); keeping {kept} key(s) learned before"
+                tracing::warn!(
+                    "verifier {name}: no usable keys from DNS ({reason}); keeping {kept} key(s) learned before"
                 );
             }
         }
@@ -344,7 +344,6 @@ fn next_lookup(every: Duration, failed: bool) -> Duration {
 }
 
 pub fn run(a: GatewayArgs) -> Result<ExitCode> {
-    crate::dns::init_logging(a.log_level);
     let mut store = a.keystore.as_deref().map(KeyStore::open).transpose()?;
     let (keys, cert_path, cert_key_path, names) = match store.as_mut() {
         Some(ks) => (
@@ -388,7 +387,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
     let answers_early = a.token_key.is_some()
         || !trusted.is_empty()
         || !a.verifiers.is_empty()
-        || !a.pv_dns.verifier_names.is_empty();
+        || !a.verifier_dns.verifier_names.is_empty();
     if answers_early {
         // docs/PROTOCOL.md §7: a flight replayed to another gateway of a
         // fleet is accepted there once more; answered early, each replay
@@ -403,7 +402,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
     admission.limits.hard_max_connections = a.hard_max_connections;
     admission.limits.decrypts_per_sec = a.decrypts_per_sec;
     admission.limits.hard_decrypts_per_sec = a.hard_decrypts_per_sec;
-    admission.limits.provenance_checks_per_sec = a.pv_checks_per_sec;
+    admission.limits.provenance_checks_per_sec = a.provenance_checks_per_sec;
     admission.proven_window = a.proven_window;
     if a.strict_amplification {
         admission.strict_amplification();
@@ -421,13 +420,13 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         .build()?;
     // Provenance: configured keys, and keys learned from DNS (looked up once
     // before serving, then in the background).
-    let pv_policy = provenance(&a, &runtime)?;
+    let verifier_policy = provenance(&a, &runtime)?;
     // The replay filter's restart guard starts now, after every lookup:
     // as late as possible before the listener is bound (docs/PROTOCOL.md §7).
     let mut cfg = GatewayConfig::new(shared_keys.clone(), tls, a.backend)?;
     cfg.admission = admission;
     cfg.server_names = names;
-    cfg.provenance = pv_policy.as_ref().map(|(policy, _)| policy.clone());
+    cfg.provenance = verifier_policy.as_ref().map(|(policy, _)| policy.clone());
     cfg.listen = ListenOptions {
         backlog: 1024,
         fast_open_queue: a.fast_open_queue,
@@ -438,7 +437,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         let gw = Gateway::bind(a.listen, cfg)?;
         let metrics = gw.metrics();
         if !gw.fast_open() {
-            eprintln!("zrtt gateway: warning: listener without TCP Fast Open");
+            tracing::warn!("listener without TCP Fast Open");
         }
         // A missing net.ipv4.tcp_fastopen bit 0x2 is logged by the gateway itself.
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -460,10 +459,10 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
             None => None,
         };
         println!("listening {}", gw.local_addr()?);
-        let pv_refresher = pv_policy.and_then(|(policy, dns)| {
+        let provenance_refresher = verifier_policy.and_then(|(policy, dns)| {
             let dns = dns?;
             let mut rx = stop_rx.clone();
-            let every = a.pv_dns.verifier_refresh;
+            let every = a.verifier_dns.verifier_refresh;
             Some(tokio::spawn(async move {
                 // Soon after start: the lookup before serving may have failed.
                 let mut wait = next_lookup(every, true);
@@ -497,8 +496,8 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
                         Ok(Ok(cfg)) => {
                             *shared_keys.write().unwrap_or_else(|p| p.into_inner()) = cfg
                         }
-                        Ok(Err(e)) => eprintln!("zrtt gateway: key store: {e:#}"),
-                        Err(e) => eprintln!("zrtt gateway: key store task: {e}"),
+                        Ok(Err(e)) => tracing::error!("key store: {e:#}"),
+                        Err(e) => tracing::error!("key store task: {e}"),
                     }
                 }
             })
@@ -513,7 +512,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         if let Some(r) = refresher {
             let _ = r.await;
         }
-        if let Some(r) = pv_refresher {
+        if let Some(r) = provenance_refresher {
             let _ = r.await;
         }
         if let Some(a) = admin {

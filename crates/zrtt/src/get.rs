@@ -69,11 +69,11 @@ pub struct GetArgs {
     /// Do not look up key records in DNS (TLS unless --record is given).
     #[arg(long)]
     no_dns: bool,
-    /// Provenance state from `zrtt pv fetch`: certificates for this host's
+    /// Provenance state from `zrtt verifier fetch`: certificates for this host's
     /// address (and their static key) let a gateway that trusts the
     /// verifiers answer before the TCP handshake completes.
-    #[arg(long)]
-    pv_state: Option<PathBuf>,
+    #[arg(long, alias = "pv-state")]
+    provenance_state: Option<PathBuf>,
     /// Address tokens (and the per-server static keys they are bound to),
     /// loaded before and saved after the request: a gateway with a token
     /// key issues one after a first visit, and a later visit from the same
@@ -330,8 +330,8 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
         Err(e) => return fail(1, e.to_string()),
     };
     a.flags.apply(&mut cfg);
-    if let Some(p) = &a.pv_state {
-        let store = zrtt_net::pv::ProvenanceStore::load(p)
+    if let Some(p) = &a.provenance_state {
+        let store = zrtt_net::verifier::ProvenanceStore::load(p)
             .map_err(|e| Failure(77, format!("{}: {e}", p.display())))?;
         cfg.provenance = Some(Arc::new(store));
     }
@@ -476,7 +476,7 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
     let _ = tokio::time::timeout(Duration::from_secs(1), conn).await;
     if let Some((p, store)) = &tokens {
         if let Err(e) = store.save(p) {
-            eprintln!("zrtt get: {}: {e}", p.display());
+            tracing::warn!("saving {}: {e}", p.display());
         }
     }
 

@@ -338,7 +338,7 @@ pub fn run(cmd: KeysCommand) -> Result<ExitCode> {
             alg,
             out_dir,
             days,
-        } => make_cert(&name, alg, &out_dir, days),
+        } => crate::keys_cert::make_cert(&name, alg, &out_dir, days),
         KeysCommand::Init(args) => init(args),
         KeysCommand::Rotate { keystores, at } => {
             let now = at_or_now(at);
@@ -409,7 +409,7 @@ fn publish(a: PublishArgs) -> Result<ExitCode> {
     let mut ks = KeyStore::open(&a.keystore)?;
     if a.rotate {
         let r = ks.rotate(now, &ring::rand::SystemRandom::new())?;
-        eprintln!("{}: {r}", ks.name());
+        tracing::info!("{}: {r}", ks.name());
     }
     let published = ks.published_records(now);
     if published.is_empty() {
@@ -439,7 +439,7 @@ fn publish(a: PublishArgs) -> Result<ExitCode> {
         (Some(p), _) => Some(zrtt_dns::publish::TsigKey::from_file(p)?),
         (None, Some(spec)) => Some(zrtt_dns::publish::TsigKey::parse(spec)?),
         (None, None) => {
-            eprintln!("zrtt: warning: no TSIG key; the update is unsigned");
+            tracing::warn!("no TSIG key; the update is unsigned");
             None
         }
     };
@@ -530,7 +530,7 @@ fn sign(a: SignArgs) -> Result<ExitCode> {
     match a.out {
         Some(p) => {
             util::write_atomic(&p, &bytes, false)?;
-            eprintln!("wrote {} ({} bytes)", p.display(), bytes.len());
+            tracing::info!("wrote {} ({} bytes)", p.display(), bytes.len());
         }
         None => println!("{}", hex(&bytes)),
     }
@@ -615,9 +615,10 @@ fn encode(a: EncodeArgs) -> Result<ExitCode> {
         .min()
         .unwrap_or(0);
     if a.format == Format::Zone && u64::from(a.ttl) >= min_left {
-        eprintln!(
-            "zrtt: warning: TTL {} s is not below the shortest remaining validity ({} s)",
-            a.ttl, min_left
+        tracing::warn!(
+            "TTL {} s is not below the shortest remaining validity ({} s)",
+            a.ttl,
+            min_left
         );
     }
     let alpn: Vec<&str> = a.alpn.iter().map(String::as_str).collect();
@@ -661,59 +662,4 @@ fn encode(a: EncodeArgs) -> Result<ExitCode> {
         Format::Hex => println!("{}", hex(&list)),
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn make_cert(name: &str, alg: CertAlg, out_dir: &Path, days: u64) -> Result<ExitCode> {
-    let (ca_pem, cert_pem, key_pem) = test_certificate(name, alg, days)?;
-    util::write_atomic(&out_dir.join("ca.pem"), ca_pem.as_bytes(), false)?;
-    util::write_atomic(&out_dir.join("cert.pem"), cert_pem.as_bytes(), false)?;
-    util::write_atomic(&out_dir.join("cert.key"), key_pem.as_bytes(), true)?;
-    println!(
-        "wrote {0}/ca.pem, {0}/cert.pem, {0}/cert.key (for {name})",
-        out_dir.display()
-    );
-    Ok(ExitCode::SUCCESS)
-}
-
-fn ymd(secs: u64) -> Result<(i32, u8, u8)> {
-    let (y, mo, d, ..) = zrtt_proto::time::civil_from_unix(secs);
-    Ok((i32::try_from(y)?, u8::try_from(mo)?, u8::try_from(d)?))
-}
-
-/// A fresh test CA and a leaf certificate for `name`, valid from yesterday
-/// for `days` days: (CA PEM, leaf PEM, leaf PKCS#8 PEM).
-pub fn test_certificate(name: &str, alg: CertAlg, days: u64) -> Result<(String, String, String)> {
-    let now = util::now().as_secs();
-    let (y, m, d) = ymd(now.saturating_sub(86400))?;
-    let not_before = rcgen::date_time_ymd(y, m, d);
-    let (y, m, d) = ymd(now.saturating_add(days.saturating_mul(86400)))?;
-    let not_after = rcgen::date_time_ymd(y, m, d);
-    let sig_alg = match alg {
-        CertAlg::EcdsaP256 => &rcgen::PKCS_ECDSA_P256_SHA256,
-        CertAlg::Ed25519 => &rcgen::PKCS_ED25519,
-    };
-    let ca_key = rcgen::KeyPair::generate_for(sig_alg)?;
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params.not_before = not_before;
-    ca_params.not_after = not_after;
-    ca_params.distinguished_name.push(
-        rcgen::DnType::CommonName,
-        format!("zrtt test CA for {name}"),
-    );
-    ca_params.key_usages = vec![
-        rcgen::KeyUsagePurpose::KeyCertSign,
-        rcgen::KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key)?;
-    let key = rcgen::KeyPair::generate_for(sig_alg)?;
-    let mut params = rcgen::CertificateParams::new(vec![name.to_owned()])?;
-    params.not_before = not_before;
-    params.not_after = not_after;
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, name);
-    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
-    let cert = params.signed_by(&key, &ca)?;
-    Ok((ca.pem(), cert.pem(), key.serialize_pem()))
 }

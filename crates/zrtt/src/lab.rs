@@ -144,7 +144,7 @@ fn finish(report: Result<Report>, out: &OutArgs) -> Result<ExitCode> {
     let files = report.write(&out.out)?;
     println!("{}", report.markdown());
     for f in files {
-        eprintln!("wrote {}", f.display());
+        tracing::info!("wrote {}", f.display());
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -171,8 +171,8 @@ pub fn run(cmd: LabCommand) -> Result<ExitCode> {
             if no_realtime {
                 opts.realtime_priority = None;
             }
-            eprintln!(
-                "zrtt lab check: {} RTT(s), {} probes each ...",
+            tracing::info!(
+                "lab check: {} RTT(s), {} probes each ...",
                 opts.rtts.len(),
                 opts.probes
             );

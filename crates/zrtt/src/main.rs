@@ -11,10 +11,12 @@ mod dnskeys;
 mod gateway;
 mod get;
 mod keys;
+mod keys_cert;
 mod lab;
+mod logging;
 mod proxy;
-mod pv;
 mod util;
+mod verifier;
 
 /// zrtt: the first secure request to a server in one network round trip.
 #[derive(Parser, Debug)]
@@ -43,12 +45,32 @@ enum Command {
     /// The main job: an emulated WAN, nginx, zrtt gateways, and the same page fetched over TLS 1.3 and zrtt (root).
     Demo(demo::DemoArgs),
     /// Provenance verifiers: keys, the certificate service, and fetching certificates.
-    #[command(subcommand)]
-    Pv(pv::PvCommand),
+    #[command(subcommand, alias = "pv")]
+    Verifier(verifier::VerifierCommand),
+}
+
+impl Command {
+    /// The log level a subcommand asked for, and how its lines look.
+    fn logging(&self) -> (tracing::Level, logging::Style) {
+        use logging::Style;
+        match self {
+            Command::Gateway(a) => (a.log_level, Style::Service),
+            Command::Dns(a) => (a.log_level, Style::Service),
+            Command::Proxy(_) | Command::Verifier(verifier::VerifierCommand::Serve { .. }) => {
+                (tracing::Level::INFO, Style::Service)
+            }
+            _ => (tracing::Level::INFO, Style::Command),
+        }
+    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let (level, style) = cli.command.logging();
+    if let Err(e) = logging::init(level, style) {
+        eprintln!("zrtt: error: {e:#}");
+        return ExitCode::from(2);
+    }
     let result = match cli.command {
         Command::Keys(cmd) => keys::run(cmd),
         Command::Lab(cmd) => lab::run(cmd),
@@ -57,7 +79,7 @@ fn main() -> ExitCode {
         Command::Proxy(args) => proxy::run(args),
         Command::Dns(args) => dns::run(args),
         Command::Demo(args) => demo::run(args),
-        Command::Pv(cmd) => pv::run(cmd),
+        Command::Verifier(cmd) => verifier::run(cmd),
     };
     match result {
         Ok(code) => code,

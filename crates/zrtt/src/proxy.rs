@@ -50,11 +50,11 @@ pub struct ProxyArgs {
     zrtt_ports: Vec<String>,
     #[command(flatten)]
     flags: ClientFlags,
-    /// Provenance state (from `zrtt pv fetch`): certificates for this host's
+    /// Provenance state (from `zrtt verifier fetch`): certificates for this host's
     /// address let gateways that trust the verifiers answer first flights
     /// before the TCP handshake completes. Saved back after refreshes.
-    #[arg(long)]
-    pv_state: Option<PathBuf>,
+    #[arg(long, alias = "pv-state")]
+    provenance_state: Option<PathBuf>,
     /// Provenance verifiers to refresh certificates from in the background
     /// (before half their validity is gone, and when the local address
     /// changes); repeatable.
@@ -62,7 +62,7 @@ pub struct ProxyArgs {
     verifiers: Vec<SocketAddr>,
     /// How often the background refresh checks the certificates and the local address.
     #[arg(long, default_value = "30s", value_parser = util::parse_duration)]
-    pv_check: Duration,
+    provenance_check: Duration,
     /// Concurrent client connections.
     #[arg(long, default_value_t = ProxyConfig::DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
@@ -103,12 +103,14 @@ pub fn run(a: ProxyArgs) -> Result<ExitCode> {
     };
     let mut client = ClientConfig::builder(key_source).with_root_certificates(roots)?;
     a.flags.apply(&mut client);
-    let pv_store = match &a.pv_state {
-        Some(p) => Some(Arc::new(zrtt_net::pv::ProvenanceStore::load(p)?)),
-        None if !a.verifiers.is_empty() => Some(Arc::new(zrtt_net::pv::ProvenanceStore::new())),
+    let verifier_store = match &a.provenance_state {
+        Some(p) => Some(Arc::new(zrtt_net::verifier::ProvenanceStore::load(p)?)),
+        None if !a.verifiers.is_empty() => {
+            Some(Arc::new(zrtt_net::verifier::ProvenanceStore::new()))
+        }
         None => None,
     };
-    client.provenance = pv_store.clone();
+    client.provenance = verifier_store.clone();
     let mut resolver = SystemResolver::new();
     for r in &a.resolve {
         resolver.add_curl_override(r)?;
@@ -140,12 +142,12 @@ pub fn run(a: ProxyArgs) -> Result<ExitCode> {
             .with_context(|| format!("binding {}", a.listen))?;
         let metrics = proxy.metrics();
         println!("listening {}", proxy.local_addr()?);
-        if let (Some(store), false) = (pv_store, a.verifiers.is_empty()) {
+        if let (Some(store), false) = (verifier_store, a.verifiers.is_empty()) {
             tokio::spawn(refresh_provenance(
                 store,
                 a.verifiers.clone(),
-                a.pv_state.clone(),
-                a.pv_check,
+                a.provenance_state.clone(),
+                a.provenance_check,
             ));
         }
         proxy.run(util::shutdown_signal()).await?;
@@ -154,7 +156,7 @@ pub fn run(a: ProxyArgs) -> Result<ExitCode> {
             .into_iter()
             .map(|(n, v)| format!("{n}={v}"))
             .collect();
-        eprintln!("zrtt proxy: {}", report.join(" "));
+        tracing::info!("{}", report.join(" "));
         Ok(ExitCode::SUCCESS)
     })
 }
@@ -164,7 +166,7 @@ pub fn run(a: ProxyArgs) -> Result<ExitCode> {
 /// address, or under half their validity left). A verifier that is down
 /// only costs its timeout; the proxy keeps serving (gated) meanwhile.
 async fn refresh_provenance(
-    store: Arc<zrtt_net::pv::ProvenanceStore>,
+    store: Arc<zrtt_net::verifier::ProvenanceStore>,
     verifiers: Vec<SocketAddr>,
     state: Option<PathBuf>,
     every: Duration,
@@ -184,18 +186,18 @@ async fn refresh_provenance(
                         for (v, r) in report {
                             match r {
                                 Ok(d) => {
-                                    eprintln!("zrtt proxy: certificate from {v} for {local}, {d} s")
+                                    tracing::info!("certificate from {v} for {local}, {d} s")
                                 }
-                                Err(e) => eprintln!("zrtt proxy: verifier {v}: {e}"),
+                                Err(e) => tracing::warn!("verifier {v}: {e}"),
                             }
                         }
                         if let Some(p) = &state {
                             if let Err(e) = store.save(p) {
-                                eprintln!("zrtt proxy: saving {}: {e}", p.display());
+                                tracing::error!("saving {}: {e}", p.display());
                             }
                         }
                     }
-                    Err(e) => eprintln!("zrtt proxy: provenance refresh: {e}"),
+                    Err(e) => tracing::warn!("provenance refresh: {e}"),
                 }
             }
         }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use zrtt_dns::client::{self, Transport};
+use zrtt_dns::client::{self, DnsTransport};
 use zrtt_dns::proto::op::{Message, ResponseCode};
 use zrtt_dns::proto::rr::{RData, RecordType};
 use zrtt_dns::proto::serialize::binary::BinEncodable;
@@ -85,7 +85,7 @@ fn ids(v: &[KeyRecord]) -> Vec<u32> {
 /// verified against the certificate at `at`; checks they agree and that
 /// non-zrtt TXT records survive.
 fn served_keys(server: SocketAddr, cert: &[u8], at: u64) -> Vec<u32> {
-    let q = |name: &str, rt| client::query(server, name, rt, Transport::Udp, TIMEOUT).unwrap();
+    let q = |name: &str, rt| client::query(server, name, rt, DnsTransport::Udp, TIMEOUT).unwrap();
     let (m, len) = q(HOST, RecordType::HTTPS);
     assert!(!m.metadata.truncation && len <= 1232, "{len}");
     let https = https_keys(&m);
@@ -332,7 +332,7 @@ fn start_knot(dir: &Path, secret_b64: &str) -> Knot {
             addr,
             "example.com",
             RecordType::SOA,
-            Transport::Udp,
+            DnsTransport::Udp,
             Duration::from_millis(300),
         ) {
             if m.metadata.response_code == ResponseCode::NoError && !m.answers.is_empty() {
@@ -418,8 +418,14 @@ fn keys_publish_keeps_knot_current_through_a_rotation() {
     assert!(out.contains("published 1 key(s)"), "{out}");
     let k1 = served_keys(knot.addr, &cert, t0);
     assert_eq!(k1.len(), 1);
-    let (m, _) =
-        client::query(knot.addr, HOST, RecordType::HTTPS, Transport::Udp, TIMEOUT).unwrap();
+    let (m, _) = client::query(
+        knot.addr,
+        HOST,
+        RecordType::HTTPS,
+        DnsTransport::Udp,
+        TIMEOUT,
+    )
+    .unwrap();
     let svcb = SvcbRdata::decode(&m.answers[0].data.to_bytes().unwrap()).unwrap();
     assert_eq!(
         svcb.ipv4_hints(),

@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use zrtt_dns::client::{exchange, query_message, Transport};
+use zrtt_dns::client::{exchange, query_message, DnsTransport};
 use zrtt_dns::proto::rr::RecordType;
 use zrtt_dns::resolver::{Resolver, ResolverConfig, Trust};
 use zrtt_lab::{Lab, Topology};
@@ -21,7 +21,7 @@ fn address_only(server: SocketAddr, name: &str) -> Duration {
     let mut m = query_message(name, RecordType::A).unwrap();
     m.metadata.recursion_desired = true;
     let t = Instant::now();
-    let (answer, _) = exchange(server, &m, Transport::Udp, Duration::from_secs(5)).unwrap();
+    let (answer, _) = exchange(server, &m, DnsTransport::Udp, Duration::from_secs(5)).unwrap();
     let d = t.elapsed();
     assert!(!answer.answers.is_empty(), "no A answer for {name}");
     d
@@ -176,7 +176,7 @@ fn key_lookups_through_unbound_cold_and_warm() {
                 loop {
                     let mut m = query_message("ns1.example.com", RecordType::A).unwrap();
                     m.metadata.recursion_desired = true;
-                    if exchange(server, &m, Transport::Udp, Duration::from_secs(2))
+                    if exchange(server, &m, DnsTransport::Udp, Duration::from_secs(2))
                         .is_ok_and(|(a, _)| !a.answers.is_empty())
                     {
                         break;

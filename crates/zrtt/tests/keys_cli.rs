@@ -405,3 +405,62 @@ fn rotation_overlap_encodes_both_keys_and_refuses_duplicates() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("duplicate key id"));
 }
+
+/// Diagnostics go through `tracing`: `RUST_LOG` filters them, and a
+/// malformed `RUST_LOG` is refused before the command does anything.
+#[test]
+fn rust_log_filters_diagnostics_and_bad_values_are_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let run = |rust_log: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_zrtt"))
+            .args(["keys", "generate", "--out", "k.pem"])
+            .env("RUST_LOG", rust_log)
+            .current_dir(d.path())
+            .output()
+            .unwrap()
+    };
+    let out = run("zrtt=loud");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("RUST_LOG=\"zrtt=loud\""), "{err}");
+    assert!(
+        !d.path().join("k.pem").exists(),
+        "nothing done on bad input"
+    );
+    // "wrote FILE" after signing is an info line: shown by default, hidden
+    // with RUST_LOG=warn.
+    let d = setup("ed25519");
+    let sign = |out: &str, rust_log: Option<&str>| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_zrtt"));
+        c.args([
+            "keys",
+            "sign",
+            "--key",
+            "k1.pem",
+            "--cert",
+            "pki/cert.pem",
+            "--cert-key",
+            "pki/cert.key",
+            "--name",
+            "www.example.com",
+            "--out",
+            out,
+        ])
+        .env_remove("RUST_LOG")
+        .current_dir(d.path());
+        if let Some(v) = rust_log {
+            c.env("RUST_LOG", v);
+        }
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let loud = sign("a.record", None);
+    assert!(loud.contains("wrote a.record"), "info by default: {loud:?}");
+    let quiet = sign("b.record", Some("warn"));
+    assert!(
+        !quiet.contains("wrote"),
+        "RUST_LOG=warn hides info: {quiet:?}"
+    );
+    assert!(d.path().join("b.record").exists());
+}

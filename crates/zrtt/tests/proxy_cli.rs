@@ -155,7 +155,7 @@ fn proxy_carries_provenance_certificates_it_refreshes_in_the_background() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     key_and_record(dir, HOST);
-    let keygen = ok(dir, &["pv", "keygen", "--out", "pv.key"]);
+    let keygen = ok(dir, &["verifier", "keygen", "--out", "pv.key"]);
     let pv_hex = keygen
         .lines()
         .find_map(|l| l.strip_prefix("public key:"))
@@ -171,7 +171,10 @@ fn proxy_carries_provenance_certificates_it_refreshes_in_the_background() {
         format!("127.0.0.1:{proxy_port}"),
         format!("127.0.0.1:{pv_port}"),
     );
-    let _pv = spawn(dir, &["pv", "serve", "--listen", &pv, "--key", "pv.key"]);
+    let _pv = spawn(
+        dir,
+        &["verifier", "serve", "--listen", &pv, "--key", "pv.key"],
+    );
     let _gw = spawn(
         dir,
         &[
@@ -215,7 +218,7 @@ fn proxy_carries_provenance_certificates_it_refreshes_in_the_background() {
             &format!("{HOST}:{gw_port}:127.0.0.1"),
             "--verifier",
             &pv,
-            "--pv-state",
+            "--provenance-state",
             "pv.state",
         ],
     );

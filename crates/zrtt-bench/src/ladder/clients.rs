@@ -30,7 +30,7 @@ pub(super) struct Env<'a> {
     pub(super) modes: ModeNotes,
     pub(super) server: Ipv4Addr,
     pub(super) preload: Option<PathBuf>,
-    pub(super) pv_state: PathBuf,
+    pub(super) provenance_state: PathBuf,
     pub(super) token_state: PathBuf,
     pub(super) sess: PathBuf,
     /// The openssl session for the gateway's TLS path.
@@ -141,7 +141,7 @@ pub(super) fn zrtt_get(env: &Env, s: Stack) -> Result<Command> {
         "%{time_starttransfer} %{http_code} %{zrtt_mode} %{syn_data}",
     ]);
     match s {
-        Stack::ZrttProven => c.arg("--pv-state").arg(&env.pv_state),
+        Stack::ZrttProven => c.arg("--provenance-state").arg(&env.provenance_state),
         Stack::ZrttRevisit => c.arg("--token-state").arg(&env.token_state),
         _ => &mut c,
     };

@@ -270,7 +270,7 @@ pub fn run(bench: &Bench, o: &LadderOpts) -> Result<Report> {
         modes: ModeNotes::default(),
         server,
         preload,
-        pv_state: verifiers.state.clone(),
+        provenance_state: verifiers.state.clone(),
         token_state: dir.join("tokens.state"),
         sess: dir.join("tls.sess"),
         gw_sess: dir.join("gw-tls.sess"),

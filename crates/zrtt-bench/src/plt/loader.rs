@@ -230,7 +230,7 @@ async fn read_response(c: &mut Conn, buf: &mut Vec<u8>) -> Result<Vec<u8>> {
 /// records and the client's provenance certificates), and TLS 1.3 only.
 pub(super) fn client_configs(
     sites: &[Site],
-    pv_state: &Path,
+    provenance_state: &Path,
 ) -> Result<(Arc<ClientConfig>, Arc<ClientConfig>)> {
     let mut roots = rustls::RootCertStore::empty();
     let mut keys = HashMap::new();
@@ -241,7 +241,9 @@ pub(super) fn client_configs(
     let tls = zrtt_net::client::tls_client_config(roots)?;
     let mut z = ClientConfig::builder(Arc::new(MultiKeys(keys))).with_tls_config(tls.clone());
     z.tls_fallback = false;
-    z.provenance = Some(Arc::new(zrtt_net::pv::ProvenanceStore::load(pv_state)?));
+    z.provenance = Some(Arc::new(zrtt_net::verifier::ProvenanceStore::load(
+        provenance_state,
+    )?));
     let t = ClientConfig::builder(Arc::new(NoKeys)).with_tls_config(tls);
     Ok((Arc::new(z), Arc::new(t)))
 }

@@ -296,14 +296,14 @@ impl RunningSite {
     }
 }
 
-/// Two provenance verifiers (`zrtt pv serve`) on the `verifier` host, and
-/// the certificates the `client` host obtained from them once (`zrtt pv
+/// Two provenance verifiers (`zrtt verifier serve`) on the `verifier` host, and
+/// the certificates the `client` host obtained from them once (`zrtt verifier
 /// fetch`), as when it gets its address; they serve first contact with any
 /// gateway trusting the verifiers. Stopped when dropped.
 pub(crate) struct Verifiers {
     /// The verifiers' public keys (hex), for [`Gateway::verifiers`].
     pub(crate) keys: Vec<String>,
-    /// The client's certificates (`zrtt get --pv-state`).
+    /// The client's certificates (`zrtt get --provenance-state`).
     pub(crate) state: PathBuf,
     _children: Children,
 }
@@ -318,23 +318,29 @@ impl Verifiers {
         for port in VERIFIER_PORTS {
             let key_file = dir.join(format!("pv{port}.key"));
             let mut keygen = Command::new(&bench.zrtt);
-            keygen.args(["pv", "keygen", "--out"]).arg(&key_file);
+            keygen.args(["verifier", "keygen", "--out"]).arg(&key_file);
             let out = run_capture(keygen).context("a verifier key")?;
             let public = out
                 .lines()
                 .find_map(|l| l.strip_prefix("public key:"))
                 .map(|k| k.trim().to_string())
-                .context("`zrtt pv keygen` printed no public key")?;
+                .context("`zrtt verifier keygen` printed no public key")?;
             let mut p = lab.command(VERIFIER_HOST, &bench.zrtt)?;
-            p.args(["pv", "serve", "--listen", &format!("{ip}:{port}"), "--key"])
-                .arg(&key_file);
+            p.args([
+                "verifier",
+                "serve",
+                "--listen",
+                &format!("{ip}:{port}"),
+                "--key",
+            ])
+            .arg(&key_file);
             p.stdout(Stdio::null()).stderr(Stdio::null());
             children.0.push(lab.spawn(VERIFIER_HOST, p)?);
             keys.push(public);
         }
         let state = dir.join("pv.state");
         let mut fetch = lab.command(CLIENT_HOST, &bench.zrtt)?;
-        fetch.args(["pv", "fetch", "--state"]).arg(&state);
+        fetch.args(["verifier", "fetch", "--state"]).arg(&state);
         for port in VERIFIER_PORTS {
             wait_listening(lab, CLIENT_HOST, SocketAddr::from((ip, port)))?;
             fetch.args(["--verifier", &format!("{ip}:{port}")]);

@@ -38,7 +38,7 @@ impl std::fmt::Display for Encoding {
     }
 }
 
-/// What a [`Refusal`] is about.
+/// What a [`RecordRefusal`] is about.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Refused {
     /// One key record.
@@ -102,14 +102,14 @@ pub enum RefusalReason {
 
 /// One refused record, encoding or certificate.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Refusal {
+pub struct RecordRefusal {
     /// What.
     pub what: Refused,
     /// Why.
     pub reason: RefusalReason,
 }
 
-impl std::fmt::Display for Refusal {
+impl std::fmt::Display for RecordRefusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}: {}", self.what, self.reason)
     }
@@ -160,7 +160,7 @@ impl Certs {
         tlsa: &[RData],
         pinned: Option<Vec<u8>>,
         now: UnixTime,
-        refused: &mut Vec<Refusal>,
+        refused: &mut Vec<RecordRefusal>,
     ) -> Self {
         if let Some(der) = pinned {
             return Self(vec![Cert {
@@ -179,7 +179,7 @@ impl Certs {
                 Some([2, 0, 0]) => inter.push(bytes[3..].to_vec()),
                 Some([3, 0, 0]) => match encodings::decode_tlsa_rdata(&bytes) {
                     Ok(der) => ee.push(der.to_vec()),
-                    Err(e) => refused.push(Refusal {
+                    Err(e) => refused.push(RecordRefusal {
                         what: Refused::Certificate(short_hash(&bytes[3..])),
                         reason: RefusalReason::Record(e),
                     }),
@@ -191,7 +191,7 @@ impl Certs {
         for der in ee {
             let trusted = trust.check(&der, &inter, name, now);
             if let Err(e) = &trusted {
-                refused.push(Refusal {
+                refused.push(RecordRefusal {
                     what: Refused::Certificate(short_hash(&der)),
                     reason: RefusalReason::Chain(e.clone()),
                 });
@@ -238,7 +238,7 @@ pub(super) fn refuse_duplicate_ids<K>(
     keys: &mut Vec<K>,
     id: impl Fn(&K) -> u32,
     what: impl Fn(&K) -> Refused,
-    refused: &mut Vec<Refusal>,
+    refused: &mut Vec<RecordRefusal>,
 ) {
     let dup: Vec<u32> = keys
         .iter()
@@ -249,7 +249,7 @@ pub(super) fn refuse_duplicate_ids<K>(
     keys.retain(|k| {
         let d = dup.contains(&id(k));
         if d {
-            refused.push(Refusal {
+            refused.push(RecordRefusal {
                 what: what(k),
                 reason: RefusalReason::DuplicateKeyId,
             });
@@ -299,7 +299,7 @@ pub(super) fn assemble(
         (Encoding::AaaaTunnel, &g.tunnel),
     ] {
         if let Some(Err(e)) = r {
-            refused.push(Refusal {
+            refused.push(RecordRefusal {
                 what: Refused::Encoding(enc),
                 reason: RefusalReason::Lookup(e.to_string()),
             });
@@ -336,7 +336,7 @@ pub(super) fn assemble(
         }
         match certs.verify(&rec.body.cert_sha256, |der| rec.verify(der, host, now)) {
             Ok(v) => keys.push((v, *enc)),
-            Err(reason) => refused.push(Refusal {
+            Err(reason) => refused.push(RecordRefusal {
                 what: Refused::Key {
                     key_id: rec.body.key_id,
                     encoding: *enc,
@@ -372,7 +372,7 @@ pub(super) fn assemble(
 /// Key records in HTTPS answers, and the address hints they carry.
 fn https_candidates(
     https: &[RData],
-    refused: &mut Vec<Refusal>,
+    refused: &mut Vec<RecordRefusal>,
 ) -> (Vec<(KeyRecord, Encoding)>, Vec<IpAddr>) {
     let mut cands = Vec::new();
     let mut hints: Vec<IpAddr> = Vec::new();
@@ -383,7 +383,7 @@ fn https_candidates(
         let svcb = match SvcbRdata::decode(&bytes) {
             Ok(s) => s,
             Err(e) => {
-                refused.push(Refusal {
+                refused.push(RecordRefusal {
                     what: Refused::Encoding(Encoding::Https),
                     reason: RefusalReason::Record(e.into()),
                 });
@@ -401,7 +401,7 @@ fn https_candidates(
         match svcb.zrtt_records() {
             Ok(Some(list)) => cands.extend(list.into_iter().map(|r| (r, Encoding::Https))),
             Ok(None) => {}
-            Err(e) => refused.push(Refusal {
+            Err(e) => refused.push(RecordRefusal {
                 what: Refused::Encoding(Encoding::Https),
                 reason: RefusalReason::Record(e),
             }),
@@ -414,7 +414,7 @@ fn https_candidates(
 fn fallback_candidates(
     txt: &[RData],
     tunnel: &[RData],
-    refused: &mut Vec<Refusal>,
+    refused: &mut Vec<RecordRefusal>,
 ) -> Vec<(KeyRecord, Encoding)> {
     let mut cands: Vec<_> = decode_txt(
         txt,
@@ -436,7 +436,7 @@ fn fallback_candidates(
     if !tun.is_empty() {
         match encodings::decode_aaaa_tunnel(&tun) {
             Ok(list) => cands.extend(list.into_iter().map(|r| (r, Encoding::AaaaTunnel))),
-            Err(e) => refused.push(Refusal {
+            Err(e) => refused.push(RecordRefusal {
                 what: Refused::Encoding(Encoding::AaaaTunnel),
                 reason: RefusalReason::Record(e),
             }),
@@ -452,7 +452,7 @@ pub(super) fn decode_txt<R>(
     is: fn(&[u8]) -> bool,
     decode: fn(&[u8]) -> Result<R, RecordError>,
     encoding: Encoding,
-    refused: &mut Vec<Refusal>,
+    refused: &mut Vec<RecordRefusal>,
 ) -> Vec<R> {
     let mut out = Vec::new();
     for bytes in txt.iter().filter_map(rdata_bytes) {
@@ -461,7 +461,7 @@ pub(super) fn decode_txt<R>(
         }
         match decode(&bytes) {
             Ok(r) => out.push(r),
-            Err(e) => refused.push(Refusal {
+            Err(e) => refused.push(RecordRefusal {
                 what: Refused::Encoding(encoding),
                 reason: RefusalReason::Record(e),
             }),

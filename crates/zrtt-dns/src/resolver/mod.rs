@@ -63,7 +63,7 @@ mod trust;
 mod verifier;
 
 pub use crate::client::EDNS_PAYLOAD;
-pub use assemble::{Encoding, Refusal, RefusalReason, Refused};
+pub use assemble::{Encoding, RecordRefusal, RefusalReason, Refused};
 pub use config::{ResolverConfig, RESOLV_CONF};
 pub use trust::{Trust, SYSTEM_CA_BUNDLE};
 
@@ -80,7 +80,7 @@ pub struct Resolved {
     /// Verified key records valid at the time asked, latest expiry first.
     pub keys: Vec<VerifiedKeyRecord>,
     /// Records, encodings and certificates that were not used, and why.
-    pub refused: Vec<Refusal>,
+    pub refused: Vec<RecordRefusal>,
     /// The trusted certificate that signs `keys[0]` (or, without keys, the
     /// first trusted certificate).
     pub cert_der: Option<Vec<u8>>,
@@ -103,7 +103,7 @@ pub struct ResolvedVerifier {
     /// Verified verifier key records valid at the time asked, latest expiry first.
     pub keys: Vec<VerifiedVerifierKeyRecord>,
     /// Records and certificates that were not used, and why.
-    pub refused: Vec<Refusal>,
+    pub refused: Vec<RecordRefusal>,
     /// The trusted certificate that signs the keys.
     pub cert_der: Option<Vec<u8>>,
     /// Queries sent (0: everything came from the cache).

@@ -13,7 +13,8 @@ use zrtt_proto::UnixTime;
 use super::assemble::{decode_txt, records, refuse_duplicate_ids, Certs};
 use super::cache::Answer;
 use super::{
-    checked_name, owner_fqdn, Encoding, Refusal, Refused, ResolveError, ResolvedVerifier, Resolver,
+    checked_name, owner_fqdn, Encoding, RecordRefusal, Refused, ResolveError, ResolvedVerifier,
+    Resolver,
 };
 
 impl Resolver {
@@ -72,7 +73,7 @@ impl Resolver {
         for rec in &cands {
             match certs.verify(&rec.body.cert_sha256, |der| rec.verify(der, &name_n, now)) {
                 Ok(v) => keys.push(v),
-                Err(reason) => refused.push(Refusal {
+                Err(reason) => refused.push(RecordRefusal {
                     what: Refused::VerifierKey {
                         verifier_id: rec.body.verifier_id,
                     },
@@ -104,7 +105,7 @@ impl Resolver {
 
 /// The distinct `v=zrttpv1` records among TXT answers; those that do not
 /// decode are refused.
-fn candidates(txt: &[RData], refused: &mut Vec<Refusal>) -> Vec<VerifierKeyRecord> {
+fn candidates(txt: &[RData], refused: &mut Vec<RecordRefusal>) -> Vec<VerifierKeyRecord> {
     let mut cands: Vec<VerifierKeyRecord> = Vec::new();
     for r in decode_txt(
         txt,

@@ -12,7 +12,7 @@ use zrtt_proto::record::VerifierKeyBody;
 use zrtt_proto::record::{key_id_for, RecordBody, RecordKind, RecordSigner, SignedRecord};
 use zrtt_proto::RecordError;
 
-use crate::pvstore::VerifierPrivateKey;
+use crate::verifier_store::VerifierPrivateKey;
 
 use super::{KeyState, KeyStoreError, KeyStoreRandom, Schedule, Store};
 

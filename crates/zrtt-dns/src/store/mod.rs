@@ -12,7 +12,7 @@
 //! - `kind`: what differs between the two stores, a [`Kind`], named by
 //!   its policy type: [`crate::Policy`] ([`crate::keystore`], semi-static
 //!   keys for first flights) and [`crate::VerifierPolicy`]
-//!   ([`crate::pvstore`], provenance verifier keys).
+//!   ([`crate::verifier_store`], provenance verifier keys).
 //!
 //! Time is always passed in: a store never reads a clock.
 

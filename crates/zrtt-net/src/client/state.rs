@@ -13,7 +13,7 @@ use zrtt_proto::provenance::{decode_certificates, encode_certificates, Certifica
 use zrtt_proto::UnixTime;
 
 use crate::error::{write_private, Error, Result};
-use crate::pv::fetch_certificate;
+use crate::verifier::fetch_certificate;
 
 /// The client's tokens and static keys: one static key per server name (so
 /// servers cannot link a client across names), one token per (server name,

@@ -18,7 +18,7 @@ fn sys_rng() -> ring::rand::SystemRandom {
     ring::rand::SystemRandom::new()
 }
 
-fn pv_public() -> [u8; 32] {
+fn verifier_public() -> [u8; 32] {
     VerifierSigner::generate(&sys_rng()).unwrap().0.key().public
 }
 
@@ -28,7 +28,7 @@ fn signed(body: VerifierKeyBody) -> VerifierKeyRecord {
 
 #[test]
 fn signed_records_verify_round_trip_and_name_the_certificate_key() {
-    let public = pv_public();
+    let public = verifier_public();
     for (cert, signer, alg) in [
         (
             testing::ecdsa_cert(),
@@ -74,7 +74,7 @@ fn signed_records_verify_round_trip_and_name_the_certificate_key() {
 
 #[test]
 fn every_refusal_has_its_own_error() {
-    let public = pv_public();
+    let public = verifier_public();
     let cert = testing::ecdsa_cert();
     let rec = signed(testing::verifier_body(public, &cert));
     let na = T0 + 50 * 3600;
@@ -122,7 +122,7 @@ fn every_refusal_has_its_own_error() {
     errors.push(e);
     // Altered after signing: another key under the genuine signature.
     let mut swapped = rec.clone();
-    swapped.body = testing::verifier_body(pv_public(), &cert);
+    swapped.body = testing::verifier_body(verifier_public(), &cert);
     assert_eq!(
         swapped.verify(&cert, NAME, now()),
         Err(RecordError::BadSignature)

@@ -1,6 +1,6 @@
 //! Verifier keys published in DNS, end to end on loopback with the real
-//! binary: a verifier key store (`zrtt pv init/rotate`), `zrtt dns
-//! --verifier-keystore` publishing it, `zrtt pv serve --keystore` signing
+//! binary: a verifier key store (`zrtt verifier init/rotate`), `zrtt dns
+//! --verifier-keystore` publishing it, `zrtt verifier serve --keystore` signing
 //! with its current key, and `zrtt gateway --verifier-name` trusting what
 //! DNS publishes: a certificate signed by the published key is accepted
 //! (answered before the handshake), one signed by an unpublished key is
@@ -78,7 +78,7 @@ fn gateway_trusts_the_keys_a_verifier_publishes_in_dns_and_nothing_else() {
     ok(
         dir,
         &[
-            "pv",
+            "verifier",
             "init",
             "--keystore",
             "pvks",
@@ -90,16 +90,17 @@ fn gateway_trusts_the_keys_a_verifier_publishes_in_dns_and_nothing_else() {
             "pvpki/cert.key",
         ],
     );
+    // `zrtt pv` is the short alias of `zrtt verifier`.
     let rotated = ok(dir, &["pv", "rotate", "--keystore", "pvks"]);
     assert!(rotated.contains("created"), "{rotated}");
-    let status = ok(dir, &["pv", "status", "--keystore", "pvks"]);
+    let status = ok(dir, &["verifier", "status", "--keystore", "pvks"]);
     let published_id = status
         .lines()
         .find(|l| l.contains(" current "))
         .and_then(|l| l.split_whitespace().next())
         .unwrap_or_else(|| panic!("no current key: {status}"))
         .to_owned();
-    let fragment = ok(dir, &["pv", "records", "--keystore", "pvks"]);
+    let fragment = ok(dir, &["verifier", "records", "--keystore", "pvks"]);
     assert!(
         fragment.contains(&format!(
             "_zrttpv.{PV}. 300 IN TXT \"v=zrttpv1 id={published_id} "
@@ -141,7 +142,7 @@ fn gateway_trusts_the_keys_a_verifier_publishes_in_dns_and_nothing_else() {
 
     // Two verifiers: one signing from the published store, one with a key
     // nobody published.
-    ok(dir, &["pv", "keygen", "--out", "rogue.key"]);
+    ok(dir, &["verifier", "keygen", "--out", "rogue.key"]);
     let (pv_port, rogue_port, gw_port, admin_port) =
         (free_port(), free_port(), free_port(), free_port());
     let pv = format!("127.0.0.1:{pv_port}");
@@ -150,12 +151,19 @@ fn gateway_trusts_the_keys_a_verifier_publishes_in_dns_and_nothing_else() {
     let admin = format!("127.0.0.1:{admin_port}");
     let _pv = spawn(
         dir,
-        &["pv", "serve", "--listen", &pv, "--keystore", "pvks"],
+        &["verifier", "serve", "--listen", &pv, "--keystore", "pvks"],
         Stdio::null(),
     );
     let _rogue = spawn(
         dir,
-        &["pv", "serve", "--listen", &rogue, "--key", "rogue.key"],
+        &[
+            "verifier",
+            "serve",
+            "--listen",
+            &rogue,
+            "--key",
+            "rogue.key",
+        ],
         Stdio::null(),
     );
 
@@ -207,7 +215,7 @@ fn gateway_trusts_the_keys_a_verifier_publishes_in_dns_and_nothing_else() {
     let fetched = ok(
         dir,
         &[
-            "pv",
+            "verifier",
             "fetch",
             "--verifier",
             &pv,
@@ -221,7 +229,7 @@ fn gateway_trusts_the_keys_a_verifier_publishes_in_dns_and_nothing_else() {
     ok(
         dir,
         &[
-            "pv",
+            "verifier",
             "fetch",
             "--verifier",
             &rogue,
@@ -246,7 +254,7 @@ fn gateway_trusts_the_keys_a_verifier_publishes_in_dns_and_nothing_else() {
                 "20s",
                 "-o",
                 "body.txt",
-                "--pv-state",
+                "--provenance-state",
                 state,
                 "--record",
                 "k1.rec",

@@ -1,4 +1,4 @@
-//! Provenance verifiers (ASAP §2.2-2.4): the `zrtt pv` service, the
+//! Provenance verifiers (ASAP §2.2-2.4): the `zrtt verifier` service, the
 //! client's request for a certificate ([`fetch_certificate`]; the client's
 //! certificate store is [`crate::client::ProvenanceStore`]), and the
 //! gateway's verifier keys learned from DNS ([`DnsVerifiers`]). The
@@ -41,7 +41,7 @@ const MAX_REQUEST: usize = 4 + 32 + 4 + 1 + 98;
 
 /// Counters of a verifier.
 #[derive(Debug, Default)]
-pub struct PvStats {
+pub struct VerifierStats {
     /// Certificates issued.
     pub issued: std::sync::atomic::AtomicU64,
     /// Of those, refreshes that doubled a previous certificate's duration.
@@ -138,7 +138,7 @@ pub async fn serve(
     signer: Arc<dyn Issuer>,
     policy: IssuePolicy,
     clock: fn() -> UnixTime,
-    stats: Arc<PvStats>,
+    stats: Arc<VerifierStats>,
     max_concurrent: usize,
     stop: impl std::future::Future<Output = ()>,
 ) {
@@ -173,7 +173,7 @@ async fn handle(
     signer: &Arc<dyn Issuer>,
     policy: &IssuePolicy,
     clock: fn() -> UnixTime,
-    stats: &PvStats,
+    stats: &VerifierStats,
 ) -> Result<()> {
     let mut buf = [0u8; MAX_REQUEST];
     let mut n = 0;

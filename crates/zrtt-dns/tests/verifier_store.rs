@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use ring::rand::SystemRandom;
 use zrtt_dns::keystore::KEYS_DIR;
-use zrtt_dns::pvstore::{VerifierKeyState, CLOCK_MARGIN_SECS, VERIFIER_CONFIG_FILE};
+use zrtt_dns::verifier_store::{VerifierKeyState, CLOCK_MARGIN_SECS, VERIFIER_CONFIG_FILE};
 use zrtt_dns::{KeyStoreError, VerifierPolicy, VerifierStore};
 use zrtt_proto::provenance::{IssuePolicy, TrustPolicy, TrustedKey, VerifiedCache};
 use zrtt_proto::record::VerifierKeyRecord;
@@ -313,7 +313,7 @@ fn private_keys_are_0600_and_damage_is_named() {
         fs::metadata(&key).unwrap().permissions().mode() & 0o777,
         0o600
     );
-    // The key file is what `zrtt pv keygen` writes: PKCS#8 PEM.
+    // The key file is what `zrtt verifier keygen` writes: PKCS#8 PEM.
     assert!(fs::read_to_string(&key)
         .unwrap()
         .starts_with("-----BEGIN PRIVATE KEY-----"));

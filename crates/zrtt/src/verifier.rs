@@ -1,6 +1,6 @@
-//! `zrtt pv`: provenance verifiers (crate zrtt-net, module pv; certificates
+//! `zrtt verifier`: provenance verifiers (crate zrtt-net, module verifier; certificates
 //! in zrtt-proto::provenance; docs/PROTOCOL.md §11), and verifier key stores
-//! (zrtt-dns::pvstore; docs/PROVENANCE.md): keys rotated with overlap and
+//! (zrtt-dns::verifier_store; docs/PROVENANCE.md): keys rotated with overlap and
 //! published in DNS by `zrtt dns --verifier-keystore`.
 
 use std::net::SocketAddr;
@@ -13,13 +13,13 @@ use anyhow::{bail, Context, Result};
 use clap::Subcommand;
 use pki_types::pem::PemObject;
 use zrtt_dns::{VerifierPolicy, VerifierStore};
-use zrtt_net::pv::{Issuer, ProvenanceStore, PvStats, SharedIssuer};
+use zrtt_net::verifier::{Issuer, ProvenanceStore, SharedIssuer, VerifierStats};
 use zrtt_proto::provenance::{IssuePolicy, VerifierSigner};
 
 use crate::util;
 
 #[derive(Subcommand, Debug)]
-pub enum PvCommand {
+pub enum VerifierCommand {
     /// Generate a verifier key (Ed25519, PKCS#8 PEM, mode 0600); prints the
     /// public key that gateways trust (`zrtt gateway --verifier HEX`).
     Keygen {
@@ -30,8 +30,8 @@ pub enum PvCommand {
     /// Create a verifier key store: the verifier's keys, rotated with
     /// overlap and published in DNS (`zrtt dns --verifier-keystore`) as
     /// records signed by the certificate key of the verifier's name. Creates
-    /// no key yet (`zrtt pv rotate`, or `zrtt pv serve --rotate`).
-    Init(PvInitArgs),
+    /// no key yet (`zrtt verifier rotate`, or `zrtt verifier serve --rotate`).
+    Init(VerifierInitArgs),
     /// Rotate verifier key stores now: create due keys, delete expired
     /// private keys. Idempotent; run from a timer if no server rotates.
     Rotate {
@@ -65,7 +65,7 @@ pub enum PvCommand {
         /// Address to listen on.
         #[arg(long, default_value = "0.0.0.0:4480")]
         listen: SocketAddr,
-        /// Verifier key (from `zrtt pv keygen`); gateways trust it with
+        /// Verifier key (from `zrtt verifier keygen`); gateways trust it with
         /// `--verifier HEX`.
         #[arg(
             long,
@@ -73,9 +73,9 @@ pub enum PvCommand {
             conflicts_with = "keystore"
         )]
         key: Option<PathBuf>,
-        /// Verifier key store (from `zrtt pv init`): sign with its current
+        /// Verifier key store (from `zrtt verifier init`): sign with its current
         /// key, accept its other keys' certificates for refresh, and re-read
-        /// it every --refresh, so rotations (by `zrtt dns`, `zrtt pv rotate`
+        /// it every --refresh, so rotations (by `zrtt dns`, `zrtt verifier rotate`
         /// or --rotate) take effect without a restart.
         #[arg(long, value_name = "DIR")]
         keystore: Option<PathBuf>,
@@ -98,7 +98,7 @@ pub enum PvCommand {
     },
     /// Obtain or refresh certificates for this host's address from verifiers
     /// in parallel and store them (with a static key per local address) for
-    /// `zrtt get --pv-state`.
+    /// `zrtt get --provenance-state`.
     Fetch {
         /// Verifier addresses; repeat for a quorum.
         #[arg(long = "verifier", required = true)]
@@ -119,7 +119,7 @@ pub enum PvCommand {
 }
 
 #[derive(clap::Args, Debug)]
-pub struct PvInitArgs {
+pub struct VerifierInitArgs {
     /// Directory to create (mode 0700).
     #[arg(long, value_name = "DIR")]
     keystore: PathBuf,
@@ -140,7 +140,7 @@ pub struct PvInitArgs {
     /// --ttl; gateways must refresh within P - TTL).
     #[arg(long, default_value = "1h", value_parser = util::parse_duration)]
     prepublish: Duration,
-    /// C: the longest certificate the verifier issues (`zrtt pv serve --max`);
+    /// C: the longest certificate the verifier issues (`zrtt verifier serve --max`);
     /// a key stays published C (+ 5 min) after it stops signing.
     #[arg(long, default_value = "1d", value_parser = util::parse_duration)]
     max_certificate: Duration,
@@ -164,16 +164,16 @@ fn secs(d: Duration) -> u32 {
     u32::try_from(d.as_secs()).unwrap_or(u32::MAX)
 }
 
-pub fn run(cmd: PvCommand) -> Result<ExitCode> {
+pub fn run(cmd: VerifierCommand) -> Result<ExitCode> {
     match cmd {
-        PvCommand::Keygen { out } => {
+        VerifierCommand::Keygen { out } => {
             let k = write_new_key(&out)?;
             println!("wrote {} (mode 0600)", out.display());
             println!("verifier id: {:08x}", k.id);
             println!("public key:  {}", zrtt_proto::record::hex(&k.public));
             Ok(ExitCode::SUCCESS)
         }
-        PvCommand::Init(a) => {
+        VerifierCommand::Init(a) => {
             let policy = VerifierPolicy {
                 rotation: a.rotation,
                 prepublish: a.prepublish,
@@ -182,14 +182,14 @@ pub fn run(cmd: PvCommand) -> Result<ExitCode> {
             };
             let st = VerifierStore::init(&a.keystore, &a.name, &a.cert, &a.cert_key, policy)?;
             println!(
-                "created verifier key store for {} at {} (no key yet: zrtt pv rotate --keystore {})",
+                "created verifier key store for {} at {} (no key yet: zrtt verifier rotate --keystore {})",
                 st.name(),
                 a.keystore.display(),
                 a.keystore.display()
             );
             Ok(ExitCode::SUCCESS)
         }
-        PvCommand::Rotate { keystores, at } => {
+        VerifierCommand::Rotate { keystores, at } => {
             let now = at.map_or_else(util::now, zrtt_proto::UnixTime::from_secs);
             let rng = ring::rand::SystemRandom::new();
             for dir in &keystores {
@@ -199,19 +199,19 @@ pub fn run(cmd: PvCommand) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        PvCommand::Status { keystore, at } => {
+        VerifierCommand::Status { keystore, at } => {
             let now = at.map_or_else(util::now, zrtt_proto::UnixTime::from_secs);
             let st = VerifierStore::open(&keystore)?;
             print!("{}", st.status(now));
             Ok(ExitCode::SUCCESS)
         }
-        PvCommand::Records { keystore } => {
+        VerifierCommand::Records { keystore } => {
             let now = util::now();
             let st = VerifierStore::open(&keystore)?;
             let recs = st.published_records(now);
             if recs.is_empty() {
                 bail!(
-                    "{}: no published key (zrtt pv rotate --keystore {})",
+                    "{}: no published key (zrtt verifier rotate --keystore {})",
                     keystore.display(),
                     keystore.display()
                 );
@@ -227,7 +227,7 @@ pub fn run(cmd: PvCommand) -> Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        PvCommand::Serve {
+        VerifierCommand::Serve {
             listen,
             key,
             keystore,
@@ -268,8 +268,8 @@ pub fn run(cmd: PvCommand) -> Result<ExitCode> {
                                 st.name()
                             ))
                         }
-                        None => eprintln!(
-                            "zrtt pv: warning: {} has no key that can sign (zrtt pv rotate); refusing until it has",
+                        None => tracing::warn!(
+                            "{} has no key that can sign (zrtt verifier rotate); refusing until it has",
                             dir.display()
                         ),
                     }
@@ -307,14 +307,14 @@ pub fn run(cmd: PvCommand) -> Result<ExitCode> {
                             .await;
                             match r {
                                 Ok(Ok(())) => {}
-                                Ok(Err(e)) => eprintln!("zrtt pv: verifier key store: {e:#}"),
-                                Err(e) => eprintln!("zrtt pv: verifier key store task: {e}"),
+                                Ok(Err(e)) => tracing::error!("verifier key store: {e:#}"),
+                                Err(e) => tracing::error!("verifier key store task: {e}"),
                             }
                         }
                     });
                 }
-                let stats = Arc::new(PvStats::default());
-                zrtt_net::pv::serve(
+                let stats = Arc::new(VerifierStats::default());
+                zrtt_net::verifier::serve(
                     l,
                     issuer,
                     policy,
@@ -326,8 +326,8 @@ pub fn run(cmd: PvCommand) -> Result<ExitCode> {
                     },
                 )
                 .await;
-                eprintln!(
-                    "zrtt pv: issued {} (refreshed {}), bad requests {}",
+                tracing::info!(
+                    "issued {} (refreshed {}), bad requests {}",
                     stats.issued.load(std::sync::atomic::Ordering::Relaxed),
                     stats.refreshed.load(std::sync::atomic::Ordering::Relaxed),
                     stats
@@ -338,7 +338,7 @@ pub fn run(cmd: PvCommand) -> Result<ExitCode> {
             })?;
             Ok(ExitCode::SUCCESS)
         }
-        PvCommand::Fetch {
+        VerifierCommand::Fetch {
             verifiers,
             state,
             local,
@@ -392,7 +392,7 @@ fn store_tick(st: &mut VerifierStore, rotate: bool, shared: &SharedIssuer) -> Re
     if rotate {
         let r = st.rotate(now, &ring::rand::SystemRandom::new())?;
         if r.changed() {
-            eprintln!("zrtt pv: {}: {r}", st.name());
+            tracing::info!("{}: {r}", st.name());
         }
     }
     let before = shared.get().map(|k| k.current());
@@ -400,9 +400,9 @@ fn store_tick(st: &mut VerifierStore, rotate: bool, shared: &SharedIssuer) -> Re
     let after = keys.as_ref().map(|k| k.current());
     if before.is_some() && before != after {
         match after {
-            Some(k) => eprintln!("zrtt pv: {}: now signing with {:08x}", st.name(), k.id),
-            None => eprintln!(
-                "zrtt pv: {}: no key can sign; refusing certificates (zrtt pv rotate)",
+            Some(k) => tracing::info!("{}: now signing with {:08x}", st.name(), k.id),
+            None => tracing::warn!(
+                "{}: no key can sign; refusing certificates (zrtt verifier rotate)",
                 st.name()
             ),
         }

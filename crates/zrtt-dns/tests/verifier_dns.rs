@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use hickory_proto::rr::RecordType;
 use ring::rand::SystemRandom;
-use zrtt_dns::client::{self, Transport};
+use zrtt_dns::client::{self, DnsTransport};
 use zrtt_dns::resolver::{RefusalReason, Refused, Resolver, ResolverConfig, Trust};
 use zrtt_dns::server::{self, Listener, VerifierConfig, ZoneState};
 use zrtt_dns::{VerifierPolicy, VerifierStore};
@@ -107,7 +107,7 @@ fn start() -> Running {
             addr,
             "_zrttpv.www.example.com",
             RecordType::TXT,
-            Transport::Udp,
+            DnsTransport::Udp,
             Duration::from_secs(2),
         )
         .unwrap();

@@ -1,14 +1,14 @@
 //! The verifier key store: a provenance verifier's Ed25519 keys with their
 //! signed verifier key records (docs/PROTOCOL.md §11.1), the certificate of
 //! the verifier's DNS name that signs them, and the rotation policy.
-//! `zrtt pv serve --keystore` signs certificates from it and `zrtt dns
+//! `zrtt verifier serve --keystore` signs certificates from it and `zrtt dns
 //! --verifier-keystore` publishes it; both can rotate it.
 //!
 //! ```text
 //! <dir>/cert.pem               certificate of the verifier's name (signs the records)
 //! <dir>/cert.key               its PKCS#8 private key, mode 0600
 //! <dir>/verifier.toml          name and policy (every policy field optional)
-//! <dir>/keys/<id>.key          Ed25519 verifier key (PKCS#8 PEM, as `zrtt pv keygen`), mode 0600
+//! <dir>/keys/<id>.key          Ed25519 verifier key (PKCS#8 PEM, as `zrtt verifier keygen`), mode 0600
 //! <dir>/keys/<id>.record       the signed verifier key record (binary)
 //! ```
 //!
@@ -50,7 +50,7 @@ pub const VERIFIER_CONFIG_FILE: &str = "verifier.toml";
 /// end, and certificates end this long before their key's `not_after`, for
 /// clock differences between verifier and gateways (gateways tolerate 5 s).
 pub const CLOCK_MARGIN_SECS: u64 = 300;
-/// PEM label of a verifier key file (PKCS#8, as `zrtt pv keygen` writes).
+/// PEM label of a verifier key file (PKCS#8, as `zrtt verifier keygen` writes).
 pub const VERIFIER_KEY_PEM_LABEL: &str = "PRIVATE KEY";
 
 /// The verifier key store (see the module docs).
@@ -81,7 +81,7 @@ pub struct VerifierPolicy {
     #[serde(deserialize_with = "duration")]
     pub prepublish: Duration,
     /// `C`: the longest certificate (default one day, the adaptive cap of
-    /// `zrtt pv serve --max`); keys stay published `C + M` after they stop signing.
+    /// `zrtt verifier serve --max`); keys stay published `C + M` after they stop signing.
     #[serde(deserialize_with = "duration")]
     pub max_certificate: Duration,
     /// `T`: the TTL of the DNS records carrying the keys (default 300 s).
@@ -169,7 +169,7 @@ impl Engine for VerifierPolicy {
             .next_rotation()
             .saturating_add(store.policy().prepublish.as_secs());
         if store.current(secs).is_none() {
-            vec!["no key can sign: run `zrtt pv rotate`".into()]
+            vec!["no key can sign: run `zrtt verifier rotate`".into()]
         } else if !states.is_empty() && secs >= late {
             vec![
                 "rotation is late: the current key signs past its period (shorter certificates)"
@@ -229,10 +229,10 @@ impl Engine for VerifierPolicy {
 
     /// Files, messages and status headings.
     #[rustfmt::skip]
-    const NAMES: Names = Names::new(VERIFIER_CONFIG_FILE, "the verifier's DNS name", "VerifierStore", "verifier key", "id", 8, "zrtt pv rotate");
+    const NAMES: Names = Names::new(VERIFIER_CONFIG_FILE, "the verifier's DNS name", "VerifierStore", "verifier key", "id", 8, "zrtt verifier rotate");
 }
 
-/// A verifier's Ed25519 key as its store keeps it: PKCS#8 (as `zrtt pv
+/// A verifier's Ed25519 key as its store keeps it: PKCS#8 (as `zrtt verifier
 /// keygen` writes it), with its public key.
 pub struct VerifierPrivateKey {
     pkcs8: Vec<u8>,
@@ -289,7 +289,7 @@ impl VerifierStore {
             .map(|k| k.record.body.verifier_key())
     }
 
-    /// What `zrtt pv serve` signs with at `now`: the current key, its
+    /// What `zrtt verifier serve` signs with at `now`: the current key, its
     /// signing bound (`not_after - M`), and the store's other unexpired keys
     /// (accepted as the previous certificate of a refresh). `None` when no
     /// key can sign (run [`Self::rotate`]).
