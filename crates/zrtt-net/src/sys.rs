@@ -38,6 +38,8 @@ pub struct TcpInfo {
     pub options: u8,
     /// Smoothed RTT in microseconds (`tcpi_rtt`).
     pub rtt_us: u32,
+    /// Segments sent and not yet acknowledged (`tcpi_unacked`).
+    pub unacked: u32,
 }
 
 impl TcpInfo {
@@ -90,7 +92,21 @@ pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<TcpInfo> {
         state: info.tcpi_state,
         options: info.tcpi_options,
         rtt_us: info.tcpi_rtt,
+        unacked: info.tcpi_unacked,
     })
+}
+
+/// Bytes in the socket's send queue, not yet acknowledged by the peer
+/// (sent or not yet sent; `SIOCOUTQ`).
+pub fn send_queue_bytes(fd: BorrowedFd<'_>) -> io::Result<u32> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: `fd` is valid for the borrow; SIOCOUTQ (= TIOCOUTQ) writes one
+    // int into `n`, a live, writable int.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCOUTQ, &mut n as *mut libc::c_int) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(u32::try_from(n).unwrap_or(0))
 }
 
 /// Register an owned socket with the tokio reactor for `interest` (call

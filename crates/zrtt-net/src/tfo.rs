@@ -7,12 +7,10 @@
 //! Cookieless operation comes from the `TCP_FASTOPEN_NO_COOKIE` socket option
 //! on both sides, so bits 0x4 and 0x200 are not needed.
 
-use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::AsyncWriteExt;
@@ -171,50 +169,6 @@ pub fn fast_open_sysctl() -> Option<u32> {
         .trim()
         .parse()
         .ok()
-}
-
-/// Destinations whose path lost or ignored SYN data, remembered for a while
-/// so later connections go without Fast Open.
-#[derive(Debug)]
-pub struct FastOpenCache {
-    ttl: Duration,
-    max_entries: usize,
-    blocked: Mutex<HashMap<SocketAddr, Instant>>,
-}
-
-impl FastOpenCache {
-    /// A cache remembering each failure for `ttl`.
-    pub fn new(ttl: Duration) -> Self {
-        Self {
-            ttl,
-            max_entries: 4096,
-            blocked: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// Whether Fast Open should be tried towards `addr` at `now`.
-    pub fn allowed(&self, addr: SocketAddr, now: Instant) -> bool {
-        let map = self.blocked.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(&addr).is_none_or(|until| *until <= now)
-    }
-
-    /// Remember that Fast Open to `addr` failed at `now`.
-    pub fn block(&self, addr: SocketAddr, now: Instant) {
-        let mut map = self.blocked.lock().unwrap_or_else(|p| p.into_inner());
-        if map.len() >= self.max_entries {
-            map.retain(|_, until| *until > now);
-            if map.len() >= self.max_entries {
-                map.clear();
-            }
-        }
-        map.insert(addr, now + self.ttl);
-    }
-}
-
-impl Default for FastOpenCache {
-    fn default() -> Self {
-        Self::new(Duration::from_secs(600))
-    }
 }
 
 /// `TCP_INFO` of a tokio stream.

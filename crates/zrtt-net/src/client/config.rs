@@ -10,9 +10,9 @@ use zrtt_proto::crypto::SecureRandom;
 use zrtt_proto::UnixTime;
 
 use super::keys::KeySource;
+use super::paths::PathMemory;
 use super::state::{ProvenanceStore, TokenStore};
 use crate::error::Result;
-use crate::tfo::FastOpenCache;
 
 /// Which requests may travel in the first flight.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,9 +42,9 @@ pub struct ClientConfig {
     /// Send the first flight in the SYN (default on). Off costs one round
     /// trip per connection; the handshake is otherwise the same.
     pub fast_open: bool,
-    /// Destinations where Fast Open failed recently (they get a plain
-    /// connect for a while instead of a lost SYN).
-    pub fast_open_cache: Arc<FastOpenCache>,
+    /// Per-destination memory: measured RTTs (they set the race delay) and
+    /// what failed recently (Fast Open, zrtt), skipped for a while.
+    pub paths: Arc<PathMemory>,
     /// Address tokens (default none). `Some` makes the client use Noise IK
     /// with a static key per server name so that the gateway can issue
     /// tokens, and a later visit from the same address is answered before
@@ -67,7 +67,10 @@ pub struct ClientConfig {
     /// Bound on TCP connects and TLS handshakes (and, by default, on a
     /// [`ZrttConnector`](super::ZrttConnector)'s name resolution).
     pub connect_timeout: Duration,
-    /// Without a SYN-ACK after this long, retry without Fast Open.
+    /// Longest wait before racing (RFC 8305): without a SYN-ACK to a SYN
+    /// with data, retry without Fast Open; without a zrtt answer, start TLS
+    /// on the same port in parallel. With a measured RTT the wait is three
+    /// round trips, at least 250 ms ([`PathMemory::race_delay`]).
     pub syn_timeout: Duration,
     /// Bound on waiting for the zrtt reply.
     pub reply_timeout: Duration,
@@ -118,20 +121,20 @@ impl ClientConfigBuilder {
     /// Use `tls` for the fallback as it is (its ALPN should be `http/1.1`).
     /// The one place the defaults are defined: Fast Open on, idempotent
     /// early data, TLS fallback on, no tokens, no provenance, 10 s connect
-    /// and reply bounds, 1.5 s SYN timeout, the system clock and ring's
+    /// and reply bounds, races after at most 1 s, the system clock and ring's
     /// system random number generator.
     pub fn with_tls_config(self, tls: Arc<rustls::ClientConfig>) -> ClientConfig {
         ClientConfig {
             keys: self.keys,
             tls,
             fast_open: true,
-            fast_open_cache: Arc::new(FastOpenCache::default()),
+            paths: Arc::new(PathMemory::default()),
             tokens: None,
             provenance: None,
             early_data: EarlyDataPolicy::IdempotentOnly,
             tls_fallback: true,
             connect_timeout: Duration::from_secs(10),
-            syn_timeout: Duration::from_millis(1500),
+            syn_timeout: Duration::from_secs(1),
             reply_timeout: Duration::from_secs(10),
             rng: Arc::new(ring::rand::SystemRandom::new()),
             clock: system_clock,

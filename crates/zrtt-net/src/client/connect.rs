@@ -3,15 +3,29 @@
 //!
 //! Order of attempts:
 //! 1. a verified key record from the [`KeySource`](super::KeySource) → zrtt,
-//!    with Fast Open unless the [`FastOpenCache`](crate::tfo::FastOpenCache)
-//!    remembers that the path drops SYN data; no SYN-ACK within
-//!    `syn_timeout` → once more without Fast Open;
+//!    unless the [`PathMemory`] remembers that the path drops zrtt's bytes;
+//!    with Fast Open unless it remembers that the path drops SYN data; no
+//!    SYN-ACK within the race delay → once more without Fast Open;
 //! 2. a Reject carrying records that verify against the same certificate →
 //!    zrtt again at once, with the fresh key (once);
 //! 3. otherwise (no record, other refusals, no answer) → TLS 1.3 (rustls).
+//!
+//! **Racing** (RFC 8305's idea applied to protocols): when no zrtt answer
+//! has come within the race delay (three round trips of the path's RTT,
+//! measured before or taken from this connection's SYN-ACK, within 250 ms
+//! and `syn_timeout`), a TLS handshake starts in parallel. If TLS completes
+//! first *and the zrtt flight is still unacknowledged* (something on the
+//! path drops it), TLS carries the request and the path skips zrtt for a
+//! cool-down; if the server acknowledged the flight it is only slow (its
+//! answer carries the first response bytes), so zrtt keeps the request and
+//! the TLS connection is closed unused. A request sent in a flight that is
+//! then abandoned was an idempotent one (early data is only GET, HEAD or
+//! OPTIONS without a body), so it is safe to send it again over TLS.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -24,6 +38,7 @@ use zrtt_proto::handshake::{
 use zrtt_proto::record::VerifiedKeyRecord;
 
 use super::config::{ClientConfig, EarlyDataPolicy};
+use super::paths::PathMemory;
 use crate::error::{Error, Result};
 use crate::stream::ChannelStream;
 use crate::sys::{self, state};
@@ -136,15 +151,142 @@ enum Attempt {
     SynTimeout,
 }
 
+/// Shared between the zrtt attempts and the race that may start TLS.
+#[derive(Default)]
+struct Race {
+    /// Fired when a zrtt answer is late.
+    late: tokio::sync::Notify,
+    /// The socket of the zrtt attempt in progress, to ask whether the
+    /// server acknowledged the flight.
+    socket: Mutex<Option<OwnedFd>>,
+}
+
+impl Race {
+    fn watch(&self, fd: OwnedFd) {
+        *self.socket.lock().unwrap_or_else(|p| p.into_inner()) = Some(fd);
+    }
+
+    /// The zrtt flight never reached the server: no SYN-ACK yet, or bytes
+    /// still unacknowledged (in flight, or held back by the send queue).
+    fn flight_unacknowledged(&self) -> bool {
+        let guard = self.socket.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(fd) = guard.as_ref() else {
+            return true;
+        };
+        match (sys::tcp_info(fd.as_fd()), sys::send_queue_bytes(fd.as_fd())) {
+            (Ok(i), Ok(queued)) => i.state == state::SYN_SENT || i.unacked > 0 || queued > 0,
+            _ => true,
+        }
+    }
+}
+
+/// Waits until a zrtt answer is late: [`PathMemory::race_delay`] after
+/// `t0` (the start of the request, so a retry without Fast Open does not
+/// restart the clock), with the RTT remembered for the path, or else the
+/// RTT this connection's SYN-ACK gave (checked a bounded number of times).
+async fn late_after(t0: Instant, rtt_hint: Option<Duration>, max: Duration, fd: OwnedFd) {
+    let start = tokio::time::Instant::from_std(t0);
+    if rtt_hint.is_some() {
+        tokio::time::sleep_until(start + PathMemory::race_delay(rtt_hint, max)).await;
+        return;
+    }
+    let mut step = Duration::from_millis(5);
+    while start.elapsed() < max {
+        if let Ok(i) = sys::tcp_info(fd.as_fd()) {
+            if i.state != state::SYN_SENT && i.rtt_us > 0 {
+                let rtt = Duration::from_micros(u64::from(i.rtt_us));
+                let delay = PathMemory::race_delay(Some(rtt), max);
+                tokio::time::sleep_until(start + delay).await;
+                return;
+            }
+        }
+        tokio::time::sleep(step).await;
+        step = (step * 2).min(Duration::from_millis(100));
+    }
+}
+
 /// Connect to `target` and send `request` (one HTTP/1.x request's bytes):
-/// zrtt if possible, else TLS. Returns the connection (positioned after the
-/// request) and what happened.
+/// zrtt if possible, else TLS, racing TLS when zrtt is late. Returns the
+/// connection (positioned after the request) and what happened.
 pub async fn establish(
     cfg: &ClientConfig,
     target: &Target,
     request: &[u8],
 ) -> Result<(Conn, ConnInfo)> {
     let t0 = Instant::now();
+    let race = Race::default();
+    let zrtt = zrtt_attempts(cfg, target, request, t0, &race);
+    tokio::pin!(zrtt);
+    let outcome = tokio::select! {
+        biased;
+        r = &mut zrtt => r,
+        () = race.late.notified(), if cfg.tls_fallback => {
+            let tls = tls_handshake(cfg, target, t0);
+            tokio::pin!(tls);
+            tokio::select! {
+                biased;
+                r = &mut zrtt => r,
+                t = &mut tls => match t {
+                    Ok(tls) if race.flight_unacknowledged() => {
+                        let cooldown = cfg.paths.zrtt_failed(target.addr, Instant::now());
+                        let note = format!(
+                            "no zrtt answer after {} ms and the flight unacknowledged; \
+                             TLS won the race (zrtt skipped on this path for {} s)",
+                            t0.elapsed().as_millis(),
+                            cooldown.as_secs()
+                        );
+                        let (conn, mut info) = tls_send(tls, request).await?;
+                        info.notes.push(note);
+                        // The wait before the race counts too, in this path's RTTs.
+                        let rtts = t0.elapsed().as_secs_f64() / info.rtt.as_secs_f64().max(1e-6);
+                        info.round_trips = (rtts.ceil() as u32).max(3);
+                        cfg.paths.observe_rtt(target.addr, info.rtt, Instant::now());
+                        return Ok((conn, info));
+                    }
+                    // The server has the flight (it is only slow), or TLS
+                    // failed too: zrtt keeps the request.
+                    _ => zrtt.await,
+                },
+            }
+        }
+    };
+    let (done, notes, spent, retried) = outcome?;
+    if let Some((conn, mut info)) = done {
+        info.round_trips += spent;
+        info.retried_with_fresh_keys = retried;
+        info.notes.splice(0..0, notes);
+        cfg.paths.observe_rtt(target.addr, info.rtt, Instant::now());
+        cfg.paths.zrtt_succeeded(target.addr, Instant::now());
+        return Ok((conn, info));
+    }
+    if !cfg.tls_fallback {
+        return Err(Error::Config(format!(
+            "zrtt not possible and TLS fallback disabled ({})",
+            notes.join("; ")
+        )));
+    }
+    let tls = tls_handshake(cfg, target, t0).await?;
+    let (conn, mut info) = tls_send(tls, request).await?;
+    info.round_trips += spent;
+    info.retried_with_fresh_keys = retried;
+    info.notes.splice(0..0, notes);
+    cfg.paths.observe_rtt(target.addr, info.rtt, Instant::now());
+    Ok((conn, info))
+}
+
+/// What the zrtt attempts ended with: a connection or `None` (use TLS),
+/// the notes, the round trips spent on failed attempts, and whether a
+/// refusal's fresh keys were used.
+type ZrttOutcome = (Option<(Conn, ConnInfo)>, Vec<String>, u32, bool);
+
+/// zrtt with Fast Open, once more without it, once more with fresh keys.
+async fn zrtt_attempts(
+    cfg: &ClientConfig,
+    target: &Target,
+    request: &[u8],
+    t0: Instant,
+    race: &Race,
+) -> Result<ZrttOutcome> {
     let now = (cfg.clock)();
     let mut notes = Vec::new();
     let mut spent = 0u32;
@@ -152,19 +294,22 @@ pub async fn establish(
     let mut record = cfg.keys.lookup(&target.host, now);
     if record.is_none() {
         notes.push("no valid key record".to_owned());
+    } else if let Some(left) = cfg.paths.zrtt_blocked(target.addr, t0) {
+        notes.push(format!(
+            "zrtt skipped: the path dropped it recently ({} s left)",
+            left.as_secs()
+        ));
+        record = None;
     }
-    let mut fast_open = cfg.fast_open && cfg.fast_open_cache.allowed(target.addr, t0);
+    let mut fast_open = cfg.fast_open && cfg.paths.fast_open_allowed(target.addr, t0);
     while let Some(rec) = record.take() {
-        match attempt_zrtt(cfg, target, &rec, request, fast_open, t0).await {
-            Ok(Attempt::Done(conn, mut info)) => {
-                info.round_trips += spent;
-                info.retried_with_fresh_keys = retried;
-                info.notes.splice(0..0, notes);
-                return Ok((conn, info));
+        match attempt_zrtt(cfg, target, &rec, request, fast_open, t0, race).await {
+            Ok(Attempt::Done(conn, info)) => {
+                return Ok((Some((conn, info)), notes, spent, retried));
             }
             Ok(Attempt::SynTimeout) => {
                 notes.push("no SYN-ACK to SYN data; retrying without Fast Open".into());
-                cfg.fast_open_cache.block(target.addr, Instant::now());
+                cfg.paths.fast_open_failed(target.addr, Instant::now());
                 fast_open = false;
                 spent += 1;
                 record = Some(rec);
@@ -192,17 +337,7 @@ pub async fn establish(
             }
         }
     }
-    if !cfg.tls_fallback {
-        return Err(Error::Config(format!(
-            "zrtt not possible and TLS fallback disabled ({})",
-            notes.join("; ")
-        )));
-    }
-    let (conn, mut info) = tls_connect(cfg, target, request, t0).await?;
-    info.round_trips += spent;
-    info.retried_with_fresh_keys = retried;
-    info.notes.splice(0..0, notes);
-    Ok((conn, info))
+    Ok((None, notes, spent, retried))
 }
 
 /// The local address the kernel would use towards `dest` (no packet sent).
@@ -224,6 +359,7 @@ async fn attempt_zrtt(
     request: &[u8],
     fast_open: bool,
     t0: Instant,
+    race: &Race,
 ) -> Result<Attempt> {
     let early = early_eligible(request, cfg.early_data)
         && request.len() <= rec.body().max_early_data_bytes as usize;
@@ -254,19 +390,25 @@ async fn attempt_zrtt(
     let (mut tcp, cmode) =
         tfo::connect_with_data(target.addr, &flight, fast_open, cfg.connect_timeout).await?;
 
-    // Read the reply; meanwhile watch for a SYN-ACK that never comes.
+    // Read the reply; meanwhile watch for a SYN-ACK that never comes, and
+    // tell the race when the answer is late.
     let mut buf = Vec::with_capacity(4096);
-    let watch_fd = std::os::fd::AsFd::as_fd(&tcp)
-        .try_clone_to_owned()
-        .map_err(Error::io("dup"))?;
+    let dup = || tcp.as_fd().try_clone_to_owned().map_err(Error::io("dup"));
+    let watch_fd = dup()?;
+    race.watch(dup()?);
+    let rtt_hint = cfg.paths.rtt(target.addr);
+    let syn_delay = PathMemory::race_delay(rtt_hint, cfg.syn_timeout);
     let syn_watch = async move {
-        tokio::time::sleep(cfg.syn_timeout).await;
-        match sys::tcp_info(std::os::fd::AsFd::as_fd(&watch_fd)) {
+        tokio::time::sleep(syn_delay).await;
+        match sys::tcp_info(watch_fd.as_fd()) {
             Ok(i) if i.state == state::SYN_SENT && cmode == ConnectMode::FastOpen => {}
             _ => std::future::pending::<()>().await,
         }
     };
     tokio::pin!(syn_watch);
+    let late = late_after(t0, rtt_hint, cfg.syn_timeout, dup()?);
+    tokio::pin!(late);
+    let mut late_fired = false;
     let deadline = tokio::time::Instant::now() + cfg.reply_timeout;
     let used = loop {
         match read_frame(&buf, Expect::ReplyOrReject) {
@@ -284,6 +426,11 @@ async fn attempt_zrtt(
                 _ => Error::io("reading reply")(e),
             })?,
             () = &mut syn_watch => return Ok(Attempt::SynTimeout),
+            () = &mut late, if !late_fired => {
+                late_fired = true;
+                race.late.notify_one();
+                continue;
+            }
             () = tokio::time::sleep_until(deadline) => return Err(Error::Timeout("zrtt reply")),
         };
         if n == 0 {
@@ -297,7 +444,7 @@ async fn attempt_zrtt(
     let syn_data_acked = info.syn_data();
     if cmode == ConnectMode::FastOpen && !syn_data_acked {
         // The path or the server ignored the SYN's data: do not try again for a while.
-        cfg.fast_open_cache.block(target.addr, Instant::now());
+        cfg.paths.fast_open_failed(target.addr, Instant::now());
     }
     let frame = match read_frame(&buf[..used], Expect::ReplyOrReject) {
         Ok(Some((f, _))) => f,
@@ -360,12 +507,15 @@ async fn attempt_zrtt(
     Ok(Attempt::Done(Conn::Zrtt(Box::new(stream)), info))
 }
 
-async fn tls_connect(
-    cfg: &ClientConfig,
-    target: &Target,
-    request: &[u8],
-    t0: Instant,
-) -> Result<(Conn, ConnInfo)> {
+/// A TLS connection and the times to its TCP and TLS handshakes.
+struct TlsReady {
+    tls: TlsStream<TcpStream>,
+    time_connect: Duration,
+    time_appconnect: Duration,
+}
+
+/// TCP connect and TLS 1.3 handshake on the same port.
+async fn tls_handshake(cfg: &ClientConfig, target: &Target, t0: Instant) -> Result<TlsReady> {
     let tcp = tokio::time::timeout(cfg.connect_timeout, TcpStream::connect(target.addr))
         .await
         .map_err(|_| Error::Timeout("connect"))?
@@ -375,14 +525,27 @@ async fn tls_connect(
     let name = pki_types::ServerName::try_from(target.host.clone())
         .map_err(|_| Error::Config(format!("{:?} is not a valid server name", target.host)))?;
     let connector = tokio_rustls::TlsConnector::from(cfg.tls.clone());
-    let mut tls = tokio::time::timeout(cfg.connect_timeout, connector.connect(name, tcp))
+    let tls = tokio::time::timeout(cfg.connect_timeout, connector.connect(name, tcp))
         .await
         .map_err(|_| Error::Timeout("TLS handshake"))?
         .map_err(|e| match e.downcast::<rustls::Error>() {
             Ok(t) => Error::Tls(t),
             Err(io) => Error::io("TLS handshake")(io),
         })?;
-    let time_appconnect = t0.elapsed();
+    Ok(TlsReady {
+        tls,
+        time_connect,
+        time_appconnect: t0.elapsed(),
+    })
+}
+
+/// Send `request` on a ready TLS connection.
+async fn tls_send(ready: TlsReady, request: &[u8]) -> Result<(Conn, ConnInfo)> {
+    let TlsReady {
+        mut tls,
+        time_connect,
+        time_appconnect,
+    } = ready;
     tls.write_all(request)
         .await
         .map_err(Error::io("sending request"))?;

@@ -13,7 +13,8 @@
 //! - [`Resolve`] (`resolve.rs`): where addresses come from
 //!   ([`SystemResolver`], [`DnsAddresses`]);
 //! - [`establish`] (`connect.rs`): one connection, zrtt with Fast Open,
-//!   a retry with fresh keys, TLS fallback;
+//!   a retry with fresh keys, TLS raced in parallel when zrtt is late;
+//! - [`PathMemory`] (`paths.rs`): per-destination RTTs and failures;
 //! - [`ZrttStream`] (`stream.rs`): a lazily connecting byte stream for
 //!   hyper: the first request written becomes the early data;
 //! - [`TokenStore`] and [`ProvenanceStore`] (`state.rs`): what the client
@@ -24,6 +25,7 @@ mod connect;
 mod connector;
 mod dns;
 mod keys;
+mod paths;
 mod resolve;
 mod state;
 mod stream;
@@ -37,6 +39,7 @@ pub(crate) use connector::host_port;
 pub use connector::{conn_info, ZrttConnector, ZrttConnectorBuilder};
 pub use dns::{DnsAddresses, DnsKeySource};
 pub use keys::{CertKeySource, KeySource, PrefetchFuture};
+pub use paths::PathMemory;
 pub use resolve::{Resolve, ResolveFuture, SystemResolver};
 pub use state::{ProvenanceStore, TokenStore};
 pub use stream::{ConnInfoHandle, ZrttStream};
