@@ -142,7 +142,8 @@ fn fetch(env: &Env, k: Kind, kb: f64) -> Result<(f64, f64)> {
                 port,
                 &format!("/{path}"),
             )?;
-            c.args(ZRTT_ONLY).args([
+            // Every sample a first contact: no token state.
+            c.args(ZRTT_ONLY).arg("--no-state").args([
                 "-w",
                 "%{time_starttransfer} %{time_total} %{http_code} %{size_download} %{zrtt_mode}",
             ]);

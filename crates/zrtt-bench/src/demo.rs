@@ -240,7 +240,8 @@ pub fn run(bench: &Bench, o: &DemoOpts) -> Result<DemoReport> {
         rows[0].modes.push("tls1.3".into());
         for (i, port) in [(1usize, 4433u16), (2, 4434), (3, 4435)] {
             let mut get = client::zrtt_get(bench, &lab, "client", &site, server_ip, port, "/")?;
-            get.args(["-m", "10s", "-w"])
+            // Every sample a first contact: no token state.
+            get.args(["--no-state", "-m", "10s", "-w"])
                 .arg("%{time_connect} %{time_starttransfer} %{http_code} %{zrtt_mode} %{syn_data}");
             if i == 3 {
                 get.arg("--provenance-state").arg(&verifiers.state);

@@ -147,7 +147,7 @@ fn fetch(env: &Env, k: Kind, resolver: Ipv4Addr) -> Result<f64> {
         }
         Kind::ZrttUnproven | Kind::ZrttProven => {
             let mut c = env.lab.command("client", &env.bench.zrtt)?;
-            c.arg("get");
+            c.args(["get", "--no-state"]);
             if k == Kind::ZrttProven {
                 c.arg("--provenance-state").arg(&env.provenance_state);
             }

@@ -4,6 +4,8 @@
 //!   policy file, rotation schedule, status;
 //! - [`keystore`]: the key store (semi-static keys and their records),
 //!   shared by `zrtt dns`, the gateway and `zrtt keys rotate`;
+//! - [`token_keys`]: the address-token keys a key store keeps for every
+//!   gateway reading it (created on first need, rotated by epoch);
 //! - [`verifier_store`]: the verifier key store (provenance verifier keys, their
 //!   signed records and rotation), shared by `zrtt verifier serve` and `zrtt dns`;
 //! - [`records`]: the DNS records (HTTPS `key65380`, TXT, AAAA tunnel, TLSA)
@@ -31,6 +33,7 @@ pub mod records;
 pub mod resolver;
 pub mod server;
 pub mod store;
+pub mod token_keys;
 pub mod verifier_store;
 pub mod zone;
 

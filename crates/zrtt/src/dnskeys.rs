@@ -3,6 +3,7 @@
 //! library: `zrtt_net::client` (with `DnsKeySource`), `zrtt_net::verifier::DnsVerifiers`.
 
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 
 pub fn parse_dns_server(s: &str) -> Result<SocketAddr, String> {
     s.parse::<SocketAddr>()
@@ -26,9 +27,55 @@ pub struct ClientFlags {
     /// Do not fall back to TLS for hosts with a key (`get` fails, `proxy` answers 502).
     #[arg(long)]
     zrtt_only: bool,
+    /// Address tokens (and the per-server static keys they are bound to),
+    /// loaded at start and saved after use: a gateway issues one after a
+    /// first visit, and a later visit from the same address that carries
+    /// it is answered before the TCP handshake completes. Default
+    /// `$XDG_STATE_HOME/zrtt/tokens` (else `~/.local/state/zrtt/tokens`);
+    /// the file holds private keys (mode 0600, directory 0700).
+    #[arg(long, conflicts_with = "no_state")]
+    token_state: Option<PathBuf>,
+    /// Keep no token state between runs (every visit is a first visit).
+    #[arg(long)]
+    no_state: bool,
+}
+
+/// The per-user state directory: `$XDG_STATE_HOME/zrtt`, else
+/// `$HOME/.local/state/zrtt` (the XDG base directory rules; relative
+/// values are ignored as the specification says).
+pub fn state_dir() -> Option<PathBuf> {
+    let abs = |v: std::ffi::OsString| Some(PathBuf::from(v)).filter(|p| p.is_absolute());
+    std::env::var_os("XDG_STATE_HOME")
+        .and_then(abs)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .and_then(abs)
+                .map(|h| h.join(".local/state"))
+        })
+        .map(|d| d.join("zrtt"))
 }
 
 impl ClientFlags {
+    /// Where token state lives: `--token-state`, else the per-user default
+    /// (created mode 0700 when missing); `None` with `--no-state` or when
+    /// no home directory is known.
+    pub fn token_state(&self) -> std::io::Result<Option<PathBuf>> {
+        if self.no_state {
+            return Ok(None);
+        }
+        if let Some(p) = &self.token_state {
+            return Ok(Some(p.clone()));
+        }
+        let Some(dir) = state_dir() else {
+            tracing::info!("no token state: neither XDG_STATE_HOME nor HOME is set");
+            return Ok(None);
+        };
+        let mut b = std::fs::DirBuilder::new();
+        std::os::unix::fs::DirBuilderExt::mode(b.recursive(true), 0o700);
+        b.create(&dir)?;
+        Ok(Some(dir.join("tokens")))
+    }
+
     /// Set these choices on a client config.
     pub fn apply(&self, cfg: &mut zrtt_net::client::ClientConfig) {
         cfg.fast_open = !self.no_fast_open;

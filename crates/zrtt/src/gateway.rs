@@ -16,6 +16,7 @@ use zrtt_proto::admission::{AdmissionConfig, IpNet, TokenKey, TokenKeyRing, Toke
 use zrtt_proto::handshake::{ServerConfig, ServerKey};
 
 use crate::{keys, util};
+use zrtt_dns::token_keys::TokenSchedule;
 use zrtt_dns::KeyStore;
 
 #[derive(Args, Debug)]
@@ -50,12 +51,24 @@ pub struct GatewayArgs {
     #[arg(long, required_unless_present = "keystore")]
     cert_key: Option<PathBuf>,
     /// Token sealing key shared by a fleet: 32 bytes, raw or 64 hex digits
-    /// (e.g. `head -c32 /dev/urandom > token.key`). Without it, no tokens.
-    #[arg(long)]
+    /// (e.g. `(umask 077; openssl rand -hex 32 > token.key)`). Without it,
+    /// tokens are sealed with the key store's token keys (--keystore:
+    /// created there on first need, rotated every --token-rotation, shared
+    /// by every gateway reading the store) or, with --key, with a key made
+    /// at start (tokens then do not outlive the process).
+    #[arg(long, conflicts_with = "no_tokens")]
     token_key: Option<PathBuf>,
+    /// Issue no address tokens (returning clients are then answered early
+    /// only with another proof).
+    #[arg(long)]
+    no_tokens: bool,
     /// Lifetime of issued tokens.
     #[arg(long, default_value = "1h", value_parser = util::parse_duration)]
     token_lifetime: Duration,
+    /// With --keystore: time between two token keys (every gateway sharing
+    /// the store must use the same value).
+    #[arg(long, default_value = "1d", value_parser = util::parse_duration)]
+    token_rotation: Duration,
     /// Networks whose addresses count as proven (answered before the TCP
     /// handshake completes), e.g. 10.0.0.0/8. Only for networks that cannot
     /// spoof sources.
@@ -172,6 +185,45 @@ fn read_token_key(path: &Path, lifetime: Duration) -> Result<TokenKey> {
         .try_into()
         .map_err(|_| anyhow::anyhow!("{}: need 32 bytes (raw or hex)", path.display()))?;
     Ok(TokenKey::new(&secret, lifetime))
+}
+
+/// Where the token keys come from: --token-key, the key store, or a key
+/// made now; `None` with --no-tokens.
+fn token_keys(a: &GatewayArgs, store: Option<&KeyStore>) -> Result<Option<TokenKeys>> {
+    if a.no_tokens {
+        return Ok(None);
+    }
+    if let Some(p) = &a.token_key {
+        return Ok(Some(TokenKeys::single(read_token_key(
+            p,
+            a.token_lifetime,
+        )?)));
+    }
+    let rng = ring::rand::SystemRandom::new();
+    if let Some(ks) = store {
+        let schedule = TokenSchedule::new(a.token_rotation, a.token_lifetime)?;
+        return Ok(Some(store_token_keys(ks.dir(), schedule)?));
+    }
+    let mut secret = zeroize::Zeroizing::new([0u8; 32]);
+    ring::rand::SecureRandom::fill(&rng, &mut *secret)
+        .map_err(|_| anyhow::anyhow!("random number generator failed"))?;
+    tracing::info!(
+        "address tokens sealed with a key made at start: they do not outlive this process (--token-key or --keystore to keep them)"
+    );
+    Ok(Some(TokenKeys::single(TokenKey::new(
+        &secret,
+        a.token_lifetime,
+    ))))
+}
+
+/// The key store's token keys in force now (creating the ones due).
+fn store_token_keys(dir: &Path, schedule: TokenSchedule) -> Result<TokenKeys> {
+    Ok(zrtt_dns::token_keys::token_keys(
+        dir,
+        schedule,
+        util::now(),
+        &ring::rand::SystemRandom::new(),
+    )?)
 }
 
 fn server_keys(a: &GatewayArgs) -> Result<ServerConfig> {
@@ -375,16 +427,13 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
     let key = pki_types::PrivateKeyDer::from_pem_file(&cert_key_path)
         .with_context(|| format!("reading {}", cert_key_path.display()))?;
     let tls = tls_server_config(chain, key)?;
-    let tokens = match &a.token_key {
-        Some(p) => Some(Arc::new(read_token_key(p, a.token_lifetime)?)),
-        None => None,
-    };
+    let tokens = token_keys(&a, store.as_ref())?;
     let trusted = a
         .trusted
         .iter()
         .map(|s| parse_net(s))
         .collect::<Result<Vec<_>>>()?;
-    let answers_early = a.token_key.is_some()
+    let answers_early = tokens.is_some()
         || !trusted.is_empty()
         || !a.verifiers.is_empty()
         || !a.verifier_dns.verifier_names.is_empty();
@@ -397,7 +446,8 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         );
     }
     let mut admission = AdmissionConfig::default();
-    admission.tokens = tokens.map(|k| TokenKeyRing::new(TokenKeys::new(k, Vec::new())));
+    let token_ring = tokens.map(TokenKeyRing::new);
+    admission.tokens = token_ring.clone();
     admission.limits.max_connections = a.max_connections;
     admission.limits.hard_max_connections = a.hard_max_connections;
     admission.limits.decrypts_per_sec = a.decrypts_per_sec;
@@ -476,32 +526,45 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
                 }
             }))
         });
-        let refresher = store.map(|ks| {
-            let mut rx = stop_rx.clone();
-            let (rotate, every) = (a.rotate, a.refresh);
-            tokio::spawn(async move {
-                let ks = Arc::new(Mutex::new(ks));
-                loop {
-                    tokio::select! {
-                        _ = rx.changed() => return,
-                        _ = tokio::time::sleep(every) => {}
-                    }
-                    let ks = ks.clone();
-                    let fresh = tokio::task::spawn_blocking(move || {
-                        let mut ks = ks.lock().unwrap_or_else(|p| p.into_inner());
-                        keystore_keys(&mut ks, rotate)
-                    })
-                    .await;
-                    match fresh {
-                        Ok(Ok(cfg)) => {
-                            *shared_keys.write().unwrap_or_else(|p| p.into_inner()) = cfg
+        // Token keys from the store are re-read with the keys.
+        let store_tokens = token_ring.filter(|_| a.token_key.is_none());
+        let refresher = store
+            .map(|ks| -> Result<_> {
+                let mut rx = stop_rx.clone();
+                let (rotate, every) = (a.rotate, a.refresh);
+                let schedule = TokenSchedule::new(a.token_rotation, a.token_lifetime)?;
+                Ok(tokio::spawn(async move {
+                    let ks = Arc::new(Mutex::new(ks));
+                    loop {
+                        tokio::select! {
+                            _ = rx.changed() => return,
+                            _ = tokio::time::sleep(every) => {}
                         }
-                        Ok(Err(e)) => tracing::error!("key store: {e:#}"),
-                        Err(e) => tracing::error!("key store task: {e}"),
+                        let ks = ks.clone();
+                        let with_tokens = store_tokens.is_some();
+                        let fresh = tokio::task::spawn_blocking(move || {
+                            let mut ks = ks.lock().unwrap_or_else(|p| p.into_inner());
+                            let keys = keystore_keys(&mut ks, rotate)?;
+                            let tokens = with_tokens
+                                .then(|| store_token_keys(ks.dir(), schedule))
+                                .transpose()?;
+                            anyhow::Ok((keys, tokens))
+                        })
+                        .await;
+                        match fresh {
+                            Ok(Ok((cfg, tokens))) => {
+                                *shared_keys.write().unwrap_or_else(|p| p.into_inner()) = cfg;
+                                if let (Some(ring), Some(t)) = (&store_tokens, tokens) {
+                                    ring.replace(t);
+                                }
+                            }
+                            Ok(Err(e)) => tracing::error!("key store: {e:#}"),
+                            Err(e) => tracing::error!("key store task: {e}"),
+                        }
                     }
-                }
+                }))
             })
-        });
+            .transpose()?;
         let mut rx = stop_rx;
         let server = tokio::spawn(gw.run(async move {
             let _ = rx.changed().await;

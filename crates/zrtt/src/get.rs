@@ -74,13 +74,6 @@ pub struct GetArgs {
     /// verifiers answer before the TCP handshake completes.
     #[arg(long, alias = "pv-state")]
     provenance_state: Option<PathBuf>,
-    /// Address tokens (and the per-server static keys they are bound to),
-    /// loaded before and saved after the request: a gateway with a token
-    /// key issues one after a first visit, and a later visit from the same
-    /// address that carries it is answered before the TCP handshake
-    /// completes. The file holds private keys (written mode 0600).
-    #[arg(long)]
-    token_state: Option<PathBuf>,
     /// After the transfer print FORMAT: %{time_namelookup} %{time_connect}
     /// %{time_appconnect} %{time_starttransfer} %{time_total} %{http_code}
     /// %{size_download} %{zrtt_mode} %{round_trips} %{rtt} %{syn_data}; `\n` is a newline.
@@ -335,10 +328,18 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
             .map_err(|e| Failure(77, format!("{}: {e}", p.display())))?;
         cfg.provenance = Some(Arc::new(store));
     }
-    let tokens = match &a.token_state {
+    let token_state = a
+        .flags
+        .token_state()
+        .map_err(|e| Failure(23, format!("creating the state directory: {e}")))?;
+    let tokens = match token_state {
         Some(p) => {
-            let store = zrtt_net::client::TokenStore::load(p)
-                .map_err(|e| Failure(77, format!("{}: {e}", p.display())))?;
+            let store = zrtt_net::client::TokenStore::load(&p).map_err(|e| {
+                Failure(
+                    77,
+                    format!("{}: {e} (--no-state to ignore it)", p.display()),
+                )
+            })?;
             let store = Arc::new(store);
             cfg.tokens = Some(store.clone());
             Some((p, store))

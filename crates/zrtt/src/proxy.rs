@@ -111,6 +111,20 @@ pub fn run(a: ProxyArgs) -> Result<ExitCode> {
         None => None,
     };
     client.provenance = verifier_store.clone();
+    let token_state = a
+        .flags
+        .token_state()
+        .context("creating the state directory")?;
+    let tokens = match &token_state {
+        Some(p) => {
+            let store = zrtt_net::client::TokenStore::load(p)
+                .with_context(|| format!("{} (--no-state to ignore it)", p.display()))?;
+            let store = Arc::new(store);
+            client.tokens = Some(store.clone());
+            Some((p.clone(), store))
+        }
+        None => None,
+    };
     let mut resolver = SystemResolver::new();
     for r in &a.resolve {
         resolver.add_curl_override(r)?;
@@ -150,7 +164,22 @@ pub fn run(a: ProxyArgs) -> Result<ExitCode> {
                 a.provenance_check,
             ));
         }
+        // Tokens learned while serving are saved every minute and at the end.
+        let saver = tokens.clone().map(|(p, store)| {
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(TOKEN_SAVE_EVERY).await;
+                    save_tokens(&p, &store);
+                }
+            })
+        });
         proxy.run(util::shutdown_signal()).await?;
+        if let Some(s) = saver {
+            s.abort();
+        }
+        if let Some((p, store)) = &tokens {
+            save_tokens(p, store);
+        }
         let report: Vec<String> = metrics
             .snapshot()
             .into_iter()
@@ -202,5 +231,14 @@ async fn refresh_provenance(
             }
         }
         tokio::time::sleep(every).await;
+    }
+}
+
+/// How often `zrtt proxy` saves its token state while serving.
+const TOKEN_SAVE_EVERY: Duration = Duration::from_secs(60);
+
+fn save_tokens(path: &std::path::Path, store: &zrtt_net::client::TokenStore) {
+    if let Err(e) = store.save(path) {
+        tracing::warn!("saving {}: {e}", path.display());
     }
 }

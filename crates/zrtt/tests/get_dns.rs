@@ -196,6 +196,8 @@ fn get_resolves_key_and_address_through_dns_and_falls_back_with_reasons() {
                 &format!("{HOST}={gw_port}"),
             ])
             .current_dir(dir)
+            // Token state of this test only (the clients keep it by default).
+            .env("XDG_STATE_HOME", dir.join(".state"))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

@@ -44,6 +44,8 @@ fn spawn(dir: &Path, args: &[&str]) -> Guard {
         Command::new(env!("CARGO_BIN_EXE_zrtt"))
             .args(args)
             .current_dir(dir)
+            // Token state of this test only (the clients keep it by default).
+            .env("XDG_STATE_HOME", dir.join(".state"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

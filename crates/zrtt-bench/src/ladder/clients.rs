@@ -31,7 +31,8 @@ pub(super) struct Env<'a> {
     pub(super) server: Ipv4Addr,
     pub(super) preload: Option<PathBuf>,
     pub(super) provenance_state: PathBuf,
-    pub(super) token_state: PathBuf,
+    /// `XDG_STATE_HOME` of the revisit rows' client (its default token state).
+    pub(super) state_home: PathBuf,
     pub(super) sess: PathBuf,
     /// The openssl session for the gateway's TLS path.
     pub(super) gw_sess: PathBuf,
@@ -142,9 +143,13 @@ pub(super) fn zrtt_get(env: &Env, s: Stack) -> Result<Command> {
     ]);
     match s {
         Stack::ZrttProven => c.arg("--provenance-state").arg(&env.provenance_state),
-        Stack::ZrttRevisit => c.arg("--token-state").arg(&env.token_state),
+        // The client's default token state, in a directory of this run.
+        Stack::ZrttRevisit => c.env("XDG_STATE_HOME", &env.state_home),
         _ => &mut c,
     };
+    if s != Stack::ZrttRevisit {
+        c.arg("--no-state");
+    }
     Ok(c)
 }
 

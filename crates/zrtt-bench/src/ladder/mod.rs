@@ -13,11 +13,10 @@
 //! (section ladder) has the method and the reading.
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use serde_json::json;
 use zrtt_lab::Lab;
 
@@ -232,8 +231,6 @@ pub fn run(bench: &Bench, o: &LadderOpts) -> Result<Report> {
     )))?;
     let server = lab.addr("server")?;
     let verifiers = Verifiers::start(bench, &lab, &dir)?;
-    let token_key = dir.join("token.key");
-    write_token_key(&token_key)?;
     let at = |port| SocketAddr::from((server, port));
     let mut servers = SiteStack::new(bench, "server", &site)
         .http(at(HTTP_PORT), true)
@@ -246,8 +243,8 @@ pub fn run(bench: &Bench, o: &LadderOpts) -> Result<Report> {
             },
             true,
         )
+        // Tokens without configuration: the gateway's default.
         .gateway(Gateway {
-            token_key: Some(token_key),
             log: Some(dir.join("gw-tokens.log")),
             ..Gateway::new(at(GW_TOKENS))
         })
@@ -271,7 +268,7 @@ pub fn run(bench: &Bench, o: &LadderOpts) -> Result<Report> {
         server,
         preload,
         provenance_state: verifiers.state.clone(),
-        token_state: dir.join("tokens.state"),
+        state_home: dir.join("state"),
         sess: dir.join("tls.sess"),
         gw_sess: dir.join("gw-tls.sess"),
         h3_sess: dir.join("h3.sess"),
@@ -298,7 +295,7 @@ pub fn run(bench: &Bench, o: &LadderOpts) -> Result<Report> {
         let _ = std::fs::remove_file(&env.gw_sess);
         let _ = std::fs::remove_file(&env.h3_sess);
         let _ = std::fs::remove_file(&env.h3_tp);
-        let _ = std::fs::remove_file(&env.token_state);
+        let _ = std::fs::remove_dir_all(&env.state_home);
         let mut w_notes = Vec::new();
         warm_sessions(&env, &mut w_notes)?;
         if ri == 0 {
@@ -342,15 +339,6 @@ pub fn run(bench: &Bench, o: &LadderOpts) -> Result<Report> {
     }
     notes.extend(modes);
     Ok(report(o, &samples, notes))
-}
-
-/// Writes a fresh 32-byte token sealing key (mode 0600) to `path`.
-fn write_token_key(path: &Path) -> Result<()> {
-    let mut b = [0u8; 32];
-    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b)
-        .map_err(|_| anyhow::anyhow!("random number generator failed"))?;
-    zrtt_dns::fsutil::write_atomic(path, &b, true)
-        .with_context(|| format!("writing {}", path.display()))
 }
 
 fn ref_index(rtt_ms: u64) -> Option<usize> {

@@ -34,14 +34,12 @@ pub use dir::{CERT_FILE, CERT_KEY_FILE, KEYS_DIR};
 pub use policy::{parse_duration, DurationSpec};
 pub use status::{KeyState, KeyStatus, RotationReport, StoreStatus};
 
+pub(crate) use dir::{check_private_mode, create_private_dir};
 pub(crate) use kind::{Engine, Names, NewKey, PrivateKey};
 pub(crate) use policy::{bad_policy, check_ttl, duration, optional_duration};
 pub(crate) use schedule::{KeyTimes, Schedule};
 
-use dir::{
-    check_private_mode, key_file, list_key_files, load_signer, read_config, with_rotation_lock,
-    Fingerprint,
-};
+use dir::{key_file, list_key_files, load_signer, read_config, with_rotation_lock, Fingerprint};
 use kind::KeyBody;
 use policy::read_policy_file;
 

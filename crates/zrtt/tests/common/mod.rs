@@ -11,6 +11,8 @@ pub fn zrtt(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_zrtt"))
         .args(args)
         .current_dir(dir)
+        // Token state of this test only (the clients keep it by default).
+        .env("XDG_STATE_HOME", dir.join(".state"))
         .output()
         .expect("run zrtt")
 }

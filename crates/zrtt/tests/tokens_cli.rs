@@ -1,0 +1,208 @@
+//! Address tokens without configuration (issue 12 item 4), with the real
+//! binary on loopback: the gateway issues tokens by default (a key made at
+//! start, or the key store's token keys, shared by every gateway reading
+//! the store), and `zrtt get` keeps them in its per-user state directory
+//! (`XDG_STATE_HOME`, here a directory of the test), so a returning client
+//! is answered before the TCP handshake completes. Checks the gateway's
+//! counters and the state files, never timings.
+
+mod common;
+use common::*;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const HOST: &str = "www.example.com";
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_listening(addr: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "{addr} did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A gateway on free ports with `extra` flags; its listen and admin addresses.
+fn gateway(dir: &Path, extra: &[&str]) -> (Guard, String, String) {
+    let (gw, admin) = (
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    );
+    let backend = backend().to_string();
+    let mut args = vec![
+        "gateway",
+        "--listen",
+        &gw,
+        "--backend",
+        &backend,
+        "--admin",
+        &admin,
+    ];
+    args.extend_from_slice(extra);
+    let child = Guard(
+        Command::new(env!("CARGO_BIN_EXE_zrtt"))
+            .args(&args)
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_listening(&gw);
+    wait_listening(&admin);
+    (child, gw, admin)
+}
+
+/// One counter of the gateway's metrics.
+fn counter(admin: &str, name: &str) -> u64 {
+    let mut s = TcpStream::connect(admin).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let key = format!("zrtt_gateway_{name} ");
+    out.lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .unwrap_or_else(|| panic!("no {name} in {out}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// `zrtt get` over zrtt only (so a silent fall back to TLS fails the
+/// test), with the test's state directory.
+fn get(dir: &Path, gw: &str, record: &str, extra: &[&str]) {
+    let port = gw.rsplit(':').next().unwrap();
+    let resolve = format!("{HOST}:{port}:127.0.0.1");
+    let url = format!("https://{HOST}:{port}/");
+    let mut args = vec![
+        "get",
+        "-m",
+        "20s",
+        "-o",
+        "body.txt",
+        "--zrtt-only",
+        "--record",
+        record,
+        "--cert",
+        "cert.pem",
+        "--cacert",
+        "ca.pem",
+        "--resolve",
+        &resolve,
+    ];
+    args.extend_from_slice(extra);
+    args.push(&url);
+    let out = zrtt(dir, &args);
+    assert!(
+        out.status.success(),
+        "zrtt get: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(dir.join("body.txt")).unwrap(), "ok");
+}
+
+fn mode(p: &Path) -> u32 {
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn a_returning_client_is_answered_early_without_configuration() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    key_and_record(dir, HOST);
+    let (_gw, gw, admin) = gateway(
+        dir,
+        &[
+            "--key",
+            "k1.key",
+            "--record",
+            "k1.rec",
+            "--cert",
+            "cert.pem",
+            "--cert-key",
+            "cert.key",
+        ],
+    );
+    // The replay filter refuses flights stamped in the gateway's first seconds.
+    std::thread::sleep(Duration::from_secs(3));
+
+    // First visit: no token yet; the gateway issues one, the client keeps it.
+    get(dir, &gw, "k1.rec", &[]);
+    assert_eq!(counter(&admin, "tokens_issued"), 1);
+    assert_eq!(counter(&admin, "tokens_accepted"), 0);
+    let state = dir.join(".state/zrtt/tokens");
+    let text = std::fs::read_to_string(&state).unwrap();
+    assert!(text.contains(&format!("token {HOST} 127.0.0.1 ")), "{text}");
+    assert_eq!(mode(&state), 0o600);
+    assert_eq!(mode(&dir.join(".state/zrtt")), 0o700);
+
+    // Second visit from the same address: the token proves it.
+    get(dir, &gw, "k1.rec", &[]);
+    assert_eq!(counter(&admin, "tokens_accepted"), 1);
+    assert_eq!(counter(&admin, "tokens_refused"), 0);
+
+    // --no-state: a first visit again, the state file untouched.
+    let before = std::fs::read(&state).unwrap();
+    get(dir, &gw, "k1.rec", &["--no-state"]);
+    assert_eq!(counter(&admin, "tokens_accepted"), 1);
+    assert_eq!(std::fs::read(&state).unwrap(), before);
+}
+
+#[test]
+fn gateways_sharing_a_key_store_accept_each_others_tokens() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    ok(dir, &["keys", "cert", "--name", HOST, "--out-dir", "."]);
+    ok(
+        dir,
+        &[
+            "keys",
+            "init",
+            "--keystore",
+            "ks",
+            "--name",
+            HOST,
+            "--cert",
+            "cert.pem",
+            "--cert-key",
+            "cert.key",
+        ],
+    );
+    let (_a, gw_a, admin_a) = gateway(dir, &["--keystore", "ks"]);
+    let (_b, gw_b, admin_b) = gateway(dir, &["--keystore", "ks"]);
+    // The store's token keys: the sealing epoch's and the next, owner-only.
+    let tokens: Vec<_> = std::fs::read_dir(dir.join("ks/tokens"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(tokens.len(), 2, "{tokens:?}");
+    assert!(tokens.iter().all(|p| mode(p) == 0o600));
+    let record = std::fs::read_dir(dir.join("ks/keys"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "record"))
+        .unwrap();
+    let record = record.to_str().unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+
+    // A token from gateway A opens at gateway B (same host name and address).
+    get(dir, &gw_a, record, &[]);
+    assert_eq!(counter(&admin_a, "tokens_issued"), 1);
+    get(dir, &gw_b, record, &[]);
+    assert_eq!(counter(&admin_b, "tokens_accepted"), 1);
+    assert_eq!(counter(&admin_b, "tokens_refused"), 0);
+}
