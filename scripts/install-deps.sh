@@ -15,6 +15,8 @@
 #   ngtcp2-server
 #   gcc             builds the small LD_PRELOAD shim that gives s_client TFO
 #   nghttp2-client  h2load: HTTP/2 load against the gateway's TLS path
+#   python3-websockets  a WebSocket client and server (Debian's /usr/bin/python3)
+#                   relayed through the gateway's Upgrade support
 set -euo pipefail
 
 need=()
@@ -30,6 +32,7 @@ command -v gtlsclient >/dev/null 2>&1 || need+=(ngtcp2-client)
 command -v gtlsserver >/dev/null 2>&1 || need+=(ngtcp2-server)
 command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 command -v h2load >/dev/null 2>&1 || need+=(nghttp2-client)
+/usr/bin/python3 -c 'import websockets' >/dev/null 2>&1 || need+=(python3 python3-websockets)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

@@ -1,6 +1,6 @@
 //! The gateway's TLS path against clients nobody here wrote: curl over
 //! HTTP/2 and HTTP/1.1 with TLS 1.2 and 1.3, `openssl s_client` resuming a
-//! session, h2load. Each test says why it skips when a tool is missing
+//! session, h2load, a WebSocket client and server (python3-websockets). Each test says why it skips when a tool is missing
 //! (scripts/install-deps.sh installs them).
 
 mod common;
@@ -32,7 +32,12 @@ fn skip(test: &str, tools: &[&str]) -> bool {
 /// `zrtt gateway` on a free loopback port in front of the `ok` backend;
 /// returns it and its port (from its `listening` line).
 fn gateway(dir: &Path, extra: &[&str]) -> (Guard, u16) {
-    let backend = backend().to_string();
+    gateway_to(dir, &backend().to_string(), extra)
+}
+
+/// `zrtt gateway` in front of `backend`.
+fn gateway_to(dir: &Path, backend: &str, extra: &[&str]) -> (Guard, u16) {
+    let backend = backend.to_owned();
     let mut args = vec![
         "gateway",
         "--listen",
@@ -304,4 +309,79 @@ fn openssl_0rtt_is_answered_once_and_a_replayed_ticket_gets_no_early_data() {
         ],
         "early data ran once, marked; the replayed ticket's early data never ran"
     );
+}
+
+/// A WebSocket echo server and client (Debian's python3-websockets, so
+/// Debian's interpreter: a `python3` earlier in PATH may lack it).
+const WS_PY: &str = r#"
+import asyncio, ssl, sys
+import websockets
+
+async def echo(ws, path=None):
+    async for m in ws:
+        await ws.send(m)
+
+async def serve():
+    async with websockets.serve(echo, "127.0.0.1", 0) as server:
+        print(server.sockets[0].getsockname()[1], flush=True)
+        await asyncio.Future()
+
+async def client(port, ca):
+    ctx = ssl.create_default_context(cafile=ca)
+    uri = "wss://www.example.com:%d/chat" % port
+    async with websockets.connect(uri, ssl=ctx, host="127.0.0.1", port=port,
+                                  server_hostname="www.example.com") as ws:
+        for msg in ["hello", "x" * 100000, b"\x00\x01binary"]:
+            await ws.send(msg)
+            back = await asyncio.wait_for(ws.recv(), 10)
+            assert back == msg, (len(back), len(msg))
+    print("echoed 3", flush=True)
+
+if sys.argv[1] == "serve":
+    asyncio.run(serve())
+else:
+    asyncio.run(asyncio.wait_for(client(int(sys.argv[2]), sys.argv[3]), 20))
+"#;
+
+fn have_websockets() -> bool {
+    Command::new("/usr/bin/python3")
+        .args(["-c", "import websockets"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn websocket_client_echoes_through_the_tls_path() {
+    if !have_websockets() {
+        eprintln!("websocket test: skipped: python3-websockets not installed (run scripts/install-deps.sh)");
+        return;
+    }
+    let tmp = setup();
+    let dir = tmp.path();
+    std::fs::write(dir.join("ws.py"), WS_PY).unwrap();
+    let mut server = Command::new("/usr/bin/python3")
+        .args(["ws.py", "serve"])
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _server = Guard(server);
+    let ws_port: u16 = line.trim().parse().unwrap_or_else(|_| panic!("{line:?}"));
+    let (_gw, port) = gateway_to(dir, &format!("127.0.0.1:{ws_port}"), &[]);
+    let out = Command::new("/usr/bin/python3")
+        .args(["ws.py", "client", &port.to_string(), "ca.pem"])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "echoed 3");
 }

@@ -29,8 +29,11 @@ pub struct Timeouts {
     pub backend_response: Duration,
     /// Waiting for a request's headers on a kept-alive connection.
     pub idle: Duration,
-    /// Whole connection lifetime.
+    /// Whole connection lifetime, except upgraded streams.
     pub connection: Duration,
+    /// An upgraded stream (WebSocket) with no bytes either way is closed
+    /// after this.
+    pub upgraded_idle: Duration,
     /// After shutdown, how long open connections may finish.
     pub shutdown_grace: Duration,
 }
@@ -44,6 +47,7 @@ impl Default for Timeouts {
             backend_response: Duration::from_secs(15),
             idle: Duration::from_secs(30),
             connection: Duration::from_secs(600),
+            upgraded_idle: Duration::from_secs(300),
             shutdown_grace: Duration::from_secs(5),
         }
     }

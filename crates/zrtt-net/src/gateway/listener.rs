@@ -59,6 +59,7 @@ impl Gateway {
             metrics: Arc::new(Metrics::default()),
             backend,
             active: AtomicUsize::new(0),
+            shutdown: tokio::sync::watch::Sender::new(false),
         });
         Ok(Self {
             listener,
@@ -109,6 +110,7 @@ impl Gateway {
             }
         }
         drop(self.listener);
+        self.shared.shutdown.send_replace(true);
         let grace = self.shared.cfg.timeouts.shutdown_grace;
         let _ =
             tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;

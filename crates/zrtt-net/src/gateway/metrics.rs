@@ -87,6 +87,8 @@ counters! {
     backend_errors,
     /// 504 answers (backend too slow).
     backend_timeouts,
+    /// Connections switched to another protocol (`101`, e.g. WebSocket) and relayed.
+    upgrades,
     /// Address tokens issued.
     tokens_issued,
     /// First flights answered early because of a valid token.

@@ -16,6 +16,8 @@
 //! - [`gate`]: whether the TCP handshake has completed (`TCP_INFO`);
 //! - `tls`: the TLS path on the same port;
 //! - `relay`: the HTTP relay to the backend (early-data marking, 425);
+//! - `upgrade`: upgraded connections (WebSocket) relayed both ways until
+//!   idle;
 //! - [`metrics`]: counters and their text exposition.
 //!
 //! **Gating** (docs/PROTOCOL.md §8): a reply goes out before the TCP
@@ -35,6 +37,7 @@ mod listener;
 pub mod metrics;
 mod relay;
 mod tls;
+mod upgrade;
 
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
@@ -57,6 +60,8 @@ struct Shared {
     metrics: Arc<Metrics>,
     backend: Client<HttpConnector, Body>,
     active: AtomicUsize,
+    /// `true` once the gateway stops (upgraded streams then get the grace).
+    shutdown: tokio::sync::watch::Sender<bool>,
 }
 
 fn lock<T: ?Sized>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {

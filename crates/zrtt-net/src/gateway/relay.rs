@@ -18,6 +18,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::header::{HeaderName, HeaderValue};
+use hyper::upgrade::OnUpgrade;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -25,6 +26,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use super::early_answer::{EarlyCtl, EarlyUse};
 use super::gate::Gate;
 use super::listener::SourceSlot;
+use super::upgrade;
 use super::{Body, Metrics, Shared};
 use crate::http::{strip_hop_by_hop, text_response};
 
@@ -38,7 +40,9 @@ pub(super) fn early_use(early: &[u8]) -> EarlyUse {
     let Ok(httparse::Status::Complete(n)) = req.parse(early) else {
         return EarlyUse::Hold;
     };
-    let safe = matches!(req.method, Some("GET" | "HEAD" | "OPTIONS"));
+    let safe = matches!(req.method, Some("GET" | "HEAD" | "OPTIONS"))
+        // An upgrade opens a stream: never from replayable bytes.
+        && !req.headers.iter().any(|h| h.name.eq_ignore_ascii_case("upgrade"));
     let no_body = req.headers.iter().all(|h| {
         !(h.name.eq_ignore_ascii_case("transfer-encoding")
             || (h.name.eq_ignore_ascii_case("content-length") && h.value.trim_ascii() != b"0"))
@@ -117,7 +121,9 @@ pub(super) async fn serve_http<S>(
                 // the whole answer: hyper stops reading the backend until
                 // the client reads.
                 .max_buf_size(MAX_HTTP_BUFFER);
-            http.serve_connection(TokioIo::new(io), svc).await
+            http.serve_connection(TokioIo::new(io), svc)
+                .with_upgrades()
+                .await
         }
         Protocol::Http2 => {
             let mut http = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
@@ -199,7 +205,7 @@ fn full(b: Bytes) -> Body {
     Full::new(b).map_err(|never| match never {}).boxed()
 }
 
-async fn forward(shared: &Shared, ctx: &ConnCtx, req: Request<Incoming>) -> Response<Body> {
+async fn forward(shared: &Arc<Shared>, ctx: &ConnCtx, req: Request<Incoming>) -> Response<Body> {
     let m = &shared.metrics;
     // An unproven source may be spoofed: its request reaches the backend
     // only once the TCP handshake has proven the address.
@@ -225,7 +231,12 @@ async fn forward(shared: &Shared, ctx: &ConnCtx, req: Request<Incoming>) -> Resp
     if early {
         Metrics::inc(&m.early_requests);
     }
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
+    // WebSocket and other upgrades (HTTP/1.1): relayed once both sides
+    // switched (upgrade.rs).
+    let upgrade = upgrade::requested(&parts.headers)
+        .filter(|_| parts.version == hyper::Version::HTTP_11)
+        .zip(parts.extensions.remove::<OnUpgrade>());
     if parts.method == hyper::Method::CONNECT {
         // A reverse proxy opens no tunnels.
         return text_response(StatusCode::METHOD_NOT_ALLOWED, "CONNECT is not served here");
@@ -246,6 +257,9 @@ async fn forward(shared: &Shared, ctx: &ConnCtx, req: Request<Incoming>) -> Resp
     };
     let mut headers = parts.headers.clone();
     forwarding_fields(&mut headers, ctx.peer);
+    if let Some((proto, _)) = &upgrade {
+        upgrade::restore(&mut headers, proto.clone());
+    }
     // HTTP/2 carries the host in the request target (:authority); an
     // HTTP/1.1 backend needs it as Host.
     if !headers.contains_key(hyper::header::HOST) {
@@ -315,7 +329,29 @@ async fn forward(shared: &Shared, ctx: &ConnCtx, req: Request<Incoming>) -> Resp
             }
         }
         let (mut rparts, rbody) = resp.into_parts();
+        let switching = rparts.status == StatusCode::SWITCHING_PROTOCOLS;
+        let proto = rparts.headers.get(hyper::header::UPGRADE).cloned();
         strip_hop_by_hop(&mut rparts.headers);
+        match (
+            switching,
+            upgrade,
+            rparts.extensions.remove::<OnUpgrade>(),
+            proto,
+        ) {
+            (true, Some((_, client)), Some(backend), Some(proto)) => {
+                upgrade::restore(&mut rparts.headers, proto);
+                upgrade::relay(shared, client, backend, ctx.slot.clone());
+            }
+            // A 101 nobody asked for, or without a protocol: not relayed.
+            (true, ..) => {
+                Metrics::inc(&m.backend_errors);
+                return text_response(
+                    StatusCode::BAD_GATEWAY,
+                    "backend switched protocols unasked",
+                );
+            }
+            _ => {}
+        }
         return Response::from_parts(rparts, rbody.boxed());
     }
 }
