@@ -117,13 +117,20 @@ fn default_true_opt() -> Option<bool> {
 }
 
 impl DnsConfig {
-    /// Read a TOML config file; relative paths in it are taken relative to
-    /// the file's directory.
+    /// Read a TOML config file (its `[dns]` section when it has one, as the
+    /// config file shared by every role does); relative paths in it are
+    /// taken relative to the file's directory.
     pub fn from_file(path: &Path) -> Result<Self, ServerError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ServerError::Config(format!("{}: {e}", path.display())))?;
-        let mut c: Self = toml::from_str(&text)
-            .map_err(|e| ServerError::Config(format!("{}: {e}", path.display())))?;
+        let bad = |e: toml::de::Error| ServerError::Config(format!("{}: {e}", path.display()));
+        // The shared config file of every role has a [dns] section; a file
+        // of its own is the section's content.
+        let mut table: toml::Table = toml::from_str(&text).map_err(bad)?;
+        if let Some(toml::Value::Table(dns)) = table.remove("dns") {
+            table = dns;
+        }
+        let mut c: Self = table.try_into().map_err(bad)?;
         let base = path.parent().unwrap_or(Path::new("."));
         if let Some(z) = &mut c.zone {
             *z = base.join(&*z);
@@ -650,4 +657,31 @@ pub mod shutdown {
 /// The AAAA tunnel owner for a host, as served.
 pub fn tunnel_owner(host: &str) -> String {
     encodings::aaaa_tunnel_owner(host)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn config_is_read_alone_or_from_the_shared_files_dns_section() {
+        let tmp = tempfile::tempdir().unwrap();
+        let own = tmp.path().join("dns.toml");
+        std::fs::write(&own, "zone = \"z.zone\"\n[[host]]\nkeystore = \"ks\"\n").unwrap();
+        let c = DnsConfig::from_file(&own).unwrap();
+        assert_eq!(c.zone.unwrap(), tmp.path().join("z.zone"));
+        assert_eq!(c.hosts[0].keystore, tmp.path().join("ks"));
+        let shared = tmp.path().join("zrtt.toml");
+        std::fs::write(
+            &shared,
+            "[gateway]\nbackend = \"127.0.0.1:80\"\n[dns]\nzone = \"z.zone\"\n[[dns.host]]\nkeystore = \"ks\"\n",
+        )
+        .unwrap();
+        let c = DnsConfig::from_file(&shared).unwrap();
+        assert_eq!(c.zone.unwrap(), tmp.path().join("z.zone"));
+        assert_eq!(c.hosts.len(), 1);
+        std::fs::write(&own, "zone = \"z.zone\"\nbogus = 1\n").unwrap();
+        assert!(DnsConfig::from_file(&own).is_err(), "unknown keys refused");
+    }
 }

@@ -3,8 +3,9 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
+mod config;
 mod demo;
 mod dns;
 mod dnskeys;
@@ -65,7 +66,19 @@ impl Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // `--config FILE` settings become flags before the command line's.
+    let command = config::configurable(Cli::command());
+    let args = match config::expand(&command, std::env::args_os().collect()) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("zrtt: error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let cli = match Cli::from_arg_matches(&command.get_matches_from(args)) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
     let (level, style) = cli.command.logging();
     if let Err(e) = logging::init(level, style) {
         eprintln!("zrtt: error: {e:#}");

@@ -22,6 +22,11 @@ use crate::{keys, util};
 
 #[derive(Args, Debug)]
 pub struct ProxyArgs {
+    /// TOML config file: its [proxy] section holds these flags by their
+    /// names (docs/GATEWAY.md "Configuration file"); flags given here
+    /// replace its single values and add to its lists.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// Address to listen on (keep it on loopback: the proxy has no authentication).
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,

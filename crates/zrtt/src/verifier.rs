@@ -95,6 +95,11 @@ pub enum VerifierCommand {
         /// Connections served at once.
         #[arg(long, default_value_t = 1024)]
         max_concurrent: usize,
+        /// TOML config file: its [verifier] section holds these flags by their
+        /// names (docs/GATEWAY.md "Configuration file"); flags given here
+        /// replace its single values and add to its lists.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
     },
     /// Obtain or refresh certificates for this host's address from verifiers
     /// in parallel and store them (with a static key per local address) for
@@ -236,6 +241,7 @@ pub fn run(cmd: VerifierCommand) -> Result<ExitCode> {
             initial,
             max,
             max_concurrent,
+            config: _,
         } => {
             let mut policy = IssuePolicy {
                 initial_secs: secs(initial),

@@ -1,0 +1,124 @@
+//! `--config FILE` with the real binary: a gateway configured by one TOML
+//! file (paths relative to the file), `--check-config` accepting it and
+//! refusing broken ones with the reason, the command line overriding the
+//! file, and a request served through the configured gateway.
+
+mod common;
+use common::*;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+const HOST: &str = "www.example.com";
+
+const CONF: &str = r#"
+# A site in front of a backend; paths are relative to this file.
+[gateway]
+listen = "127.0.0.1:1"          # replaced on the command line below
+backend = "BACKEND"
+key = ["../k1.key"]
+record = ["../k1.rec"]
+cert = "../cert.pem"
+cert_key = "../cert.key"
+token_lifetime = "30m"
+no_fast_open = false
+
+[dns]
+zone = "example.com.zone"
+"#;
+
+#[test]
+fn a_gateway_runs_from_a_config_file_and_bad_ones_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    key_and_record(dir, HOST);
+    std::fs::create_dir(dir.join("etc")).unwrap();
+    let conf = dir.join("etc/zrtt.toml");
+    let backend = backend().to_string();
+    // `no_fast_open` is not a gateway flag: refused with its name.
+    std::fs::write(&conf, CONF.replace("BACKEND", &backend)).unwrap();
+    let out = zrtt(
+        dir,
+        &["gateway", "--config", "etc/zrtt.toml", "--check-config"],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("[gateway] no_fast_open: unknown setting"),
+        "{err}"
+    );
+
+    let good = CONF
+        .replace("BACKEND", &backend)
+        .replace("no_fast_open = false\n", "");
+    std::fs::write(&conf, &good).unwrap();
+    let out = ok(
+        dir,
+        &["gateway", "--config", "etc/zrtt.toml", "--check-config"],
+    );
+    assert_eq!(out.trim(), "configuration ok");
+
+    // A file the configuration names is missing: refused, saying which.
+    std::fs::write(&conf, good.replace("../k1.key", "../k9.key")).unwrap();
+    let out = zrtt(
+        dir,
+        &["gateway", "--config", "etc/zrtt.toml", "--check-config"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("k9.key"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(&conf, &good).unwrap();
+
+    // Served from the file; --listen on the command line replaces its value.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zrtt"))
+        .args([
+            "gateway",
+            "--config",
+            "etc/zrtt.toml",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _gw = Guard(child);
+    let addr: std::net::SocketAddr = line
+        .trim()
+        .strip_prefix("listening ")
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("{line:?}"));
+    let port = addr.port();
+    let out = zrtt(
+        dir,
+        &[
+            "get",
+            "-m",
+            "20s",
+            "--no-state",
+            "--record",
+            "k1.rec",
+            "--cert",
+            "cert.pem",
+            "--cacert",
+            "ca.pem",
+            "--resolve",
+            &format!("{HOST}:{port}:127.0.0.1"),
+            &format!("https://{HOST}:{port}/"),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok");
+}
