@@ -9,13 +9,14 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use pki_types::pem::PemObject;
-use zrtt_net::gateway::{tls_server_config, Gateway, GatewayConfig};
+use zrtt_net::gateway::{
+    load_certified_key, tls_server_config_with, Gateway, GatewayConfig, ReloadableCert,
+};
 use zrtt_net::tfo::ListenOptions;
 use zrtt_proto::admission::{AdmissionConfig, IpNet, TokenKey, TokenKeyRing, TokenKeys};
 use zrtt_proto::handshake::{ServerConfig, ServerKey};
 
-use crate::{keys, util};
+use crate::{keys, reload, util};
 use zrtt_dns::token_keys::TokenSchedule;
 use zrtt_dns::KeyStore;
 
@@ -35,7 +36,9 @@ pub struct GatewayArgs {
     /// With --keystore: create and retire keys on schedule in this process too.
     #[arg(long, requires = "keystore")]
     rotate: bool,
-    /// With --keystore: how often to re-read (and with --rotate, rotate) it.
+    /// How often to check the certificate files for a change (then they are
+    /// reloaded without a restart; SIGHUP does it at once) and, with
+    /// --keystore, to re-read (with --rotate, rotate) the store.
     #[arg(long, default_value = "10s", value_parser = util::parse_duration)]
     refresh: Duration,
     /// Semi-static key file (from `zrtt keys generate`); repeat for rotation.
@@ -429,13 +432,9 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
             )
         }
     };
-    let chain = pki_types::CertificateDer::pem_file_iter(&cert_path)
-        .with_context(|| format!("reading {}", cert_path.display()))?
-        .collect::<Result<Vec<_>, _>>()
-        .with_context(|| format!("parsing {}", cert_path.display()))?;
-    let key = pki_types::PrivateKeyDer::from_pem_file(&cert_key_path)
-        .with_context(|| format!("reading {}", cert_key_path.display()))?;
-    let tls = tls_server_config(chain, key)?;
+    // The TLS certificate, replaced when its files change (reload.rs).
+    let served_cert = ReloadableCert::new(load_certified_key(&cert_path, &cert_key_path)?);
+    let tls = tls_server_config_with(served_cert.clone())?;
     let tokens = token_keys(&a, store.as_ref())?;
     let trusted = a
         .trusted
@@ -541,6 +540,15 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
                 }
             }))
         });
+        let hup = reload::sighup();
+        let cert_watch = tokio::spawn(reload::watch_certificate(
+            served_cert,
+            cert_path.clone(),
+            cert_key_path.clone(),
+            a.refresh,
+            hup.clone(),
+            stop_rx.clone(),
+        ));
         // Token keys from the store are re-read with the keys.
         let store_tokens = token_ring.filter(|_| a.token_key.is_none());
         let refresher = store
@@ -554,6 +562,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
                         tokio::select! {
                             _ = rx.changed() => return,
                             _ = tokio::time::sleep(every) => {}
+                            () = hup.notified() => {}
                         }
                         let ks = ks.clone();
                         let with_tokens = store_tokens.is_some();
@@ -587,6 +596,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         util::shutdown_signal().await;
         let _ = stop_tx.send(true);
         server.await??;
+        let _ = cert_watch.await;
         if let Some(r) = refresher {
             let _ = r.await;
         }

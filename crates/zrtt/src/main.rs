@@ -16,6 +16,7 @@ mod keys_cert;
 mod lab;
 mod logging;
 mod proxy;
+mod reload;
 mod util;
 mod verifier;
 

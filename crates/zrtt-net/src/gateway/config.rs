@@ -158,12 +158,21 @@ pub fn tls_server_config(
     chain: Vec<pki_types::CertificateDer<'static>>,
     key: pki_types::PrivateKeyDer<'static>,
 ) -> Result<Arc<rustls::ServerConfig>> {
+    let cert = super::certs::ReloadableCert::new(super::certs::certified_key(chain, key)?);
+    tls_server_config_with(cert)
+}
+
+/// [`tls_server_config`] serving the certificate `cert` holds at each
+/// handshake (replace it to renew without a restart).
+pub fn tls_server_config_with(
+    cert: Arc<super::certs::ReloadableCert>,
+) -> Result<Arc<rustls::ServerConfig>> {
     let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
     .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
     .with_no_client_auth()
-    .with_single_cert(chain, key)?;
+    .with_cert_resolver(cert);
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     cfg.session_storage = rustls::server::ServerSessionMemoryCache::new(TLS_SESSION_CACHE);
     cfg.send_tls13_tickets = 2;

@@ -3,6 +3,7 @@
 //!
 //! One job per file, in the order a connection meets them:
 //! - [`config`]: what a gateway serves and how ([`GatewayConfig`]);
+//! - [`certs`]: the TLS certificate in force, replaceable while serving;
 //! - `listener`: the accept loop and the dispatch on a connection's first
 //!   byte (`0xD7` zrtt, `0x14`-`0x18` TLS, anything else is closed);
 //! - `first_flight`: **where a first flight is accepted**: read it (bounded
@@ -29,6 +30,7 @@
 //!
 //! [`ServerConfig::accept`]: zrtt_proto::handshake::ServerConfig::accept
 
+pub mod certs;
 pub mod config;
 mod early_answer;
 mod first_flight;
@@ -47,8 +49,10 @@ use hyper_util::client::legacy::Client;
 use zrtt_proto::admission::Admission;
 
 pub use crate::http::Body;
+pub use certs::{load_certified_key, ReloadableCert};
 pub use config::{
-    shared_trust_policy, tls_server_config, GatewayConfig, SharedTrustPolicy, Timeouts,
+    shared_trust_policy, tls_server_config, tls_server_config_with, GatewayConfig,
+    SharedTrustPolicy, Timeouts,
 };
 pub use listener::Gateway;
 pub use metrics::{serve_metrics, Metrics};
