@@ -161,7 +161,7 @@ struct VerifierDnsArgs {
     #[arg(long, value_parser = crate::dnskeys::parse_dns_server, requires = "verifier_names")]
     dns_server: Option<SocketAddr>,
     /// CA certificates (PEM) that the certificates signing --verifier-name
-    /// keys (TLSA) must chain to; default /etc/ssl/certs/ca-certificates.crt.
+    /// keys (TLSA) must chain to; default the system's roots (SSL_CERT_FILE, SSL_CERT_DIR, else the distribution's bundle).
     #[arg(long, requires = "verifier_names")]
     verifier_cacert: Option<PathBuf>,
     /// Pin the certificate (PEM) that signs a --verifier-name's key records,

@@ -59,7 +59,7 @@ pub struct GetArgs {
     #[arg(long)]
     resolve: Vec<String>,
     /// CA certificates (PEM) for TLS and for the certificate that signs
-    /// key records from DNS; default /etc/ssl/certs/ca-certificates.crt.
+    /// key records from DNS; default the system's roots (SSL_CERT_FILE, SSL_CERT_DIR, else the distribution's bundle).
     #[arg(long)]
     cacert: Option<PathBuf>,
     /// DNS server for the key and address lookup (`ADDR[:PORT]`); default

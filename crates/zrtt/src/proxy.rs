@@ -43,7 +43,7 @@ pub struct ProxyArgs {
     /// The certificate (PEM) that signs the records.
     #[arg(long)]
     cert: Option<PathBuf>,
-    /// CA certificates (PEM) for the TLS fallback; default /etc/ssl/certs/ca-certificates.crt.
+    /// CA certificates (PEM) for the TLS fallback; default the system's roots (SSL_CERT_FILE, SSL_CERT_DIR, else the distribution's bundle).
     #[arg(long)]
     cacert: Option<PathBuf>,
     /// Use ADDR for HOST:PORT (`HOST:PORT:ADDR`, PORT as connected to); repeatable.

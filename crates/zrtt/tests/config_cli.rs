@@ -121,4 +121,34 @@ fn a_gateway_runs_from_a_config_file_and_bad_ones_are_refused() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "ok");
+
+    // Without --cacert the TLS fallback trusts the system's roots, found
+    // as rustls-native-certs finds them: SSL_CERT_FILE names the test CA.
+    let tls_get = |ssl_cert_file: Option<&str>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_zrtt"));
+        c.args(["get", "-m", "20s", "--no-state", "--no-dns"])
+            .args(["--resolve", &format!("{HOST}:{port}:127.0.0.1")])
+            .arg(format!("https://{HOST}:{port}/"))
+            .current_dir(dir)
+            .env("XDG_STATE_HOME", dir.join(".state"))
+            .env_remove("SSL_CERT_DIR");
+        match ssl_cert_file {
+            Some(f) => c.env("SSL_CERT_FILE", dir.join(f)),
+            None => c.env_remove("SSL_CERT_FILE"),
+        };
+        c.output().unwrap()
+    };
+    let out = tls_get(Some("ca.pem"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok");
+    let out = tls_get(None);
+    assert_eq!(
+        out.status.code(),
+        Some(35),
+        "the test CA is not a system root"
+    );
 }

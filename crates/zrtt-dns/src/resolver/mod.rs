@@ -65,7 +65,7 @@ mod verifier;
 pub use crate::client::EDNS_PAYLOAD;
 pub use assemble::{Encoding, RecordRefusal, RefusalReason, Refused};
 pub use config::{ResolverConfig, RESOLV_CONF};
-pub use trust::{Trust, SYSTEM_CA_BUNDLE};
+pub use trust::{system_roots, Trust};
 
 use assemble::{assemble, needs_fallback, Gathered};
 use cache::{Answer, Cache, Fetched};

@@ -9,8 +9,17 @@ use zrtt_proto::UnixTime;
 
 use super::ResolveError;
 
-/// The CA bundle used when none is configured (Debian, Ubuntu, Alpine).
-pub const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+/// The platform's CA roots, found as rustls clients find them
+/// (`rustls-native-certs`: `SSL_CERT_FILE` or `SSL_CERT_DIR` when set, else
+/// the distribution's bundle or directory). Unreadable entries are skipped
+/// (logged at debug); none found gives an empty list.
+pub fn system_roots() -> Vec<CertificateDer<'static>> {
+    let found = rustls_native_certs::load_native_certs();
+    for e in &found.errors {
+        tracing::debug!("system CA roots: {e}");
+    }
+    found.certs
+}
 
 /// How certificates from TLSA are trusted.
 #[derive(Debug, Default)]
@@ -42,9 +51,14 @@ impl Trust {
         Ok(t)
     }
 
-    /// The system bundle ([`SYSTEM_CA_BUNDLE`]) if present, else no roots.
+    /// The platform's roots ([`system_roots`]); none when there are none.
     pub fn system() -> Self {
-        Self::from_pem_file(Path::new(SYSTEM_CA_BUNDLE)).unwrap_or_default()
+        let mut t = Self::none();
+        for c in system_roots() {
+            // A root webpki cannot use (an unusual encoding) is skipped.
+            let _ = t.add_root_der(&c);
+        }
+        t
     }
 
     /// Add one DER root certificate.

@@ -1,11 +1,9 @@
 //! [`ClientConfig`], its builder, and the settings that weaken security
 //! behind [`ClientConfig::dangerous`] (rustls's model).
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pki_types::pem::PemObject;
 use zrtt_proto::crypto::SecureRandom;
 use zrtt_proto::UnixTime;
 
@@ -197,18 +195,11 @@ pub fn tls_client_config(roots: rustls::RootCertStore) -> Result<Arc<rustls::Cli
     Ok(Arc::new(cfg))
 }
 
-/// The CA certificates of the system bundle
-/// ([`zrtt_dns::resolver::SYSTEM_CA_BUNDLE`], the same the DNS key
-/// lookup trusts); an empty store when the bundle is missing, so only
-/// zrtt (whose keys are verified apart) can then succeed.
+/// The platform's CA roots ([`zrtt_dns::resolver::system_roots`], the
+/// same the DNS key lookup trusts); an empty store when there are none, so
+/// only zrtt (whose keys are verified apart) can then succeed.
 pub fn system_roots() -> rustls::RootCertStore {
     let mut roots = rustls::RootCertStore::empty();
-    if let Ok(certs) =
-        pki_types::CertificateDer::pem_file_iter(Path::new(zrtt_dns::resolver::SYSTEM_CA_BUNDLE))
-    {
-        for c in certs.flatten() {
-            let _ = roots.add(c);
-        }
-    }
+    let (_added, _unusable) = roots.add_parsable_certificates(zrtt_dns::resolver::system_roots());
     roots
 }
