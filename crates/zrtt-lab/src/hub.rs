@@ -26,6 +26,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
 
+use crate::impair::{self, DropCause, Fate, SplitMix64};
+use crate::packet::{self, ipv4_dst};
 use crate::sys;
 use crate::topology::Link;
 
@@ -77,6 +79,14 @@ pub struct HubStats {
     pub forwarded: u64,
     /// Packets dropped by the configured loss probability.
     pub dropped_loss: u64,
+    /// SYNs with data dropped by a middlebox ([`SynData::Drop`](crate::SynData::Drop)).
+    pub dropped_syn_data: u64,
+    /// SYNs whose data a middlebox stripped ([`SynData::Strip`](crate::SynData::Strip)).
+    pub stripped_syn_data: u64,
+    /// Extra copies delivered by duplication.
+    pub duplicated: u64,
+    /// Packets held back so that later ones overtook them.
+    pub reordered: u64,
     /// Packets dropped because their pair's queue was full (drop-tail).
     pub dropped_queue: u64,
     /// Packets that were not IPv4 or had no lab host as destination.
@@ -202,6 +212,10 @@ impl Histogram {
 struct Counters {
     forwarded: AtomicU64,
     dropped_loss: AtomicU64,
+    dropped_syn_data: AtomicU64,
+    stripped_syn_data: AtomicU64,
+    duplicated: AtomicU64,
+    reordered: AtomicU64,
     dropped_queue: AtomicU64,
     dropped_unroutable: AtomicU64,
     read_errors: AtomicU64,
@@ -236,28 +250,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(crate) struct Hub {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
-}
-
-/// Small, fast, seedable PRNG (SplitMix64) for loss decisions.
-pub(crate) struct SplitMix64(u64);
-
-impl SplitMix64 {
-    pub(crate) fn new(seed: u64) -> Self {
-        SplitMix64(seed)
-    }
-
-    pub(crate) fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, 1)`.
-    pub(crate) fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-    }
 }
 
 impl Hub {
@@ -342,6 +334,10 @@ impl Hub {
         HubStats {
             forwarded: c.forwarded.load(Ordering::Relaxed),
             dropped_loss: c.dropped_loss.load(Ordering::Relaxed),
+            dropped_syn_data: c.dropped_syn_data.load(Ordering::Relaxed),
+            stripped_syn_data: c.stripped_syn_data.load(Ordering::Relaxed),
+            duplicated: c.duplicated.load(Ordering::Relaxed),
+            reordered: c.reordered.load(Ordering::Relaxed),
             dropped_queue: c.dropped_queue.load(Ordering::Relaxed),
             dropped_unroutable: c.dropped_unroutable.load(Ordering::Relaxed),
             read_errors: c.read_errors.load(Ordering::Relaxed),
@@ -376,6 +372,10 @@ impl Hub {
         for a in [
             &c.forwarded,
             &c.dropped_loss,
+            &c.dropped_syn_data,
+            &c.stripped_syn_data,
+            &c.duplicated,
+            &c.reordered,
             &c.dropped_queue,
             &c.dropped_unroutable,
             &c.read_errors,
@@ -471,10 +471,22 @@ fn reader_loop(s: &Shared, devices: &[File], cfg: &HubConfig) {
                     let links = s.links.read().unwrap_or_else(|e| e.into_inner());
                     links[pair]
                 };
-                if link.loss > 0.0 && rng.next_f64() < link.loss {
-                    s.counters.dropped_loss.fetch_add(1, Ordering::Relaxed);
-                    continue;
+                let delivery = match impair::decide(&link, pkt, &mut rng) {
+                    Fate::Drop(cause) => {
+                        let c = match cause {
+                            DropCause::Loss => &s.counters.dropped_loss,
+                            DropCause::SynData => &s.counters.dropped_syn_data,
+                        };
+                        c.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    Fate::Deliver(d) => d,
+                };
+                let mut data = pkt.to_vec();
+                if delivery.strip_syn_data && packet::strip_syn_data(&mut data) {
+                    s.counters.stripped_syn_data.fetch_add(1, Ordering::Relaxed);
                 }
+                let len = data.len();
                 // Serialisation at the bottleneck rate, queued behind earlier
                 // packets of the same direction.
                 let (tx_done, new_free) = match link.rate {
@@ -490,24 +502,42 @@ fn reader_loop(s: &Shared, devices: &[File], cfg: &HubConfig) {
                 if let Some(last) = last_deadline[pair] {
                     deadline = deadline.max(last); // keep the pair FIFO
                 }
+                let copies = 1 + usize::from(delivery.duplicate);
                 let mut q = lock(&s.queue);
-                if q.per_pair[pair] >= cfg.queue_limit {
+                if q.per_pair[pair] + copies > cfg.queue_limit {
                     drop(q);
                     s.counters.dropped_queue.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
                 next_free[pair] = new_free;
-                last_deadline[pair] = Some(deadline);
+                match delivery.hold {
+                    // Held back: later packets keep the order among
+                    // themselves and overtake this one.
+                    Some(hold) => {
+                        deadline += hold;
+                        s.counters.reordered.fetch_add(1, Ordering::Relaxed);
+                    }
+                    None => last_deadline[pair] = Some(deadline),
+                }
+                if delivery.duplicate {
+                    s.counters.duplicated.fetch_add(1, Ordering::Relaxed);
+                }
                 let new_head = q.heap.peek().is_none_or(|h| deadline < h.0.deadline);
-                q.per_pair[pair] += 1;
-                q.heap.push(Reverse(Scheduled {
-                    deadline,
-                    seq,
-                    dst,
-                    pair,
-                    data: pkt.to_vec(),
-                }));
-                seq += 1;
+                for i in 0..copies {
+                    q.per_pair[pair] += 1;
+                    q.heap.push(Reverse(Scheduled {
+                        deadline,
+                        seq,
+                        dst,
+                        pair,
+                        data: if i + 1 == copies {
+                            std::mem::take(&mut data)
+                        } else {
+                            data.clone()
+                        },
+                    }));
+                    seq += 1;
+                }
                 drop(q);
                 if new_head {
                     s.cv.notify_one();
@@ -574,14 +604,6 @@ fn sender_loop(s: &Shared, devices: &[File], margin: Duration) {
     }
 }
 
-/// Destination address of an IPv4 packet, or `None` if it is not IPv4.
-fn ipv4_dst(pkt: &[u8]) -> Option<Ipv4Addr> {
-    if pkt.len() < 20 || pkt[0] >> 4 != 4 {
-        return None;
-    }
-    Some(Ipv4Addr::new(pkt[16], pkt[17], pkt[18], pkt[19]))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -599,22 +621,6 @@ mod tests {
         assert_eq!(s.max, Duration::from_nanos(99_500));
         h.record(10_000_000_000);
         assert_eq!(h.stats().max, Duration::from_secs(10));
-    }
-
-    #[test]
-    fn prng_is_uniform_enough_and_seeded() {
-        let mut a = SplitMix64::new(1);
-        let mut b = SplitMix64::new(1);
-        let mut below = 0;
-        for _ in 0..10_000 {
-            let x = a.next_f64();
-            assert_eq!(x, b.next_f64());
-            assert!((0.0..1.0).contains(&x));
-            if x < 0.3 {
-                below += 1;
-            }
-        }
-        assert!((2_700..3_300).contains(&below), "{below}");
     }
 
     use std::os::fd::OwnedFd;
@@ -729,13 +735,46 @@ mod tests {
     }
 
     #[test]
-    fn parses_ipv4_destination() {
-        let mut p = [0u8; 20];
-        p[0] = 0x45;
-        p[16..20].copy_from_slice(&[198, 18, 0, 2]);
-        assert_eq!(ipv4_dst(&p), Some(Ipv4Addr::new(198, 18, 0, 2)));
-        p[0] = 0x60;
-        assert_eq!(ipv4_dst(&p), None);
-        assert_eq!(ipv4_dst(&p[..10]), None);
+    fn duplicates_reorders_and_strips() {
+        use crate::SynData;
+        // Every packet duplicated.
+        let (hub, hosts) = fake_hub(Link::delay(Duration::ZERO).with_duplicate(1.0), 100);
+        hosts[0].send(&packet(B, 1, 40)).unwrap();
+        assert_eq!(recv_tag(&hosts[1]), Some(1));
+        assert_eq!(recv_tag(&hosts[1]), Some(1));
+        // Every packet held 80 ms: a later one on a link without hold
+        // overtakes it.
+        hub.set_link(
+            0,
+            1,
+            Link::delay(Duration::ZERO).with_reorder(1.0, Duration::from_millis(80)),
+        );
+        hosts[0].send(&packet(B, 2, 40)).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        hub.set_link(0, 1, Link::delay(Duration::ZERO));
+        hosts[0].send(&packet(B, 3, 40)).unwrap();
+        assert_eq!(recv_tag(&hosts[1]), Some(3));
+        assert_eq!(recv_tag(&hosts[1]), Some(2));
+        // A middlebox strips SYN data, another drops it.
+        hub.set_link(0, 1, Link::delay(Duration::ZERO).with_syn_data(SynData::Strip));
+        let syn = packet::syn_with_data((A, 1000), (B, 443), 5, &[0xd7; 100]);
+        hosts[0].send(&syn).unwrap();
+        let mut buf = [0u8; 2048];
+        let n = hosts[1].recv(&mut buf).unwrap();
+        assert_eq!(n, 44, "the SYN without its data");
+        hub.set_link(0, 1, Link::delay(Duration::ZERO).with_syn_data(SynData::Drop));
+        hosts[0].send(&syn).unwrap();
+        hosts[0].send(&packet(B, 4, 40)).unwrap();
+        assert_eq!(recv_tag(&hosts[1]), Some(4));
+        let st = hub.stats();
+        assert_eq!(
+            (
+                st.duplicated,
+                st.reordered,
+                st.stripped_syn_data,
+                st.dropped_syn_data
+            ),
+            (1, 1, 1, 1)
+        );
     }
 }

@@ -3,8 +3,9 @@
 //! Builds a set of hosts as Linux network namespaces, each with one TUN
 //! device, and forwards IPv4 packets between them through a *delay hub*
 //! running in this process. The hub adds a per-pair one-way delay, optional
-//! random loss and an optional rate limit; it is the lab's replacement for
-//! `netem` (which this kernel does not have).
+//! random loss, reordering and duplication (seeded), an optional rate limit,
+//! and optional middleboxes that drop or strip the data of SYNs ([`SynData`]);
+//! it is the lab's replacement for `netem` (which this kernel does not have).
 //!
 //! * [`Topology`] describes hosts (addresses from 198.18.0.0/15, the RFC 2544
 //!   benchmarking range) and links.
@@ -38,8 +39,10 @@
 
 mod check;
 mod hub;
+mod impair;
 mod lab;
 mod netns;
+mod packet;
 mod sys;
 mod topology;
 
@@ -49,4 +52,4 @@ pub use lab::{
     is_root, teardown_all_labs, HostThread, Lab, LabChild, LabHost, HOST_DEV, KILL_GRACE,
 };
 pub use netns::{cleanup_stale_namespaces, list_namespaces, parse_ns_pid, ETC_NETNS, NS_PREFIX};
-pub use topology::{in_lab_net, HostSpec, Link, Topology, LAB_NET, LAB_PREFIX};
+pub use topology::{in_lab_net, HostSpec, Link, SynData, Topology, LAB_NET, LAB_PREFIX};

@@ -29,6 +29,30 @@ pub struct Link {
     /// this rate (adding `len / rate` of delay plus queueing behind earlier
     /// packets of the same direction).
     pub rate: Option<u64>,
+    /// Probability in `[0, 1]` that a packet is held back by
+    /// `reorder_delay` beyond its deadline, so that later packets of the
+    /// same direction overtake it.
+    pub reorder: f64,
+    /// How long a reordered packet is held back.
+    pub reorder_delay: Duration,
+    /// Probability in `[0, 1]` that a packet is delivered twice.
+    pub duplicate: f64,
+    /// What a middlebox on this direction does to SYNs carrying data.
+    pub syn_data: SynData,
+}
+
+/// What a middlebox does to a client's SYN that carries data (TCP Fast
+/// Open): let it pass, drop it, or strip the data and pass the SYN (both
+/// seen on real paths; RFC 7413 §7.1).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SynData {
+    /// No middlebox.
+    #[default]
+    Pass,
+    /// Drop SYNs with data (the client's retransmission without data passes).
+    Drop,
+    /// Remove the data, fix lengths and checksums, pass the SYN.
+    Strip,
 }
 
 impl Link {
@@ -38,16 +62,37 @@ impl Link {
             delay,
             loss: 0.0,
             rate: None,
+            reorder: 0.0,
+            reorder_delay: Duration::ZERO,
+            duplicate: 0.0,
+            syn_data: SynData::Pass,
         }
     }
 
     /// Sets the loss probability (clamped to `[0, 1]`).
     pub fn with_loss(mut self, loss: f64) -> Self {
-        self.loss = if loss.is_nan() {
-            0.0
-        } else {
-            loss.clamp(0.0, 1.0)
-        };
+        self.loss = probability(loss);
+        self
+    }
+
+    /// Holds back a share `p` of packets by `delay` so that later ones
+    /// overtake them (`p` clamped to `[0, 1]`).
+    pub fn with_reorder(mut self, p: f64, delay: Duration) -> Self {
+        self.reorder = probability(p);
+        self.reorder_delay = delay;
+        self
+    }
+
+    /// Delivers a share `p` of packets twice (clamped to `[0, 1]`).
+    pub fn with_duplicate(mut self, p: f64) -> Self {
+        self.duplicate = probability(p);
+        self
+    }
+
+    /// Puts a middlebox that treats SYNs with data as `syn_data` on this
+    /// direction.
+    pub fn with_syn_data(mut self, syn_data: SynData) -> Self {
+        self.syn_data = syn_data;
         self
     }
 
@@ -55,6 +100,15 @@ impl Link {
     pub fn with_rate(mut self, rate: Option<u64>) -> Self {
         self.rate = rate.filter(|&r| r > 0);
         self
+    }
+}
+
+/// `p` clamped to `[0, 1]` (NaN counts as 0).
+fn probability(p: f64) -> f64 {
+    if p.is_nan() {
+        0.0
+    } else {
+        p.clamp(0.0, 1.0)
     }
 }
 
@@ -307,11 +361,19 @@ impl Topology {
 }
 
 pub(crate) fn validate_link(link: &Link) -> Result<()> {
-    if !(0.0..=1.0).contains(&link.loss) {
-        bail!("loss probability {} outside [0, 1]", link.loss);
+    for (what, p) in [
+        ("loss", link.loss),
+        ("reorder", link.reorder),
+        ("duplicate", link.duplicate),
+    ] {
+        if !(0.0..=1.0).contains(&p) {
+            bail!("{what} probability {p} outside [0, 1]");
+        }
     }
-    if link.delay > Duration::from_secs(60) {
-        bail!("one-way delay {:?} is larger than 60 s", link.delay);
+    for (what, d) in [("one-way delay", link.delay), ("reorder delay", link.reorder_delay)] {
+        if d > Duration::from_secs(60) {
+            bail!("{what} {d:?} is larger than 60 s");
+        }
     }
     Ok(())
 }

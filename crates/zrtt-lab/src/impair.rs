@@ -1,0 +1,190 @@
+//! What a link does to one packet, decided apart from any I/O so that it
+//! can be tested: the middlebox's treatment of SYNs carrying data, random
+//! loss, duplication and reordering, all drawn from one seeded PRNG (runs
+//! with the same seed and the same traffic make the same decisions).
+//!
+//! Draws happen only for impairments that are on, in a fixed order (loss,
+//! duplicate, reorder), so a link with only loss draws exactly as the hub
+//! always did.
+
+use std::time::Duration;
+
+use crate::packet;
+use crate::topology::{Link, SynData};
+
+/// Small, fast, seedable PRNG (SplitMix64) for the hub's random decisions.
+pub(crate) struct SplitMix64(u64);
+
+impl SplitMix64 {
+    pub(crate) fn new(seed: u64) -> Self {
+        SplitMix64(seed)
+    }
+
+    pub(crate) fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub(crate) fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+
+    /// True with probability `p` (no draw when `p` is 0).
+    fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && self.next_f64() < p
+    }
+}
+
+/// Why a packet was not delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DropCause {
+    /// The link's random loss.
+    Loss,
+    /// A middlebox dropping SYNs that carry data.
+    SynData,
+}
+
+/// How a packet is delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Delivery {
+    /// Strip the data from this SYN first.
+    pub(crate) strip_syn_data: bool,
+    /// Deliver a second copy right after it.
+    pub(crate) duplicate: bool,
+    /// Hold it back this long beyond its deadline (later packets overtake it).
+    pub(crate) hold: Option<Duration>,
+}
+
+/// The fate of one packet on `link`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fate {
+    /// Not delivered.
+    Drop(DropCause),
+    /// Delivered as described.
+    Deliver(Delivery),
+}
+
+/// Decides what `link` does to `pkt`.
+pub(crate) fn decide(link: &Link, pkt: &[u8], rng: &mut SplitMix64) -> Fate {
+    let syn_data = link.syn_data != SynData::Pass && packet::is_syn_with_data(pkt);
+    if syn_data && link.syn_data == SynData::Drop {
+        return Fate::Drop(DropCause::SynData);
+    }
+    if rng.chance(link.loss) {
+        return Fate::Drop(DropCause::Loss);
+    }
+    let duplicate = rng.chance(link.duplicate);
+    let hold = rng.chance(link.reorder).then_some(link.reorder_delay);
+    Fate::Deliver(Delivery {
+        strip_syn_data: syn_data,
+        duplicate,
+        hold,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    const A: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+    const B: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+
+    #[test]
+    fn prng_is_uniform_enough_and_seeded() {
+        let mut a = SplitMix64::new(1);
+        let mut b = SplitMix64::new(1);
+        let mut below = 0;
+        for _ in 0..10_000 {
+            let x = a.next_f64();
+            assert_eq!(x, b.next_f64());
+            assert!((0.0..1.0).contains(&x));
+            if x < 0.3 {
+                below += 1;
+            }
+        }
+        assert!((2_700..3_300).contains(&below), "{below}");
+    }
+
+    fn plain() -> Fate {
+        Fate::Deliver(Delivery {
+            strip_syn_data: false,
+            duplicate: false,
+            hold: None,
+        })
+    }
+
+    #[test]
+    fn clean_link_delivers_without_drawing() {
+        let mut rng = SplitMix64::new(3);
+        let link = Link::delay(Duration::from_millis(5));
+        assert_eq!(decide(&link, &[0x45; 40], &mut rng), plain());
+        assert_eq!(rng.next_u64(), SplitMix64::new(3).next_u64(), "no draw");
+    }
+
+    #[test]
+    fn loss_only_draws_like_before() {
+        // The old hub drew once per packet for loss only: same sequence.
+        let link = Link::default().with_loss(0.3);
+        let (mut rng, mut old) = (SplitMix64::new(9), SplitMix64::new(9));
+        for _ in 0..1000 {
+            let lost = old.next_f64() < 0.3;
+            let fate = decide(&link, &[0x45; 40], &mut rng);
+            assert_eq!(fate == Fate::Drop(DropCause::Loss), lost);
+        }
+    }
+
+    #[test]
+    fn rates_and_seeds() {
+        let link = Link::default()
+            .with_duplicate(0.1)
+            .with_reorder(0.2, Duration::from_millis(7));
+        let run = |seed| {
+            let mut rng = SplitMix64::new(seed);
+            (0..20_000)
+                .map(|_| decide(&link, &[0x45; 40], &mut rng))
+                .collect::<Vec<_>>()
+        };
+        let a = run(1);
+        assert_eq!(a, run(1), "same seed, same decisions");
+        assert_ne!(a, run(2));
+        let dup = a
+            .iter()
+            .filter(|f| matches!(f, Fate::Deliver(d) if d.duplicate))
+            .count();
+        let held = a
+            .iter()
+            .filter(|f| matches!(f, Fate::Deliver(d) if d.hold == Some(Duration::from_millis(7))))
+            .count();
+        assert!((1_800..2_200).contains(&dup), "{dup}");
+        assert!((3_700..4_300).contains(&held), "{held}");
+    }
+
+    #[test]
+    fn middleboxes_act_on_syns_with_data_only() {
+        let syn = packet::syn_with_data((A, 1), (B, 2), 1, b"\xd7flight");
+        let bare = packet::syn_with_data((A, 1), (B, 2), 1, b"");
+        let mut rng = SplitMix64::new(1);
+        let drop = Link::default().with_syn_data(SynData::Drop);
+        assert_eq!(
+            decide(&drop, &syn, &mut rng),
+            Fate::Drop(DropCause::SynData)
+        );
+        assert_eq!(decide(&drop, &bare, &mut rng), plain());
+        let strip = Link::default().with_syn_data(SynData::Strip);
+        assert_eq!(
+            decide(&strip, &syn, &mut rng),
+            Fate::Deliver(Delivery {
+                strip_syn_data: true,
+                duplicate: false,
+                hold: None
+            })
+        );
+        assert_eq!(decide(&strip, &bare, &mut rng), plain());
+        assert_eq!(decide(&Link::default(), &syn, &mut rng), plain());
+    }
+}
