@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::hub::{HubStats, LatenessStats};
+use crate::hub::HubStats;
 use crate::lab::Lab;
+use crate::lateness::LatenessStats;
 use crate::topology::Topology;
 
 const UDP_PORT: u16 = 7007;

@@ -41,15 +41,18 @@ mod check;
 mod hub;
 mod impair;
 mod lab;
+mod lateness;
 mod netns;
 mod packet;
 mod sys;
 mod topology;
 
 pub use check::{run_check, tolerance, CheckOptions, CheckReport, CheckRow, ProbeKind};
-pub use hub::{HubStats, LatenessStats};
+pub use hub::HubStats;
 pub use lab::{
     is_root, teardown_all_labs, HostThread, Lab, LabChild, LabHost, HOST_DEV, KILL_GRACE,
 };
+pub use lateness::LatenessStats;
 pub use netns::{cleanup_stale_namespaces, list_namespaces, parse_ns_pid, ETC_NETNS, NS_PREFIX};
+pub use packet::syn_with_data;
 pub use topology::{in_lab_net, HostSpec, Link, SynData, Topology, LAB_NET, LAB_PREFIX};

@@ -206,6 +206,8 @@ mod tests {
         let mut udp = syn_with_data((A, 1), (B, 2), 1, b"x");
         udp[9] = 17;
         assert!(!is_syn_with_data(&udp));
-        assert!(!is_syn_with_data(&syn_with_data((A, 1), (B, 2), 1, b"x")[..30]));
+        assert!(!is_syn_with_data(
+            &syn_with_data((A, 1), (B, 2), 1, b"x")[..30]
+        ));
     }
 }

@@ -370,7 +370,10 @@ pub(crate) fn validate_link(link: &Link) -> Result<()> {
             bail!("{what} probability {p} outside [0, 1]");
         }
     }
-    for (what, d) in [("one-way delay", link.delay), ("reorder delay", link.reorder_delay)] {
+    for (what, d) in [
+        ("one-way delay", link.delay),
+        ("reorder delay", link.reorder_delay),
+    ] {
         if d > Duration::from_secs(60) {
             bail!("{what} {d:?} is larger than 60 s");
         }
