@@ -120,13 +120,18 @@ fn send_nonblocking(sock: &Socket, data: &[u8]) -> Result<usize> {
     }
 }
 
-/// Settings of a gateway's listening socket.
+/// Settings of a gateway's listening sockets.
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub struct ListenOptions {
-    /// `listen()` backlog.
+    /// `listen()` backlog, per socket.
     pub backlog: i32,
-    /// Fast Open queue length (`TCP_FASTOPEN`); 0 disables Fast Open.
+    /// Fast Open queue length (`TCP_FASTOPEN`), per socket; 0 disables Fast Open.
     pub fast_open_queue: i32,
+    /// Sockets bound to the same address with `SO_REUSEPORT` (one per
+    /// worker thread: the kernel spreads new connections over them by
+    /// their addresses, each with its own accept loop); at least 1.
+    pub listeners: usize,
 }
 
 impl Default for ListenOptions {
@@ -134,18 +139,74 @@ impl Default for ListenOptions {
         Self {
             backlog: 1024,
             fast_open_queue: 1024,
+            listeners: 1,
         }
     }
+}
+
+/// The cores this process may run on (its CPU affinity), at least 1: the
+/// default number of worker threads and listening sockets of a gateway.
+pub fn default_listeners() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// [`bind_listener`] `opts.listeners` times on one address with
+/// `SO_REUSEPORT` (port 0: the port the first one got). Returns the
+/// listeners and whether Fast Open options were accepted on all.
+///
+/// Several sockets are bound only if nothing listens on the address yet: a
+/// probe without `SO_REUSEPORT` is bound first, so a second gateway process
+/// started on the same port (with replay state of its own, which
+/// docs/PROTOCOL.md §7 forbids) gets "address in use" instead of a share of
+/// the connections.
+pub fn bind_listeners(addr: SocketAddr, opts: ListenOptions) -> Result<(Vec<TcpListener>, bool)> {
+    let n = opts.listeners.max(1);
+    let mut out = Vec::with_capacity(n);
+    let mut fast_open = true;
+    let mut at = addr;
+    if n > 1 {
+        let probe = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+            .map_err(Error::io("socket"))?;
+        probe
+            .set_reuse_address(true)
+            .map_err(Error::io("SO_REUSEADDR"))?;
+        probe.bind(&addr.into()).map_err(Error::io("bind"))?;
+        at = probe
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .ok_or_else(|| Error::Config("probe socket has no address".into()))?;
+        drop(probe);
+    }
+    for _ in 0..n {
+        let (l, tfo) = bind_one(at, opts, n > 1)?;
+        at = l.local_addr().map_err(Error::io("local address"))?;
+        fast_open &= tfo;
+        out.push(l);
+    }
+    Ok((out, fast_open))
 }
 
 /// Bind a listener; with Fast Open it accepts cookieless SYN data (the
 /// namespace's `net.ipv4.tcp_fastopen` must still have bit 0x2).
 /// Returns the listener and whether Fast Open options were accepted.
 pub fn bind_listener(addr: SocketAddr, opts: ListenOptions) -> Result<(TcpListener, bool)> {
+    bind_one(addr, opts, false)
+}
+
+fn bind_one(
+    addr: SocketAddr,
+    opts: ListenOptions,
+    reuse_port: bool,
+) -> Result<(TcpListener, bool)> {
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
         .map_err(Error::io("socket"))?;
     sock.set_reuse_address(true)
         .map_err(Error::io("SO_REUSEADDR"))?;
+    if reuse_port {
+        sock.set_reuse_port(true)
+            .map_err(Error::io("SO_REUSEPORT"))?;
+    }
     sock.set_nonblocking(true)
         .map_err(Error::io("O_NONBLOCK"))?;
     sock.bind(&addr.into()).map_err(Error::io("bind"))?;

@@ -42,6 +42,59 @@ async fn early_answer_for_proven_address() {
     env.stop().await;
 }
 
+/// Listening sockets in LISTEN state on `port` (IPv4, /proc/net/tcp).
+fn listening_sockets(port: u16) -> usize {
+    let text = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let local = format!(":{port:04X}");
+    text.lines()
+        .skip(1)
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3 && f[1].ends_with(&local) && f[3] == "0A"
+        })
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reuse_port_listeners_all_serve() {
+    let env = start_gateway(GatewayOpts {
+        trusted: trusted_loopback(),
+        listeners: 3,
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(
+        listening_sockets(env.addr.port()),
+        3,
+        "three sockets on one port"
+    );
+    let cfg = Arc::new(client_config(env.records.clone()));
+    // New connections from new source ports: the kernel spreads them over
+    // the sockets by hash; every one is served, whichever socket took it.
+    for i in 0..24 {
+        let (resp, info) = fetch(cfg.clone(), env.addr, vec![get(&format!("/r{i}"))])
+            .await
+            .unwrap();
+        assert_eq!(resp, vec![(200, format!("GET /r{i} early=1 body=0"))]);
+        assert!(info.early_data, "{info:?}");
+    }
+    assert_eq!(env.metric("zrtt_answered_early"), 24);
+    // A second gateway on the same port would have replay state of its
+    // own: it must be refused, not given a share of the connections.
+    let mut opts = zrtt_net::tfo::ListenOptions::default();
+    opts.listeners = 2;
+    let err = zrtt_net::tfo::bind_listeners(env.addr, opts).unwrap_err();
+    assert!(err.to_string().contains("bind"), "{err}");
+    assert_eq!(listening_sockets(env.addr.port()), 3);
+    let port = env.addr.port();
+    env.stop().await;
+    assert_eq!(
+        listening_sockets(port),
+        0,
+        "every socket closed at shutdown"
+    );
+}
+
 #[tokio::test]
 async fn gated_answer_for_unproven_address() {
     let env = start_gateway(GatewayOpts::default()).await;

@@ -138,9 +138,13 @@ pub struct GatewayArgs {
     /// Backend response timeout (then 504 inside the channel).
     #[arg(long, default_value = "15s", value_parser = util::parse_duration)]
     backend_timeout: Duration,
-    /// Fast Open queue length on the listener (0 disables Fast Open).
+    /// Fast Open queue length on each listening socket (0 disables Fast Open).
     #[arg(long, default_value_t = 1024)]
     fast_open_queue: i32,
+    /// Worker threads, and listening sockets on the port (SO_REUSEPORT, each
+    /// with its own accept loop); default: the cores this process may use.
+    #[arg(long)]
+    workers: Option<usize>,
 }
 
 /// Provenance verifier keys from DNS (docs/PROVENANCE.md).
@@ -472,8 +476,15 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
     }
     admission.dangerous().set_trusted_networks(trusted);
     let shared_keys = Arc::new(RwLock::new(keys));
+    let workers = a
+        .workers
+        .unwrap_or_else(zrtt_net::tfo::default_listeners)
+        .max(1);
+    let mut listen = ListenOptions::default();
+    listen.fast_open_queue = a.fast_open_queue;
+    listen.listeners = workers;
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(workers)
         .enable_all()
         .build()?;
     // Provenance: configured keys, and keys learned from DNS (looked up once
@@ -485,10 +496,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
     cfg.admission = admission;
     cfg.server_names = names;
     cfg.provenance = verifier_policy.as_ref().map(|(policy, _)| policy.clone());
-    cfg.listen = ListenOptions {
-        backlog: 1024,
-        fast_open_queue: a.fast_open_queue,
-    };
+    cfg.listen = listen;
     cfg.timeouts.gate = a.gate_timeout;
     cfg.timeouts.backend_response = a.backend_timeout;
     if a.check_config {

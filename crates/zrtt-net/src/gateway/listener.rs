@@ -21,7 +21,9 @@ use crate::tfo;
 
 /// A bound gateway; [`Gateway::run`] serves it.
 pub struct Gateway {
-    listener: TcpListener,
+    /// One or more sockets on the same address (`SO_REUSEPORT`), each with
+    /// its own accept loop.
+    listeners: Vec<TcpListener>,
     shared: Arc<Shared>,
     fast_open: bool,
 }
@@ -29,7 +31,8 @@ pub struct Gateway {
 impl std::fmt::Debug for Gateway {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Gateway")
-            .field("local_addr", &self.listener.local_addr().ok())
+            .field("local_addr", &self.local_addr().ok())
+            .field("listeners", &self.listeners.len())
             .field("fast_open", &self.fast_open)
             .finish_non_exhaustive()
     }
@@ -39,7 +42,7 @@ impl Gateway {
     /// Bind `addr` (port 0 for any) with a Fast Open listener.
     pub fn bind(addr: SocketAddr, cfg: GatewayConfig) -> Result<Self> {
         cfg.admission.check().map_err(Error::Config)?;
-        let (listener, fast_open) = tfo::bind_listener(addr, cfg.listen)?;
+        let (listeners, fast_open) = tfo::bind_listeners(addr, cfg.listen)?;
         if fast_open && tfo::fast_open_sysctl().is_some_and(|v| v & 2 == 0) {
             tracing::warn!(
                 "net.ipv4.tcp_fastopen lacks bit 0x2: SYN data will be ignored \
@@ -62,7 +65,7 @@ impl Gateway {
             shutdown: tokio::sync::watch::Sender::new(false),
         });
         Ok(Self {
-            listener,
+            listeners,
             shared,
             fast_open,
         })
@@ -70,7 +73,7 @@ impl Gateway {
 
     /// The bound address.
     pub fn local_addr(&self) -> Result<SocketAddr> {
-        self.listener
+        self.listeners[0]
             .local_addr()
             .map_err(Error::io("local address"))
     }
@@ -86,37 +89,49 @@ impl Gateway {
     }
 
     /// Serve until `shutdown` resolves, then give open connections
-    /// `timeouts.shutdown_grace` to finish and abort the rest.
+    /// `timeouts.shutdown_grace` to finish and abort the rest. Each
+    /// listening socket has its own accept loop (a task the runtime can
+    /// run on any worker thread).
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<()> {
-        let mut tasks = JoinSet::new();
-        tokio::pin!(shutdown);
-        loop {
-            tokio::select! {
-                () = &mut shutdown => break,
-                r = self.listener.accept() => match r {
-                    Ok((tcp, peer)) => {
-                        let shared = self.shared.clone();
-                        tasks.spawn(async move {
-                            let limit = shared.cfg.timeouts.connection;
-                            let _ = tokio::time::timeout(limit, handle(shared, tcp, peer)).await;
-                        });
-                    }
-                    Err(e) => {
-                        tracing::warn!("accept: {e}");
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
-                },
-                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
-            }
+        let mut loops = JoinSet::new();
+        for listener in self.listeners {
+            loops.spawn(accept_loop(listener, self.shared.clone()));
         }
-        drop(self.listener);
+        shutdown.await;
         self.shared.shutdown.send_replace(true);
-        let grace = self.shared.cfg.timeouts.shutdown_grace;
-        let _ =
-            tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
-        tasks.shutdown().await;
+        while loops.join_next().await.is_some() {}
         Ok(())
     }
+}
+
+/// Accepts on one socket until shutdown, then closes it and gives its
+/// connections the grace period.
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    let mut tasks = JoinSet::new();
+    let mut stop = shared.shutdown.subscribe();
+    loop {
+        tokio::select! {
+            () = async { let _ = stop.wait_for(|s| *s).await; } => break,
+            r = listener.accept() => match r {
+                Ok((tcp, peer)) => {
+                    let shared = shared.clone();
+                    tasks.spawn(async move {
+                        let limit = shared.cfg.timeouts.connection;
+                        let _ = tokio::time::timeout(limit, handle(shared, tcp, peer)).await;
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!("accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            },
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+        }
+    }
+    drop(listener);
+    let grace = shared.cfg.timeouts.shutdown_grace;
+    let _ = tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
+    tasks.shutdown().await;
 }
 
 /// A connection's place in its source's count (docs/GATEWAY.md): taken

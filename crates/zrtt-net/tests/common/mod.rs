@@ -177,6 +177,8 @@ pub struct GatewayOpts {
     pub proven_window: usize,
     pub timeouts: Timeouts,
     pub addr: SocketAddr,
+    /// Listening sockets on the port (SO_REUSEPORT when more than one).
+    pub listeners: usize,
 }
 
 impl Default for GatewayOpts {
@@ -195,6 +197,7 @@ impl Default for GatewayOpts {
                 t
             },
             addr: "127.0.0.1:0".parse().unwrap(),
+            listeners: 1,
         }
     }
 }
@@ -269,6 +272,7 @@ pub async fn start_gateway(opts: GatewayOpts) -> Env {
         cfg.provenance = Some(pv.policy);
     }
     cfg.timeouts = opts.timeouts;
+    cfg.listen.listeners = opts.listeners;
     let gw = Gateway::bind(opts.addr, cfg).unwrap();
     let addr = gw.local_addr().unwrap();
     let metrics = gw.metrics();
