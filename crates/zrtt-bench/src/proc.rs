@@ -132,9 +132,16 @@ pub(crate) enum Stream {
 }
 
 /// Scans `r` for `marker`; sends the moment it is seen, then drains `r`
-/// (keeping the last 4 KiB for error messages).
-fn watch(mut r: impl Read, marker: Option<Vec<u8>>, tx: mpsc::Sender<Instant>) -> Vec<u8> {
+/// (keeping the last 4 KiB for error messages). Also notes which of
+/// `probes` appeared anywhere in the output, however long it is.
+fn watch(
+    mut r: impl Read,
+    marker: Option<Vec<u8>>,
+    probes: Vec<Vec<u8>>,
+    tx: mpsc::Sender<Instant>,
+) -> (Vec<u8>, Vec<bool>) {
     let mut tail: Vec<u8> = Vec::new();
+    let mut seen = vec![false; probes.len()];
     let mut buf = [0u8; 8192];
     let mut found = marker.is_none();
     loop {
@@ -152,11 +159,36 @@ fn watch(mut r: impl Read, marker: Option<Vec<u8>>, tx: mpsc::Sender<Instant>) -
                 }
             }
         }
+        // The tail keeps 4 KiB from before this read: a probe split
+        // across reads is still found.
+        for (p, s) in probes.iter().zip(seen.iter_mut()) {
+            if !*s && !p.is_empty() {
+                *s = tail.windows(p.len()).any(|w| w == p.as_slice());
+            }
+        }
         if tail.len() > 4096 {
             tail.drain(..tail.len() - 4096);
         }
     }
-    tail
+    (tail, seen)
+}
+
+/// What [`time_client`] looks for in a client's output.
+pub(crate) struct Marker<'a> {
+    /// The stream it appears in.
+    pub stream: Stream,
+    /// The text whose first appearance ends the measurement.
+    pub text: &'a str,
+    /// Texts whose presence anywhere in that stream is reported.
+    pub probes: &'a [&'a str],
+}
+
+/// What [`time_client`] measured.
+pub(crate) struct Timed {
+    /// Milliseconds from the first packet to the marker.
+    pub ms: f64,
+    /// For each probe, whether it appeared in the watched stream.
+    pub seen: Vec<bool>,
 }
 
 /// Runs a client program in `host` and times it from its first packet
@@ -165,17 +197,22 @@ fn watch(mut r: impl Read, marker: Option<Vec<u8>>, tx: mpsc::Sender<Instant>) -
 /// the program's start-up. Once the marker is seen the program gets
 /// `linger` to finish by itself (saving session state, say) before it is
 /// stopped; without a marker it is stopped after `timeout`. Returns
-/// milliseconds and the tail of the program's output (stdout then stderr),
-/// for callers that must check how the run went.
+/// milliseconds and which of `probes` appeared anywhere in the marker's
+/// stream, for callers that must check how the run went (early data
+/// accepted, say).
 pub(crate) fn time_client(
     lab: &Lab,
     host: &str,
     mut cmd: Command,
-    stream: Stream,
-    marker: &str,
+    watch_for: Marker<'_>,
     timeout: Duration,
     linger: Duration,
-) -> Result<(f64, String)> {
+) -> Result<Timed> {
+    let Marker {
+        stream,
+        text: marker,
+        probes,
+    } = watch_for;
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -185,30 +222,31 @@ pub(crate) fn time_client(
     let m = marker.as_bytes().to_vec();
     let out = child.stdout.take().context("stdout")?;
     let err = child.stderr.take().context("stderr")?;
-    let (mo, me) = match stream {
-        Stream::Stdout => (Some(m), None),
-        Stream::Stderr => (None, Some(m)),
+    let p: Vec<Vec<u8>> = probes.iter().map(|p| p.as_bytes().to_vec()).collect();
+    let ((mo, po), (me, pe)) = match stream {
+        Stream::Stdout => ((Some(m), p), (None, Vec::new())),
+        Stream::Stderr => ((None, Vec::new()), (Some(m), p)),
     };
     let tx2 = tx.clone();
-    let t_out = std::thread::spawn(move || watch(out, mo, tx));
-    let t_err = std::thread::spawn(move || watch(err, me, tx2));
+    let t_out = std::thread::spawn(move || watch(out, mo, po, tx));
+    let t_err = std::thread::spawn(move || watch(err, me, pe, tx2));
     let seen = rx.recv_timeout(timeout).ok();
     if seen.is_some() {
         let _ = child.wait_timeout(linger);
     }
     let _ = child.terminate(Duration::from_millis(500));
-    let tail_out = t_out.join().unwrap_or_default();
-    let tail_err = t_err.join().unwrap_or_default();
+    let (tail_out, seen_out) = t_out.join().unwrap_or_default();
+    let (tail_err, seen_err) = t_err.join().unwrap_or_default();
+    let probed = match stream {
+        Stream::Stdout => seen_out,
+        Stream::Stderr => seen_err,
+    };
     let first = lab.first_packet(host)?;
     match (seen, first) {
-        (Some(t), Some(f)) if t >= f => Ok((
-            t.duration_since(f).as_secs_f64() * 1000.0,
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&tail_out),
-                String::from_utf8_lossy(&tail_err)
-            ),
-        )),
+        (Some(t), Some(f)) if t >= f => Ok(Timed {
+            ms: t.duration_since(f).as_secs_f64() * 1000.0,
+            seen: probed,
+        }),
         (Some(_), Some(_)) => bail!("marker {marker:?} seen before the first packet"),
         (Some(_), None) => bail!("marker {marker:?} seen but no packet left {host}"),
         (None, _) => bail!(
@@ -237,20 +275,46 @@ mod tests {
             }
         }
         let (tx, rx) = mpsc::channel();
-        let tail = watch(
+        let (tail, seen) = watch(
             Chunks(vec![b"noise HTT", b"P/1.1 200 OK", b" more"]),
             Some(b"HTTP/1.1 200".to_vec()),
+            vec![b"OK mo".to_vec(), b"absent".to_vec()],
             tx,
         );
         assert!(rx.try_recv().is_ok());
         assert!(rx.try_recv().is_err(), "reported once");
         assert_eq!(tail, b"noise HTTP/1.1 200 OK more");
+        assert_eq!(seen, [true, false], "a probe split across reads is found");
         let (tx, rx) = mpsc::channel();
         watch(
             Chunks(vec![b"HTTP/1.0 404"]),
             Some(b"HTTP/1.1 200".to_vec()),
+            Vec::new(),
             tx,
         );
         assert!(rx.try_recv().is_err());
+    }
+
+    #[test]
+    fn watch_finds_a_probe_long_before_the_end() {
+        // A line early in a long log (a client's packet trace) is found
+        // although only the last 4 KiB are kept.
+        struct Log(usize);
+        impl Read for Log {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                self.0 += 1;
+                let line: &[u8] = match self.0 {
+                    1 => b"Early data was rejected by server\n",
+                    n if n < 2000 => b"I00000001 0xabcd frm tx 1 1RTT ACK(0x02)\n",
+                    _ => return Ok(0),
+                };
+                buf[..line.len()].copy_from_slice(line);
+                Ok(line.len())
+            }
+        }
+        let (tx, _rx) = mpsc::channel();
+        let (tail, seen) = watch(Log(0), None, vec![b"Early data was rejected".to_vec()], tx);
+        assert_eq!(seen, [true]);
+        assert!(!String::from_utf8_lossy(&tail).contains("rejected"));
     }
 }

@@ -223,8 +223,11 @@ fn key_lookups_through_unbound_cold_and_warm() {
         ms(cf) < ms(ca) + 150.0,
         "more than one extra round trip: {cf:?} vs {ca:?}"
     );
+    // Round trips, not milliseconds: a trip to the authoritative adds 100
+    // ms, so half of it separates "none" from "one" whatever the machine's
+    // load adds.
     assert!(
-        ms(wa) < 60.0 && ms(wf) < ms(wa) + 10.0,
+        ms(wa) < 70.0 && ms(wf) < ms(wa) + 50.0,
         "warm: {wf:?} vs {wa:?}"
     );
     // Without QNAME minimisation: no extra round trip, cold or warm.
@@ -234,7 +237,7 @@ fn key_lookups_through_unbound_cold_and_warm() {
         ms(cf) < ms(ca) + 50.0,
         "without minimisation the key cost an extra round trip: {cf:?} vs {ca:?}"
     );
-    assert!(ms(wf) < ms(wa) + 10.0);
+    assert!(ms(wf) < ms(wa) + 50.0, "warm: {wf:?} vs {wa:?}");
     drop(unbounds);
     lab.down().unwrap();
 }

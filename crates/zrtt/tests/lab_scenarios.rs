@@ -1,5 +1,7 @@
-//! Lab scenarios as smoke tests (the CI lab run): a few samples at RTT 20 ms,
-//! asserting round-trip counts with a tolerance, never wall times. Needs
+//! Lab scenarios as smoke tests (the CI lab run): a few samples each,
+//! asserting round-trip counts (at RTT 100 ms, where a few milliseconds of
+//! process wake-ups are a small fraction of a round trip) and states, never
+//! wall times. Needs
 //! root and the peers scripts/install-deps.sh installs; says why it skips.
 
 use std::process::{Command, Stdio};
@@ -72,7 +74,9 @@ fn ladder_round_trips() {
     ) {
         return;
     }
-    let js = scenario("ladder", &["--rtt", "20", "--samples", "2"]);
+    // Rows that depend on a peer accepting early data are retaken by the
+    // scenario when it did not (detected from the client's output).
+    let js = scenario("ladder", &["--rtt", "100", "--samples", "2"]);
     let rows = js["data"]["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 14);
     let mut seen = Vec::new();
@@ -83,10 +87,11 @@ fn ladder_round_trips() {
             .as_f64()
             .unwrap_or_else(|| panic!("{id}: no measurement: {r}"));
         eprintln!("{id}: {got:.2} round trips (design {design})");
-        // The hub adds a little per round trip and process wake-ups at
-        // 20 ms add some more: allow +0.7 RTT, never fewer than designed.
+        // The hub adds a little per round trip and process wake-ups some
+        // more: the count is the nearest whole number above the design's
+        // floor, never fewer round trips than designed.
         assert!(
-            got > design - 0.1 && got < design + 0.7,
+            got > design - 0.1 && got < design + 0.5,
             "{id}: {got} round trips, design {design}"
         );
         seen.push((id.to_string(), got));
@@ -98,37 +103,48 @@ fn ladder_round_trips() {
 }
 
 #[test]
-fn plt_saves_handshakes() {
-    if skip("plt_saves_handshakes", &["nginx"]) {
+fn plt_loads_pages_over_each_stack() {
+    if skip("plt_loads_pages_over_each_stack", &["nginx"]) {
         return;
     }
-    let js = scenario("plt", &["--rtt", "20", "--loads", "2"]);
+    // The page-load times and their comparison are the benchmark's
+    // (docs/RESULTS.md); this checks what each load did: every object
+    // arrived (the scenario checks the bytes), over the connections a
+    // browser-like loader opens, each answered the way its stack should.
+    let loads = 2;
+    let js = scenario("plt", &["--rtt", "100", "--loads", &loads.to_string()]);
     let rtt = &js["data"]["rtts"][0];
-    assert_eq!(rtt["rtt_ms"], 20);
-    let median = |id: &str| -> f64 {
-        rtt["stacks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|s| s["id"] == id)
-            .unwrap_or_else(|| panic!("no {id}"))["summary_ms"]["median"]
-            .as_f64()
-            .unwrap_or_else(|| panic!("{id}: no loads"))
-    };
-    let (tcp, tfo, tls, zrtt) = (
-        median("tcp"),
-        median("tcp-tfo"),
-        median("tls13"),
-        median("zrtt"),
-    );
-    eprintln!(
-        "page load at 20 ms: TCP {tcp:.0}, TFO {tfo:.0}, TLS 1.3 {tls:.0}, zrtt {zrtt:.0} ms"
-    );
-    // The page's critical path opens connections twice (HTML, then the
-    // objects): TFO saves about one RTT on each, zrtt about two against
-    // TLS 1.3. Require well over one RTT (20 ms) each.
-    assert!(tfo < tcp - 25.0, "TFO {tfo} ms vs TCP {tcp} ms");
-    assert!(zrtt < tls - 25.0, "zrtt {zrtt} ms vs TLS 1.3 {tls} ms");
+    assert_eq!(rtt["rtt_ms"], 100);
+    let per_load = 18; // the HTML's connection reused, six per host
+    let stacks = rtt["stacks"].as_array().unwrap();
+    assert_eq!(stacks.len(), 5);
+    for s in stacks {
+        let id = s["id"].as_str().unwrap();
+        let conns = s["connections"].as_object().unwrap();
+        let count = |mode: &str| conns.get(mode).and_then(|v| v.as_u64()).unwrap_or(0);
+        let total: u64 = conns.values().map(|v| v.as_u64().unwrap()).sum();
+        eprintln!(
+            "{id}: median {} ms, connections {conns:?}",
+            s["summary_ms"]["median"]
+        );
+        assert_eq!(s["samples_ms"].as_array().unwrap().len(), loads, "{id}");
+        assert_eq!(total, per_load * loads as u64, "{id}: {conns:?}");
+        match id {
+            "tcp" | "tcp-tfo" => assert_eq!(count("tcp"), total, "{id}"),
+            "tls13" => assert_eq!(count("tls-fallback"), total, "{id}"),
+            _ => {
+                // zrtt on every connection, never the TLS fallback; some
+                // answered before the handshake (the per-destination budget
+                // holds the rest until it completes, docs/PROTOCOL.md §8).
+                assert_eq!(
+                    count("0rtt-early") + count("0rtt-gated"),
+                    total,
+                    "{id}: {conns:?}"
+                );
+                assert!(count("0rtt-early") > 0, "{id}: {conns:?}");
+            }
+        }
+    }
 }
 
 #[test]

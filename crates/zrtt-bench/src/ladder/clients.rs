@@ -15,7 +15,7 @@ use super::{Stack, GW_PROVEN, GW_TOKENS, HTTP_PORT, NAME, TLS_PORT};
 /// The gateway whose TLS path the gateway rows use (any gateway would do).
 const GW_TLS_PORT: u16 = GW_TOKENS;
 use crate::client::{self, secs_field, write_out, ModeNotes, ZRTT_ONLY};
-use crate::proc::{run_capture, time_client, Stream};
+use crate::proc::{run_capture, time_client, Marker, Stream};
 use crate::stack::Site;
 use crate::Bench;
 
@@ -93,9 +93,12 @@ fn s_client(env: &Env, server: TlsServer, tfo: bool, early: bool) -> Result<Comm
         TlsServer::Nginx => (TLS_PORT, &env.sess),
         TlsServer::Gateway => (GW_TLS_PORT, &env.gw_sess),
     };
+    // Measured runs print their session details (-ign_eof, not -quiet):
+    // they say whether the server accepted the early data.
+    let verbosity = if early { "-ign_eof" } else { "-quiet" };
     c.args(["openssl", "s_client", "-connect"])
         .arg(format!("{}:{port}", env.server))
-        .args(["-servername", NAME, "-tls1_3", "-quiet", "-CAfile"])
+        .args(["-servername", NAME, "-tls1_3", verbosity, "-CAfile"])
         .arg(&env.site.ca)
         .arg("-sess_out")
         .arg(sess);
@@ -205,16 +208,24 @@ pub(super) fn measure(env: &Env, s: Stack, rtt: Duration) -> Result<f64> {
             // Linger after the answer so that the new session ticket
             // (sent when the client's Finished arrives) is saved.
             let linger = rtt + Duration::from_millis(100);
-            Ok(time_client(
+            let t = time_client(
                 env.lab,
                 "client",
                 cmd,
-                Stream::Stdout,
-                "HTTP/1.1 200",
+                Marker {
+                    stream: Stream::Stdout,
+                    text: "HTTP/1.1 200",
+                    probes: &["Early data was accepted"],
+                },
                 timeout,
                 linger,
-            )?
-            .0)
+            )?;
+            if !t.seen[0] {
+                // The server's choice (a ticket it would not take for early
+                // data): the sample did not measure 0-RTT; retaken.
+                return Err(Refused.into());
+            }
+            Ok(t.ms)
         }
         _ => {
             if s == Stack::H3ZeroRtt {
@@ -226,22 +237,29 @@ pub(super) fn measure(env: &Env, s: Stack, rtt: Duration) -> Result<f64> {
                 warm.stdout(Stdio::null()).stderr(Stdio::null());
                 let _ = warm.status()?;
             }
-            let (ms, output) = time_client(
+            // ngtcp2's packet log names the packet type of every frame it
+            // sends: the request went early only if a STREAM frame left in
+            // a 0-RTT packet and the server did not reject it.
+            let t = time_client(
                 env.lab,
                 "client",
                 gtlsclient(env, s == Stack::H3ZeroRtt),
-                Stream::Stderr,
-                "http: stream 0x0 body",
+                Marker {
+                    stream: Stream::Stderr,
+                    text: "http: stream 0x0 body",
+                    probes: &["Early data was rejected", " 0RTT STREAM("],
+                },
                 timeout,
                 // It exits by itself once the stream closes, saving the session.
                 2 * rtt + Duration::from_millis(500),
             )?;
-            if s == Stack::H3ZeroRtt && output.contains("Early data was rejected") {
-                // The server's choice, not the network's: the sample did
-                // not measure 0-RTT, so it is retaken, never counted.
+            if s == Stack::H3ZeroRtt && (t.seen[0] || !t.seen[1]) {
+                // The server's or the client's choice, not the network's:
+                // the sample did not measure 0-RTT, so it is retaken, never
+                // counted.
                 return Err(Refused.into());
             }
-            Ok(ms)
+            Ok(t.ms)
         }
     }
 }

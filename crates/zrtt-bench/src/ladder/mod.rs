@@ -309,7 +309,7 @@ pub fn run(bench: &Bench, o: &LadderOpts) -> Result<Report> {
                 // A sample whose server refused its early data is retaken
                 // (a few times), never counted as a slow sample.
                 let mut result = measure(&env, s, rtt);
-                for _ in 0..3 {
+                for _ in 0..5 {
                     match &result {
                         Err(e) if e.is::<clients::Refused>() => {
                             refused += 1;
@@ -334,7 +334,7 @@ pub fn run(bench: &Bench, o: &LadderOpts) -> Result<Report> {
     notes.extend(failures.note("measurements"));
     if refused > 0 {
         notes.push(format!(
-            "{refused} sample(s) retaken because the server refused their early data (HTTP/3 0-RTT)"
+            "{refused} sample(s) retaken because their early data was not sent or not accepted (TLS 1.3 and HTTP/3 0-RTT rows)"
         ));
     }
     notes.extend(modes);

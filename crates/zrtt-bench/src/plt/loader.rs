@@ -4,7 +4,7 @@
 //! HTML's connection is reused); timed from the first connection to the
 //! last object's last byte, with no rendering.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::pin::Pin;
@@ -60,6 +60,9 @@ pub(super) struct Loader {
     pub(super) addrs: HashMap<String, SocketAddr>,
     pub(super) zrtt: Arc<ClientConfig>,
     pub(super) tls: Arc<ClientConfig>,
+    /// Connections opened, by how they were answered (`Mode::as_str`, or
+    /// "tcp"): what the page load measured, checked by the lab's test.
+    pub(super) modes: Mutex<BTreeMap<&'static str, usize>>,
 }
 
 fn request(host: &str, path: &str) -> Vec<u8> {
@@ -76,16 +79,10 @@ impl Loader {
             .ok_or_else(|| anyhow!("unknown host {host}"))?;
         let t = Duration::from_secs(10);
         Ok(match self.proto {
-            Proto::Tcp => Box::pin(
-                zrtt_net::tfo::connect_with_data(addr, first, false, t)
-                    .await?
-                    .0,
-            ),
-            Proto::TcpTfo => Box::pin(
-                zrtt_net::tfo::connect_with_data_cookie(addr, first, t)
-                    .await?
-                    .0,
-            ),
+            Proto::Tcp | Proto::TcpTfo => {
+                self.count("tcp");
+                self.open_tcp(addr, first, t).await?
+            }
             Proto::Tls13 | Proto::Zrtt | Proto::ZrttStrict => {
                 let cfg = if self.proto == Proto::Tls13 {
                     &self.tls
@@ -101,8 +98,35 @@ impl Loader {
                 );
                 s.write_all(first).await?;
                 s.flush().await?;
+                let mode = s
+                    .info()
+                    .lock()
+                    .ok()
+                    .and_then(|i| i.as_ref().map(|i| i.mode.as_str()));
+                self.count(mode.unwrap_or("unknown"));
                 Box::pin(s)
             }
+        })
+    }
+
+    fn count(&self, mode: &'static str) {
+        if let Ok(mut m) = self.modes.lock() {
+            *m.entry(mode).or_default() += 1;
+        }
+    }
+
+    async fn open_tcp(&self, addr: SocketAddr, first: &[u8], t: Duration) -> Result<Conn> {
+        Ok(match self.proto {
+            Proto::Tcp => Box::pin(
+                zrtt_net::tfo::connect_with_data(addr, first, false, t)
+                    .await?
+                    .0,
+            ),
+            _ => Box::pin(
+                zrtt_net::tfo::connect_with_data_cookie(addr, first, t)
+                    .await?
+                    .0,
+            ),
         })
     }
 
@@ -255,7 +279,7 @@ pub(super) fn load_pages(
     warm: usize,
     n: usize,
     expect: usize,
-) -> Result<Vec<f64>> {
+) -> Result<(Vec<f64>, BTreeMap<&'static str, usize>)> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -267,11 +291,20 @@ pub(super) fn load_pages(
             if bytes != expect {
                 bail!("page load got {bytes} bytes, expected {expect}");
             }
+            if i + 1 == warm {
+                // Count the measured loads' connections only.
+                loader
+                    .modes
+                    .lock()
+                    .map_err(|_| anyhow!("poisoned"))?
+                    .clear();
+            }
             if i >= warm {
                 out.push(ms);
             }
         }
-        Ok(out)
+        let modes = std::mem::take(&mut *loader.modes.lock().map_err(|_| anyhow!("poisoned"))?);
+        Ok((out, modes))
     })
 }
 

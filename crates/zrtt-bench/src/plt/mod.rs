@@ -10,7 +10,7 @@
 //! first connection to the last object's last byte; there is no rendering.
 //! docs/LAB.md (section plt) has the method and the reading.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -207,6 +207,7 @@ pub fn run(bench: &Bench, o: &PltOpts) -> Result<Report> {
     let (zcfg, tcfg) = client_configs(&sites, &verifiers.state)?;
 
     let mut samples = vec![vec![Vec::new(); PROTOS.len()]; o.rtts_ms.len()];
+    let mut modes = vec![vec![BTreeMap::new(); PROTOS.len()]; o.rtts_ms.len()];
     let mut progress = Progress::new(&bench.console, "plt", o.rtts_ms.len() * PROTOS.len());
     for (ri, &rtt_ms) in o.rtts_ms.iter().enumerate() {
         for i in 0..HOSTS.len() {
@@ -219,10 +220,11 @@ pub fn run(bench: &Bench, o: &PltOpts) -> Result<Report> {
                 addrs: addrs[&p].clone(),
                 zrtt: zcfg.clone(),
                 tls: tcfg.clone(),
+                modes: Default::default(),
             });
             // One unmeasured load first: it gives TFO its cookies.
             let loads = o.loads;
-            samples[ri][pi] = lab
+            (samples[ri][pi], modes[ri][pi]) = lab
                 .in_host("client", move || load_pages(loader, 1, loads, expect))?
                 .with_context(|| format!("RTT {rtt_ms} ms, {}", p.id()))?;
         }
@@ -230,10 +232,13 @@ pub fn run(bench: &Bench, o: &PltOpts) -> Result<Report> {
     drop(servers);
     drop(verifiers);
     lab.down()?;
-    Ok(report(o, &samples, expect))
+    Ok(report(o, &samples, &modes, expect))
 }
 
-fn report(o: &PltOpts, samples: &[Vec<Vec<f64>>], bytes: usize) -> Report {
+/// Connections of one stack's measured loads, by how they were answered.
+type Modes = BTreeMap<&'static str, usize>;
+
+fn report(o: &PltOpts, samples: &[Vec<Vec<f64>>], modes: &[Vec<Modes>], bytes: usize) -> Report {
     let mut r = Report::new(
         "plt",
         "Page-load time of a 31-object page on three hosts (`zrtt lab plt`)",
@@ -304,6 +309,7 @@ fn report(o: &PltOpts, samples: &[Vec<Vec<f64>>], bytes: usize) -> Report {
                 "id": p.id(), "label": p.label(),
                 "summary_ms": Summary::of(&samples[ri][pi]).to_json(),
                 "samples_ms": samples[ri][pi].iter().map(|v| round3(*v)).collect::<Vec<_>>(),
+                "connections": modes[ri][pi],
             })).collect::<Vec<_>>(),
         }));
     }
