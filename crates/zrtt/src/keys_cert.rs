@@ -26,13 +26,17 @@ fn ymd(secs: u64) -> Result<(i32, u8, u8)> {
     Ok((i32::try_from(y)?, u8::try_from(mo)?, u8::try_from(d)?))
 }
 
-/// A fresh test CA and a leaf certificate for `name`, valid from yesterday
-/// for `days` days: (CA PEM, leaf PEM, leaf PKCS#8 PEM).
+/// A fresh test CA and a leaf certificate for `name`, valid from yesterday's
+/// midnight (UTC) to the midnight that follows `days` days from now, so at
+/// least `days` whole days whatever the time of day: (CA PEM, leaf PEM,
+/// leaf PKCS#8 PEM).
 pub fn test_certificate(name: &str, alg: CertAlg, days: u64) -> Result<(String, String, String)> {
     let now = util::now().as_secs();
     let (y, m, d) = ymd(now.saturating_sub(86400))?;
     let not_before = rcgen::date_time_ymd(y, m, d);
-    let (y, m, d) = ymd(now.saturating_add(days.saturating_mul(86400)))?;
+    // Dates are whole days: round the end up to the next midnight (at 23:30
+    // "one day" must not end 30 minutes later).
+    let (y, m, d) = ymd(now.saturating_add(days.saturating_add(1).saturating_mul(86400)))?;
     let not_after = rcgen::date_time_ymd(y, m, d);
     let sig_alg = match alg {
         CertAlg::EcdsaP256 => &rcgen::PKCS_ECDSA_P256_SHA256,
