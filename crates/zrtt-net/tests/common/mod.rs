@@ -179,6 +179,8 @@ pub struct GatewayOpts {
     pub addr: SocketAddr,
     /// Listening sockets on the port (SO_REUSEPORT when more than one).
     pub listeners: usize,
+    /// Pre-handshake byte budgets per destination (the default's if `None`).
+    pub destinations: Option<zrtt_proto::admission::DestinationLimits>,
 }
 
 impl Default for GatewayOpts {
@@ -198,6 +200,7 @@ impl Default for GatewayOpts {
             },
             addr: "127.0.0.1:0".parse().unwrap(),
             listeners: 1,
+            destinations: None,
         }
     }
 }
@@ -273,6 +276,9 @@ pub async fn start_gateway(opts: GatewayOpts) -> Env {
     }
     cfg.timeouts = opts.timeouts;
     cfg.listen.listeners = opts.listeners;
+    if let Some(d) = opts.destinations {
+        cfg.admission.destinations = d;
+    }
     let gw = Gateway::bind(opts.addr, cfg).unwrap();
     let addr = gw.local_addr().unwrap();
     let metrics = gw.metrics();
