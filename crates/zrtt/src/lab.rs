@@ -86,6 +86,9 @@ pub enum LabCommand {
         /// Measured page loads per stack and RTT.
         #[arg(long, default_value_t = PltOpts::default().loads)]
         loads: usize,
+        /// Pause before each page load but the first [default: 1500ms].
+        #[arg(long, value_parser = crate::util::parse_duration)]
+        think: Option<std::time::Duration>,
         #[command(flatten)]
         out: OutArgs,
     },
@@ -206,10 +209,16 @@ pub fn run(cmd: LabCommand) -> Result<ExitCode> {
             };
             finish(zrtt_bench::asap::run(&bench()?, &o), &out)
         }
-        LabCommand::Plt { rtt, loads, out } => {
+        LabCommand::Plt {
+            rtt,
+            loads,
+            think,
+            out,
+        } => {
             let o = PltOpts {
                 rtts_ms: rtt,
                 loads,
+                think: think.unwrap_or(PltOpts::default().think),
                 keep: out.keep,
             };
             finish(zrtt_bench::plt::run(&bench()?, &o), &out)

@@ -278,6 +278,7 @@ pub(super) fn load_pages(
     loader: Arc<Loader>,
     warm: usize,
     n: usize,
+    think: Duration,
     expect: usize,
 ) -> Result<(Vec<f64>, BTreeMap<&'static str, usize>)> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -287,6 +288,9 @@ pub(super) fn load_pages(
     local.block_on(&rt, async move {
         let mut out = Vec::new();
         for i in 0..warm + n {
+            if i > 0 {
+                tokio::time::sleep(think).await;
+            }
             let (ms, bytes) = loader.clone().load().await?;
             if bytes != expect {
                 bail!("page load got {bytes} bytes, expected {expect}");

@@ -97,6 +97,11 @@ pub struct PltOpts {
     pub rtts_ms: Vec<u64>,
     /// Measured page loads per stack and RTT.
     pub loads: usize,
+    /// Pause before each load but the first (a user's time between pages):
+    /// without it, back-to-back loads from one address would spend the
+    /// gateways' per-destination budgets faster than any reader
+    /// (docs/PROTOCOL.md §8) and measure that instead.
+    pub think: Duration,
     /// Keep the working directory (configs, keys, logs) for inspection.
     pub keep: bool,
 }
@@ -106,6 +111,7 @@ impl Default for PltOpts {
         PltOpts {
             rtts_ms: vec![20, 100, 200],
             loads: 9,
+            think: Duration::from_millis(1500),
             keep: false,
         }
     }
@@ -223,9 +229,11 @@ pub fn run(bench: &Bench, o: &PltOpts) -> Result<Report> {
                 modes: Default::default(),
             });
             // One unmeasured load first: it gives TFO its cookies.
-            let loads = o.loads;
+            let (loads, think) = (o.loads, o.think);
             (samples[ri][pi], modes[ri][pi]) = lab
-                .in_host("client", move || load_pages(loader, 1, loads, expect))?
+                .in_host("client", move || {
+                    load_pages(loader, 1, loads, think, expect)
+                })?
                 .with_context(|| format!("RTT {rtt_ms} ms, {}", p.id()))?;
         }
     }
@@ -245,17 +253,18 @@ fn report(o: &PltOpts, samples: &[Vec<Vec<f64>>], modes: &[Vec<Modes>], bytes: u
     );
     r.standard_setup();
     r.setup.push(format!(
-        "Page: HTML ({} B) on {} plus {} objects ({} KB in all, 2-64 KB each) on three hosts, each its own namespace at the same RTT; browser-like loader: HTML first, then up to {PER_HOST} keep-alive connections per host; median of {} loads after one unmeasured load; nginx on every host.",
-        html().len(), HOSTS[0], objects().len(), bytes / 1024, o.loads
+        "Page: HTML ({} B) on {} plus {} objects ({} KB in all, 2-64 KB each) on three hosts, each its own namespace at the same RTT; browser-like loader: HTML first, then up to {PER_HOST} keep-alive connections per host; median of {} loads after one unmeasured load, {:?} apart (a reader's pause between pages); nginx on every host.",
+        html().len(), HOSTS[0], objects().len(), bytes / 1024, o.loads, o.think
     ));
     r.setup.push(format!(
-        "Reproduce: `sudo zrtt lab plt --rtt {} --loads {}`.",
+        "Reproduce: `sudo zrtt lab plt --rtt {} --loads {} --think {}ms`.",
         o.rtts_ms
             .iter()
             .map(|r| r.to_string())
             .collect::<Vec<_>>()
             .join(","),
-        o.loads
+        o.loads,
+        o.think.as_millis()
     ));
     let mut t = Table::new(
         "Median page-load time, ms (and against TCP)",

@@ -51,7 +51,7 @@ pub struct DestinationLimits {
 impl Default for DestinationLimits {
     fn default() -> Self {
         Self {
-            address_rate: 32_768.0,
+            address_rate: 6.0 * super::INITIAL_WINDOW as f64,
             address_burst: 6.0 * super::INITIAL_WINDOW as f64,
             prefix_rate: 262_144.0,
             prefix_burst: 24.0 * super::INITIAL_WINDOW as f64,
