@@ -513,18 +513,22 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         }
         // A missing net.ipv4.tcp_fastopen bit 0x2 is logged by the gateway itself.
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        // Ready once the listener serves, not ready while draining; the
+        // admin endpoint stays up until the drain is over.
+        let (ready_tx, ready_rx) = tokio::sync::watch::channel(false);
+        let (admin_stop, admin_stopped) = tokio::sync::oneshot::channel::<()>();
         let admin = match a.admin {
             Some(addr) => {
                 let l = tokio::net::TcpListener::bind(addr)
                     .await
                     .with_context(|| format!("binding admin address {addr}"))?;
                 println!("admin {}", l.local_addr()?);
-                let mut rx = stop_rx.clone();
                 Some(tokio::spawn(zrtt_net::gateway::serve_metrics(
                     l,
                     metrics.clone(),
+                    ready_rx,
                     async move {
-                        let _ = rx.changed().await;
+                        let _ = admin_stopped.await;
                     },
                 )))
             }
@@ -601,9 +605,12 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         let server = tokio::spawn(gw.run(async move {
             let _ = rx.changed().await;
         }));
+        ready_tx.send_replace(true);
         util::shutdown_signal().await;
+        ready_tx.send_replace(false);
         let _ = stop_tx.send(true);
         server.await??;
+        let _ = admin_stop.send(());
         let _ = cert_watch.await;
         if let Some(r) = refresher {
             let _ = r.await;

@@ -385,3 +385,146 @@ fn websocket_client_echoes_through_the_tls_path() {
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "echoed 3");
 }
+
+/// curl against the admin endpoint; returns (status, content type, body).
+fn admin_get(admin: &str, path: &str) -> (u16, String, String) {
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "5",
+            "-w",
+            "\n%{http_code} %{content_type}",
+        ])
+        .arg(format!("http://{admin}{path}"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, tail) = text.rsplit_once('\n').unwrap_or(("", &text));
+    let (code, ctype) = tail.split_once(' ').unwrap_or((tail, ""));
+    (
+        code.parse().unwrap_or(0),
+        ctype.to_owned(),
+        body.trim_end().to_owned(),
+    )
+}
+
+#[test]
+fn admin_endpoint_serves_metrics_health_and_readiness_through_a_drain() {
+    if skip("admin_endpoint_...", &["curl"]) {
+        return;
+    }
+    let tmp = setup();
+    // A backend that accepts and never answers: a request stays open, so
+    // the gateway drains for its grace period after SIGTERM.
+    let hang = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let hang_addr = hang.local_addr().unwrap().to_string();
+    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let held2 = held.clone();
+    std::thread::spawn(move || {
+        for s in hang.incoming().take(4).flatten() {
+            held2.lock().unwrap().push(s);
+        }
+    });
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zrtt"))
+        .args([
+            "gateway",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+        ])
+        .args([
+            "--backend",
+            &hang_addr,
+            "--key",
+            "k1.key",
+            "--record",
+            "k1.rec",
+        ])
+        .args(["--cert", "cert.pem", "--cert-key", "cert.key"])
+        .current_dir(tmp.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (mut admin, mut port) = (String::new(), 0u16);
+    for _ in 0..2 {
+        let line = lines.next().unwrap().unwrap();
+        if let Some(a) = line.strip_prefix("admin ") {
+            admin = a.to_owned();
+        } else if let Some(a) = line.strip_prefix("listening ") {
+            port = a.parse::<std::net::SocketAddr>().unwrap().port();
+        }
+    }
+    let _guard = Guard(child);
+    assert!(
+        !admin.is_empty() && port != 0,
+        "admin {admin:?}, port {port}"
+    );
+
+    assert_eq!(admin_get(&admin, "/healthz").0, 200);
+    let (code, _, body) = admin_get(&admin, "/readyz");
+    assert_eq!((code, body.as_str()), (200, "ready"));
+    let (code, ctype, body) = admin_get(&admin, "/metrics");
+    assert_eq!(code, 200);
+    assert!(ctype.starts_with("application/openmetrics-text"), "{ctype}");
+    assert!(
+        body.contains("# TYPE zrtt_gateway_connections counter"),
+        "{body}"
+    );
+    assert!(body.trim_end().ends_with("# EOF"), "{body}");
+    assert_eq!(admin_get(&admin, "/nothing").0, 404);
+
+    // A request held at the backend, then SIGTERM: not ready while draining.
+    let resolve = format!("{HOST}:{port}:127.0.0.1");
+    let mut pending = Guard(
+        Command::new("curl")
+            .args([
+                "-sS",
+                "--max-time",
+                "20",
+                "--cacert",
+                "ca.pem",
+                "--resolve",
+                &resolve,
+            ])
+            .arg(format!("https://{HOST}:{port}/held"))
+            .current_dir(tmp.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while held.lock().unwrap().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the request never reached the backend"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let st = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let mut draining = None;
+    for _ in 0..100 {
+        let (code, _, body) = admin_get(&admin, "/readyz");
+        if code != 200 {
+            draining = Some((code, body));
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(
+        draining,
+        Some((503, "not ready".to_owned())),
+        "readiness during the drain"
+    );
+    assert_eq!(admin_get(&admin, "/healthz").0, 200, "alive while draining");
+    let _ = pending.0.kill();
+}

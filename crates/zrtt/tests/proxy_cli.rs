@@ -118,11 +118,11 @@ fn proxy_sends_zrtt_hosts_over_zrtt_and_passes_others_through() {
     assert!(resp.ends_with("\r\n\r\nok"), "{resp}");
     let metrics = http(&admin, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
     assert!(
-        metrics.contains("zrtt_gateway_zrtt_accepted 1\n"),
+        metrics.contains("zrtt_gateway_zrtt_accepted_total 1\n"),
         "{metrics}"
     );
     assert!(
-        metrics.contains("zrtt_gateway_tls_connections 0\n"),
+        metrics.contains("zrtt_gateway_tls_connections_total 0\n"),
         "{metrics}"
     );
 
@@ -136,7 +136,10 @@ fn proxy_sends_zrtt_hosts_over_zrtt_and_passes_others_through() {
     assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
     assert!(resp.ends_with("\r\n\r\nok"), "{resp}");
     let metrics = http(&admin, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
-    assert!(metrics.contains("zrtt_gateway_requests 1\n"), "{metrics}");
+    assert!(
+        metrics.contains("zrtt_gateway_requests_total 1\n"),
+        "{metrics}"
+    );
 
     let resp = http(
         &proxy,
@@ -242,11 +245,11 @@ fn proxy_carries_provenance_certificates_it_refreshes_in_the_background() {
     assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
     let metrics = http(&admin, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
     assert!(
-        metrics.contains("zrtt_gateway_provenance_accepted 1\n"),
+        metrics.contains("zrtt_gateway_provenance_accepted_total 1\n"),
         "{metrics}"
     );
     assert!(
-        metrics.contains("zrtt_gateway_zrtt_answered_early 1\n"),
+        metrics.contains("zrtt_gateway_zrtt_answered_early_total 1\n"),
         "{metrics}"
     );
 }

@@ -73,7 +73,7 @@ fn counter(admin: &str, name: &str) -> u64 {
         .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
-    let key = format!("zrtt_gateway_{name} ");
+    let key = format!("zrtt_gateway_{name}_total ");
     out.lines()
         .find_map(|l| l.strip_prefix(&key))
         .unwrap_or_else(|| panic!("no {name} in {out}"))

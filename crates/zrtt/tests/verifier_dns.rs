@@ -60,7 +60,7 @@ fn metrics(admin: &str) -> String {
 fn metric(admin: &str, name: &str) -> u64 {
     let m = metrics(admin);
     m.lines()
-        .find_map(|l| l.strip_prefix(&format!("zrtt_gateway_{name} ")))
+        .find_map(|l| l.strip_prefix(&format!("zrtt_gateway_{name}_total ")))
         .unwrap_or_else(|| panic!("no {name} in {m}"))
         .trim()
         .parse()

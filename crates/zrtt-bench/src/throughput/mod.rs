@@ -324,14 +324,16 @@ fn scrape_metrics(lab: &Lab) -> Result<BTreeMap<String, u64>> {
     Ok(parse_metrics(&text))
 }
 
-/// The gateway's admin page (`zrtt_gateway_<name> <value>` lines, possibly
-/// after an HTTP head) as a map.
+/// The gateway's admin page (`zrtt_gateway_<name>_total <value>` lines,
+/// OpenMetrics, possibly after an HTTP head) as a map by `<name>`.
 fn parse_metrics(text: &str) -> BTreeMap<String, u64> {
     text.lines()
         .filter_map(|l| {
             let (k, v) = l.trim().split_once(' ')?;
             Some((
-                k.strip_prefix("zrtt_gateway_")?.to_string(),
+                k.strip_prefix("zrtt_gateway_")?
+                    .strip_suffix("_total")?
+                    .to_string(),
                 v.trim().parse().ok()?,
             ))
         })
@@ -345,7 +347,7 @@ mod tests {
     #[test]
     fn metrics_parse() {
         let m = parse_metrics(
-            "HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\nzrtt_gateway_requests 12\nzrtt_gateway_tls_connections 0\nother 3\n",
+            "HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\n# TYPE zrtt_gateway_requests counter\nzrtt_gateway_requests_total 12\nzrtt_gateway_tls_connections_total 0\nother 3\n# EOF\n",
         );
         assert_eq!(m.get("requests"), Some(&12));
         assert_eq!(m.get("tls_connections"), Some(&0));

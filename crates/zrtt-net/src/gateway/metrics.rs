@@ -1,12 +1,18 @@
-//! Gateway counters: lock-free, rendered as `name value` lines
-//! (Prometheus text format without types).
+//! Gateway counters (prometheus-client `Counter`s, lock-free) and the admin
+//! endpoint: `/metrics` in the OpenMetrics text format, `/healthz` and
+//! `/readyz` for load balancers and orchestrators.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
 macro_rules! counters {
@@ -14,13 +20,25 @@ macro_rules! counters {
         /// Gateway counters since start.
         #[derive(Debug, Default)]
         pub struct Metrics {
-            $($(#[doc = $doc])* pub $name: AtomicU64,)*
+            $($(#[doc = $doc])* pub $name: Counter,)*
         }
 
         impl Metrics {
             /// All counters as (name, value).
             pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
-                vec![$((stringify!($name), self.$name.load(Ordering::Relaxed)),)*]
+                vec![$((stringify!($name), self.$name.get()),)*]
+            }
+
+            /// A registry holding every counter (shared, not copied), with
+            /// its documentation as help, under the `zrtt_gateway` prefix.
+            fn registry(&self) -> Registry {
+                let mut r = Registry::with_prefix("zrtt_gateway");
+                $(r.register(
+                    stringify!($name),
+                    concat!($($doc, )*).trim(),
+                    self.$name.clone(),
+                );)*
+                r
             }
         }
     };
@@ -109,52 +127,138 @@ counters! {
 
 impl Metrics {
     /// Add one to a counter.
-    pub fn inc(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
+    pub fn inc(counter: &Counter) {
+        counter.inc();
     }
 
-    /// Text form: one `zrtt_gateway_<name> <value>` line per counter.
+    /// OpenMetrics text: `zrtt_gateway_<name>_total <value>` per counter,
+    /// with `# HELP` and `# TYPE` lines, ending in `# EOF`.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        for (name, value) in self.snapshot() {
-            out.push_str("zrtt_gateway_");
-            out.push_str(name);
-            out.push(' ');
-            out.push_str(&value.to_string());
-            out.push('\n');
-        }
+        // Writing to a String cannot fail.
+        let _ = encode(&mut out, &self.registry());
         out
     }
 }
 
-/// Serve `GET /metrics` (any path) as text on `listener` until `shutdown`.
+/// Whether the gateway takes new connections: `/readyz` answers 200 while
+/// it is `true`, 503 before the listener is bound and while draining.
+pub type Readiness = tokio::sync::watch::Receiver<bool>;
+
+/// Serve the admin endpoint on `listener` until `shutdown`: `GET /metrics`
+/// (OpenMetrics text), `GET /healthz` (200 while the process serves HTTP at
+/// all), `GET /readyz` (200 when `ready`, else 503). HTTP/1.1 through hyper;
+/// each connection has 10 s.
 pub async fn serve_metrics(
     listener: TcpListener,
     metrics: Arc<Metrics>,
+    ready: Readiness,
     shutdown: impl Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
+    let mut conns = tokio::task::JoinSet::new();
     loop {
-        let (mut tcp, _) = tokio::select! {
-            () = &mut shutdown => return,
+        let tcp = tokio::select! {
+            () = &mut shutdown => break,
             r = listener.accept() => match r {
-                Ok(c) => c,
-                Err(_) => continue,
+                Ok((tcp, _)) => tcp,
+                Err(e) => {
+                    tracing::warn!("admin accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
             },
+            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
         };
-        let body = metrics.render();
-        let _ = tokio::time::timeout(Duration::from_secs(2), async move {
-            let mut req = [0u8; 1024];
-            let _ = tcp.read(&mut req).await;
-            let head = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\n\
-                 content-length: {}\r\nconnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = tcp.write_all(head.as_bytes()).await;
-            let _ = tcp.write_all(body.as_bytes()).await;
-            let _ = tcp.shutdown().await;
-        })
-        .await;
+        let (metrics, ready) = (metrics.clone(), ready.clone());
+        conns.spawn(async move {
+            let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                let r = admin_response(&req, &metrics, *ready.borrow());
+                async move { Ok::<_, std::convert::Infallible>(r) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .keep_alive(false)
+                .serve_connection(TokioIo::new(tcp), svc);
+            let _ = tokio::time::timeout(Duration::from_secs(10), conn).await;
+        });
+    }
+    conns.shutdown().await;
+}
+
+fn admin_response<B>(req: &Request<B>, metrics: &Metrics, ready: bool) -> Response<Full<Bytes>> {
+    let text = |status: StatusCode, ctype: &'static str, body: String| {
+        let mut r = Response::new(Full::new(Bytes::from(body)));
+        *r.status_mut() = status;
+        r.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static(ctype),
+        );
+        r
+    };
+    const PLAIN: &str = "text/plain; charset=utf-8";
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return text(StatusCode::METHOD_NOT_ALLOWED, PLAIN, "GET only\n".into());
+    }
+    match req.uri().path() {
+        "/metrics" => text(
+            StatusCode::OK,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            metrics.render(),
+        ),
+        "/healthz" => text(StatusCode::OK, PLAIN, "ok\n".into()),
+        "/readyz" if ready => text(StatusCode::OK, PLAIN, "ready\n".into()),
+        "/readyz" => text(StatusCode::SERVICE_UNAVAILABLE, PLAIN, "not ready\n".into()),
+        _ => text(
+            StatusCode::NOT_FOUND,
+            PLAIN,
+            "/metrics, /healthz or /readyz\n".into(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get(path: &str) -> Request<()> {
+        Request::get(path).body(()).unwrap_or_default()
+    }
+
+    #[test]
+    fn renders_openmetrics_with_help_and_totals() {
+        let m = Metrics::default();
+        Metrics::inc(&m.requests);
+        Metrics::inc(&m.requests);
+        let text = m.render();
+        assert!(
+            text.contains("# HELP zrtt_gateway_requests HTTP requests forwarded to the backend."),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE zrtt_gateway_requests counter"),
+            "{text}"
+        );
+        assert!(text.contains("\nzrtt_gateway_requests_total 2\n"), "{text}");
+        assert!(
+            text.contains("\nzrtt_gateway_connections_total 0\n"),
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        assert_eq!(
+            m.snapshot().iter().find(|(n, _)| *n == "requests"),
+            Some(&("requests", 2))
+        );
+    }
+
+    #[test]
+    fn admin_routes() {
+        let m = Metrics::default();
+        assert_eq!(admin_response(&get("/metrics"), &m, false).status(), 200);
+        assert_eq!(admin_response(&get("/healthz"), &m, false).status(), 200);
+        assert_eq!(admin_response(&get("/readyz"), &m, true).status(), 200);
+        assert_eq!(admin_response(&get("/readyz"), &m, false).status(), 503);
+        assert_eq!(admin_response(&get("/"), &m, true).status(), 404);
+        let post = Request::post("/metrics").body(()).unwrap_or_default();
+        assert_eq!(admin_response(&post, &m, true).status(), 405);
     }
 }

@@ -55,7 +55,7 @@ pub use config::{
     SharedTrustPolicy, Timeouts,
 };
 pub use listener::Gateway;
-pub use metrics::{serve_metrics, Metrics};
+pub use metrics::{serve_metrics, Metrics, Readiness};
 
 /// What every connection of one gateway shares.
 struct Shared {
