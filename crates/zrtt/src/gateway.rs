@@ -91,9 +91,15 @@ pub struct GatewayArgs {
     /// are answered after the handshake instead (0 = unlimited).
     #[arg(long, default_value_t = 20_000.0)]
     provenance_checks_per_sec: f64,
-    /// Serve counters as text on this address (any path), e.g. 127.0.0.1:9090.
+    /// Admin endpoint on this address, e.g. 127.0.0.1:9090: /metrics
+    /// (OpenMetrics), /healthz, /readyz.
     #[arg(long)]
     admin: Option<SocketAddr>,
+    /// Log one line per request on stderr (target `zrtt_access`): client
+    /// address, path taken (zrtt or tls), host, request line, status, body
+    /// length, whether it was early data, milliseconds to the response head.
+    #[arg(long)]
+    access_log: bool,
     /// Concurrent connections beyond which every reply waits for the handshake.
     #[arg(long, default_value_t = 10_000)]
     max_connections: usize,
@@ -498,6 +504,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
     cfg.provenance = verifier_policy.as_ref().map(|(policy, _)| policy.clone());
     cfg.listen = listen;
     cfg.timeouts.gate = a.gate_timeout;
+    cfg.access_log = a.access_log;
     cfg.timeouts.backend_response = a.backend_timeout;
     if a.check_config {
         // Everything but binding the address (a running gateway holds it).

@@ -152,3 +152,46 @@ fn a_gateway_runs_from_a_config_file_and_bad_ones_are_refused() {
         "the test CA is not a system root"
     );
 }
+
+/// The shipped systemd unit (dist/systemd/zrtt-gateway.service) passes
+/// `systemd-analyze verify` with this build's binary in place of
+/// /usr/local/bin/zrtt, and its pre-start check runs the real command.
+#[test]
+fn systemd_unit_verifies() {
+    let have = Command::new("sh")
+        .args(["-c", "command -v systemd-analyze"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have {
+        eprintln!("systemd_unit_verifies: skipped: systemd-analyze not installed");
+        return;
+    }
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../dist/systemd/zrtt-gateway.service"
+    ))
+    .unwrap();
+    assert!(unit.contains(
+        "ExecStartPre=/usr/local/bin/zrtt gateway --config /etc/zrtt/zrtt.toml --check-config"
+    ));
+    assert!(unit.contains("ExecReload=/bin/kill -HUP $MAINPID"));
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("zrtt-gateway.service");
+    std::fs::write(
+        &path,
+        unit.replace("/usr/local/bin/zrtt", env!("CARGO_BIN_EXE_zrtt")),
+    )
+    .unwrap();
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(!text.contains("zrtt-gateway.service:"), "{text}");
+}

@@ -528,3 +528,68 @@ fn admin_endpoint_serves_metrics_health_and_readiness_through_a_drain() {
     assert_eq!(admin_get(&admin, "/healthz").0, 200, "alive while draining");
     let _ = pending.0.kill();
 }
+
+#[test]
+fn access_log_has_a_line_per_request() {
+    if skip("access_log_has_a_line_per_request", &["curl"]) {
+        return;
+    }
+    let tmp = setup();
+    let backend = backend().to_string();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zrtt"))
+        .args(["gateway", "--listen", "127.0.0.1:0", "--access-log"])
+        .args([
+            "--backend",
+            &backend,
+            "--key",
+            "k1.key",
+            "--record",
+            "k1.rec",
+        ])
+        .args(["--cert", "cert.pem", "--cert-key", "cert.key"])
+        .env_remove("RUST_LOG")
+        .current_dir(tmp.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port: u16 = line
+        .trim()
+        .strip_prefix("listening ")
+        .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
+        .unwrap_or_else(|| panic!("no listening line: {line:?}"))
+        .port();
+    let stderr = child.stderr.take().unwrap();
+    let (out, ok) = curl(tmp.path(), port, &["--http2"]);
+    assert!(ok, "{out}");
+    let (out, ok) = curl(tmp.path(), port, &["--http1.1"]);
+    assert!(ok, "{out}");
+    let st = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let _ = child.wait();
+    let mut log = String::new();
+    std::io::Read::read_to_string(&mut BufReader::new(stderr), &mut log).unwrap();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("zrtt_access")).collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    assert!(
+        lines[0].contains(&format!(
+            " tls {HOST}:{port} \"GET /hello HTTP/2.0\" 200 2 early=0 ms="
+        )),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].contains(&format!(
+            " tls {HOST}:{port} \"GET /hello HTTP/1.1\" 200 2 early=0 ms="
+        )),
+        "{}",
+        lines[1]
+    );
+}

@@ -93,6 +93,8 @@ pub struct GatewayConfig {
     pub rng: Arc<dyn SecureRandom>,
     /// Wall clock.
     pub clock: fn() -> UnixTime,
+    /// Log one line per request (target `zrtt_access`, access_log.rs).
+    pub access_log: bool,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -136,6 +138,7 @@ impl GatewayConfig {
             timeouts: Timeouts::default(),
             rng: Arc::new(rng),
             clock,
+            access_log: false,
         })
     }
 }

@@ -217,6 +217,7 @@ pub(super) async fn serve(
         Some(ctl),
         slot,
         relay::Protocol::Http1,
+        "zrtt",
     )
     .await;
     Ok(())

@@ -30,6 +30,7 @@
 //!
 //! [`ServerConfig::accept`]: zrtt_proto::handshake::ServerConfig::accept
 
+mod access_log;
 pub mod certs;
 pub mod config;
 mod early_answer;

@@ -26,7 +26,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use super::early_answer::{EarlyCtl, EarlyUse};
 use super::gate::Gate;
 use super::listener::SourceSlot;
-use super::upgrade;
+use super::{access_log, upgrade};
 use super::{Body, Metrics, Shared};
 use crate::http::{strip_hop_by_hop, text_response};
 
@@ -83,7 +83,8 @@ const MAX_H2_STREAMS: u32 = 128;
 
 /// Serve HTTP on `io` (a zrtt channel or TLS) until the client closes or
 /// stays idle; `early`: the first request is a served early request,
-/// `ctl` the connection's confirmation state (zrtt only).
+/// `ctl` the connection's confirmation state, `transport` what the access
+/// log names the path (`zrtt` or `tls`).
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn serve_http<S>(
     shared: Arc<Shared>,
@@ -94,6 +95,7 @@ pub(super) async fn serve_http<S>(
     ctl: Option<Arc<EarlyCtl>>,
     slot: Arc<SourceSlot>,
     protocol: Protocol,
+    transport: &'static str,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -108,7 +110,17 @@ pub(super) async fn serve_http<S>(
     let svc = hyper::service::service_fn(move |req| {
         let shared = shared.clone();
         let ctx = ctx.clone();
-        async move { Ok::<_, Infallible>(forward(&shared, &ctx, req).await) }
+        async move {
+            let entry = shared
+                .cfg
+                .access_log
+                .then(|| access_log::Entry::new(&req, ctx.peer, transport));
+            let resp = forward(&shared, &ctx, req).await;
+            if let Some(e) = entry {
+                e.finish(&resp);
+            }
+            Ok::<_, Infallible>(resp)
+        }
     });
     let served = match protocol {
         Protocol::Http1 => {
@@ -351,6 +363,9 @@ async fn forward(shared: &Arc<Shared>, ctx: &ConnCtx, req: Request<Incoming>) ->
                 );
             }
             _ => {}
+        }
+        if attempt_early {
+            rparts.extensions.insert(access_log::ServedEarly);
         }
         return Response::from_parts(rparts, rbody.boxed());
     }

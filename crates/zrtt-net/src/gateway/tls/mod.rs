@@ -136,6 +136,7 @@ pub(super) async fn serve(
         Some(ctl),
         slot,
         protocol,
+        "tls",
     )
     .await;
 }
