@@ -167,6 +167,136 @@ impl BloomReplayFilter {
     }
 }
 
+/// Why a [`BloomReplayFilter`] snapshot was not restored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SnapshotError {
+    /// Not a snapshot, truncated, or its checksum does not match.
+    Malformed(&'static str),
+    /// Taken with other settings (window, capacity or false-positive rate).
+    SettingsChanged,
+}
+
+impl core::fmt::Display for SnapshotError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            SnapshotError::Malformed(why) => write!(f, "not a replay filter snapshot: {why}"),
+            SnapshotError::SettingsChanged => {
+                f.write_str("the replay filter snapshot was taken with other settings")
+            }
+        }
+    }
+}
+
+impl std::error::Error for SnapshotError {}
+
+const SNAPSHOT_MAGIC: &[u8; 8] = b"ZRTTRF1\0";
+
+impl BloomReplayFilter {
+    /// The filter's whole state (settings, hashing secret, start, latest
+    /// time, both buckets) with a SHA-256 checksum, for a successor process
+    /// ([`Self::from_snapshot`]): taken after this process stopped
+    /// accepting flights, it lets the successor answer early at once
+    /// instead of refusing flights stamped before its start. It holds the
+    /// hashing secret: store it like a private key (docs/PROTOCOL.md §7).
+    pub fn to_snapshot(&self) -> Vec<u8> {
+        let words = self.m_bits.div_ceil(64) as usize;
+        let mut out = Vec::with_capacity(128 + self.buckets.len() * (16 + 8 * words));
+        out.extend_from_slice(SNAPSHOT_MAGIC);
+        for v in [
+            millis(self.config.max_age),
+            millis(self.config.max_future),
+            self.config.capacity as u64,
+            self.config.fp_rate.to_bits(),
+        ] {
+            out.extend_from_slice(&v.to_be_bytes());
+        }
+        out.extend_from_slice(&self.secret);
+        out.extend_from_slice(&self.start.as_millis().to_be_bytes());
+        out.extend_from_slice(&self.max_now.as_millis().to_be_bytes());
+        out.push(self.buckets.len() as u8);
+        for b in &self.buckets {
+            out.extend_from_slice(&b.epoch.to_be_bytes());
+            out.extend_from_slice(&(b.count as u64).to_be_bytes());
+            for w in &b.bits {
+                out.extend_from_slice(&w.to_le_bytes());
+            }
+        }
+        let sum = crate::record::sha256(&out);
+        out.extend_from_slice(&sum);
+        out
+    }
+
+    /// The filter a predecessor saved with [`Self::to_snapshot`], if it was
+    /// taken with `config`. It keeps the predecessor's start and every
+    /// flight it remembered, so no flight it accepted can be accepted again
+    /// and no restart refusal is needed. Sound only if no other process
+    /// accepted flights with these keys since the snapshot was taken: load
+    /// a snapshot once (remove it when read) and never one a crashed
+    /// process left behind.
+    pub fn from_snapshot(config: ReplayConfig, bytes: &[u8]) -> Result<Self, SnapshotError> {
+        let body_len = bytes
+            .len()
+            .checked_sub(32)
+            .ok_or(SnapshotError::Malformed("too short"))?;
+        let (body, sum) = bytes.split_at(body_len);
+        if crate::record::sha256(body).as_slice() != sum {
+            return Err(SnapshotError::Malformed("checksum"));
+        }
+        const SHORT: SnapshotError = SnapshotError::Malformed("truncated");
+        let mut r = crate::codec::Reader::new(body);
+        if r.take(8).map_err(|_| SHORT)? != SNAPSHOT_MAGIC {
+            return Err(SnapshotError::Malformed("magic"));
+        }
+        let mut settings = [0u64; 4];
+        for v in &mut settings {
+            *v = r.u64().map_err(|_| SHORT)?;
+        }
+        let want = [
+            millis(config.max_age),
+            millis(config.max_future),
+            config.capacity as u64,
+            config.fp_rate.to_bits(),
+        ];
+        if settings != want {
+            return Err(SnapshotError::SettingsChanged);
+        }
+        let secret: [u8; 32] = r.array().map_err(|_| SHORT)?;
+        let start = UnixTime::from_millis(r.u64().map_err(|_| SHORT)?);
+        let max_now = UnixTime::from_millis(r.u64().map_err(|_| SHORT)?);
+        let mut f = Self::new(config, secret, start);
+        f.max_now = max_now.max(start);
+        let n = r.u8().map_err(|_| SHORT)?;
+        if n > 2 {
+            return Err(SnapshotError::Malformed("more than two buckets"));
+        }
+        let words = f.m_bits.div_ceil(64) as usize;
+        for _ in 0..n {
+            let epoch = r.u64().map_err(|_| SHORT)?;
+            let count = usize::try_from(r.u64().map_err(|_| SHORT)?)
+                .map_err(|_| SnapshotError::Malformed("count"))?;
+            let raw = r.take(words * 8).map_err(|_| SHORT)?;
+            let bits = raw
+                .chunks_exact(8)
+                .map(|c| {
+                    let mut a = [0u8; 8];
+                    a.copy_from_slice(c);
+                    u64::from_le_bytes(a)
+                })
+                .collect();
+            f.buckets.push(Bucket { epoch, bits, count });
+        }
+        if !r.is_empty() {
+            return Err(SnapshotError::Malformed("trailing bytes"));
+        }
+        Ok(f)
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 impl ReplayFilter for BloomReplayFilter {
     fn seen(&self, key_id: u32, ephemeral: &[u8; 32]) -> bool {
         let idx: Vec<u64> = self.indices(key_id, ephemeral).collect();
@@ -266,6 +396,66 @@ mod tests {
         let mut k = [0u8; 32];
         k[..4].copy_from_slice(&i.to_be_bytes());
         k
+    }
+
+    #[test]
+    fn a_snapshot_carries_every_flight_and_skips_the_restart_refusal() {
+        let mut f = filter(1000);
+        let t = UnixTime::from_millis(T0 + 60_000);
+        for i in 0..50 {
+            assert_eq!(f.check_and_insert(1, &e(i), t, t), Ok(()));
+        }
+        let snap = f.to_snapshot();
+        let cfg = ReplayConfig {
+            capacity: 1000,
+            ..ReplayConfig::default()
+        };
+        let mut g = BloomReplayFilter::from_snapshot(cfg, &snap).unwrap();
+        let later = t.saturating_add(Duration::from_millis(500));
+        for i in 0..50 {
+            assert_eq!(
+                g.check_and_insert(1, &e(i), t, later),
+                Err(ReplayError::Replayed),
+                "flight {i} was accepted before the restart"
+            );
+        }
+        // A fresh flight stamped just now is accepted at once: a filter
+        // started now would refuse it (BeforeFilterStart).
+        assert_eq!(g.check_and_insert(1, &e(999), later, later), Ok(()));
+        let mut fresh = BloomReplayFilter::new(cfg, [7; 32], later);
+        assert_eq!(
+            fresh.check_and_insert(1, &e(998), later, later),
+            Err(ReplayError::BeforeFilterStart)
+        );
+        assert_eq!(g.to_snapshot().len(), snap.len(), "same layout");
+    }
+
+    #[test]
+    fn a_damaged_or_foreign_snapshot_is_refused() {
+        let mut f = filter(1000);
+        let t = UnixTime::from_millis(T0 + 60_000);
+        f.check_and_insert(1, &e(1), t, t).unwrap();
+        let snap = f.to_snapshot();
+        let cfg = ReplayConfig {
+            capacity: 1000,
+            ..ReplayConfig::default()
+        };
+        let mut bad = snap.clone();
+        bad[100] ^= 1;
+        assert_eq!(
+            BloomReplayFilter::from_snapshot(cfg, &bad).unwrap_err(),
+            SnapshotError::Malformed("checksum")
+        );
+        assert!(BloomReplayFilter::from_snapshot(cfg, &snap[..snap.len() - 1]).is_err());
+        assert!(BloomReplayFilter::from_snapshot(cfg, b"").is_err());
+        let other = ReplayConfig {
+            capacity: 2000,
+            ..ReplayConfig::default()
+        };
+        assert_eq!(
+            BloomReplayFilter::from_snapshot(other, &snap).unwrap_err(),
+            SnapshotError::SettingsChanged
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@ use zrtt_net::tfo::ListenOptions;
 use zrtt_proto::admission::{AdmissionConfig, IpNet, TokenKey, TokenKeyRing, TokenKeys};
 use zrtt_proto::handshake::{ServerConfig, ServerKey};
 
-use crate::{keys, reload, util};
+use crate::{keys, reload, replay_state, util};
 use zrtt_dns::token_keys::TokenSchedule;
 use zrtt_dns::KeyStore;
 
@@ -33,6 +33,11 @@ pub struct GatewayArgs {
     /// or `zrtt keys rotate` take effect without a restart.
     #[arg(long, conflicts_with_all = ["keys", "records", "cert", "cert_key"])]
     keystore: Option<PathBuf>,
+    /// Keep the replay filter across restarts in this file (default:
+    /// `replay.state` in the key store): written when the gateway stops,
+    /// read and removed at start, so a restart answers early at once.
+    #[arg(long)]
+    replay_state: Option<PathBuf>,
     /// With --keystore: create and retire keys on schedule in this process too.
     #[arg(long, requires = "keystore")]
     rotate: bool,
@@ -499,6 +504,11 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
     // The replay filter's restart guard starts now, after every lookup:
     // as late as possible before the listener is bound (docs/PROTOCOL.md §7).
     let mut cfg = GatewayConfig::new(shared_keys.clone(), tls, a.backend)?;
+    let replay_path = replay_state::location(a.replay_state.as_deref(), a.keystore.as_deref());
+    // --check-config runs beside a serving gateway: it must not take the
+    // snapshot a stopping one leaves.
+    let replay = replay_state::load(replay_path.as_deref().filter(|_| !a.check_config))?;
+    cfg.replay = replay.clone();
     cfg.admission = admission;
     cfg.server_names = names;
     cfg.provenance = verifier_policy.as_ref().map(|(policy, _)| policy.clone());
@@ -617,6 +627,12 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         ready_tx.send_replace(false);
         let _ = stop_tx.send(true);
         server.await??;
+        // Every flight this process accepted is in the filter now.
+        if let Some(p) = &replay_path {
+            if let Err(e) = replay_state::save(p, &replay) {
+                tracing::warn!("saving the replay filter to {}: {e:#}", p.display());
+            }
+        }
         let _ = admin_stop.send(());
         let _ = cert_watch.await;
         if let Some(r) = refresher {

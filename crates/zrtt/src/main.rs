@@ -17,6 +17,7 @@ mod lab;
 mod logging;
 mod proxy;
 mod reload;
+mod replay_state;
 mod util;
 mod verifier;
 

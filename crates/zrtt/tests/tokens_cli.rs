@@ -206,3 +206,51 @@ fn gateways_sharing_a_key_store_accept_each_others_tokens() {
     assert_eq!(counter(&admin_b, "tokens_accepted"), 1);
     assert_eq!(counter(&admin_b, "tokens_refused"), 0);
 }
+
+/// A restart keeps the replay filter (docs/PROTOCOL.md §7): the stopping
+/// gateway saves it (owner-only), the next one reads and removes it and
+/// accepts a flight at once, where a fresh filter refuses every flight
+/// stamped in its first two seconds.
+#[test]
+fn a_restart_keeps_the_replay_filter_and_accepts_flights_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    key_and_record(dir, HOST);
+    let args = [
+        "--key",
+        "k1.key",
+        "--record",
+        "k1.rec",
+        "--cert",
+        "cert.pem",
+        "--cert-key",
+        "cert.key",
+        "--replay-state",
+        "replay.state",
+    ];
+    let state = dir.join("replay.state");
+    let (mut first, gw, admin) = gateway(dir, &args);
+    assert!(!state.exists());
+    // No snapshot yet: this start refuses flights stamped in its first seconds.
+    std::thread::sleep(Duration::from_secs(3));
+    get(dir, &gw, "k1.rec", &["--no-state"]);
+    assert_eq!(counter(&admin, "zrtt_accepted"), 1);
+    let st = Command::new("kill")
+        .args(["-TERM", &first.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert!(first.0.wait().unwrap().success());
+    assert!(state.exists(), "saved at shutdown");
+    assert_eq!(mode(&state), 0o600);
+
+    let (_second, gw, admin) = gateway(dir, &args);
+    assert!(!state.exists(), "read once, then removed");
+    get(dir, &gw, "k1.rec", &["--no-state"]);
+    assert_eq!(counter(&admin, "zrtt_accepted"), 1);
+    assert_eq!(
+        counter(&admin, "zrtt_rejects_sent"),
+        0,
+        "no restart refusal"
+    );
+}

@@ -63,6 +63,19 @@ pub fn shared_trust_policy(policy: TrustPolicy) -> SharedTrustPolicy {
     Arc::new(RwLock::new(Arc::new(policy)))
 }
 
+/// A process-local replay filter with the default settings, keyed from
+/// the OS RNG, its restart guard starting at `start` (docs/PROTOCOL.md §7).
+pub fn new_replay_filter(start: UnixTime) -> Result<BloomReplayFilter> {
+    let mut secret = [0u8; 32];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret)
+        .map_err(|_| Error::Config("OS random number generator failed".into()))?;
+    Ok(BloomReplayFilter::new(
+        ReplayConfig::default(),
+        secret,
+        start,
+    ))
+}
+
 /// Gateway settings. [`GatewayConfig::new`] fills in the defaults; change
 /// the public fields after it.
 #[non_exhaustive]
@@ -121,11 +134,8 @@ impl GatewayConfig {
         backend: SocketAddr,
     ) -> Result<Self> {
         let rng = ring::rand::SystemRandom::new();
-        let mut secret = [0u8; 32];
-        ring::rand::SecureRandom::fill(&rng, &mut secret)
-            .map_err(|_| Error::Config("OS random number generator failed".into()))?;
         let clock: fn() -> UnixTime = crate::client::system_clock;
-        let replay = BloomReplayFilter::new(ReplayConfig::default(), secret, clock());
+        let replay = new_replay_filter(clock())?;
         Ok(Self {
             keys,
             tls,

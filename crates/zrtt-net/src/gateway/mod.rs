@@ -52,8 +52,8 @@ use zrtt_proto::admission::Admission;
 pub use crate::http::Body;
 pub use certs::{load_certified_key, ReloadableCert};
 pub use config::{
-    shared_trust_policy, tls_server_config, tls_server_config_with, GatewayConfig,
-    SharedTrustPolicy, Timeouts,
+    new_replay_filter, shared_trust_policy, tls_server_config, tls_server_config_with,
+    GatewayConfig, SharedTrustPolicy, Timeouts,
 };
 pub use listener::Gateway;
 pub use metrics::{serve_metrics, Metrics, Readiness};
