@@ -34,8 +34,9 @@ pub struct GatewayArgs {
     #[arg(long, conflicts_with_all = ["keys", "records", "cert", "cert_key"])]
     keystore: Option<PathBuf>,
     /// Keep the replay filter across restarts in this file (default:
-    /// `replay.state` in the key store): written when the gateway stops,
-    /// read and removed at start, so a restart answers early at once.
+    /// `replay-<address>_<port>.state` in the key store): written when the
+    /// gateway stops, read and removed at start, so a restart answers early
+    /// at once. Never share one file between gateways.
     #[arg(long)]
     replay_state: Option<PathBuf>,
     /// With --keystore: create and retire keys on schedule in this process too.
@@ -504,7 +505,8 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
     // The replay filter's restart guard starts now, after every lookup:
     // as late as possible before the listener is bound (docs/PROTOCOL.md §7).
     let mut cfg = GatewayConfig::new(shared_keys.clone(), tls, a.backend)?;
-    let replay_path = replay_state::location(a.replay_state.as_deref(), a.keystore.as_deref());
+    let replay_path =
+        replay_state::location(a.replay_state.as_deref(), a.keystore.as_deref(), a.listen);
     // --check-config runs beside a serving gateway: it must not take the
     // snapshot a stopping one leaves.
     let replay = replay_state::load(replay_path.as_deref().filter(|_| !a.check_config))?;

@@ -72,9 +72,16 @@ pub fn save(path: &Path, filter: &Mutex<BloomReplayFilter>) -> anyhow::Result<()
     Ok(())
 }
 
-/// Where the snapshot lives: `--replay-state`, else `replay.state` in the
-/// key store.
-pub fn location(flag: Option<&Path>, keystore: Option<&Path>) -> Option<PathBuf> {
-    flag.map(Path::to_path_buf)
-        .or_else(|| keystore.map(|k| k.join("replay.state")))
+/// Where the snapshot lives: `--replay-state`, else
+/// `replay-<address>_<port>.state` in the key store: named by the listen
+/// address, so that gateways sharing a key store never take each other's
+/// snapshot (one that crashed must not continue another's filter).
+pub fn location(
+    flag: Option<&Path>,
+    keystore: Option<&Path>,
+    listen: std::net::SocketAddr,
+) -> Option<PathBuf> {
+    flag.map(Path::to_path_buf).or_else(|| {
+        keystore.map(|k| k.join(format!("replay-{}_{}.state", listen.ip(), listen.port())))
+    })
 }
