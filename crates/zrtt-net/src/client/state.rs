@@ -12,8 +12,9 @@ use zrtt_proto::crypto::{SecureRandom, X25519KeyPair};
 use zrtt_proto::provenance::{decode_certificates, encode_certificates, Certificate};
 use zrtt_proto::UnixTime;
 
-use crate::error::{write_private, Error, Result};
+use crate::error::{Error, Result};
 use crate::verifier::fetch_certificate;
+use zeroize::Zeroizing;
 
 /// The client's tokens and static keys: one static key per server name (so
 /// servers cannot link a client across names), one token per (server name,
@@ -87,9 +88,10 @@ impl TokenStore {
     pub fn save(&self, path: &std::path::Path) -> Result<()> {
         use std::fmt::Write as _;
         let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let mut s = String::from(
+        // It holds private keys: wiped once written.
+        let mut s = Zeroizing::new(String::from(
             "# zrtt token state: static keys per server, tokens per server and local address\n",
-        );
+        ));
         for (server, key) in &inner.statics {
             let _ = writeln!(
                 s,
@@ -100,7 +102,7 @@ impl TokenStore {
         for ((server, ip), token) in &inner.tokens {
             let _ = writeln!(s, "token {server} {ip} {}", zrtt_proto::record::hex(token));
         }
-        write_private(path, s.as_bytes()).map_err(Error::io("writing the token state"))
+        write_private(path, &s, "writing the token state")
     }
 
     /// Load a file written by [`Self::save`]; a missing file is an empty store.
@@ -273,8 +275,10 @@ impl ProvenanceStore {
     pub fn save(&self, path: &std::path::Path) -> Result<()> {
         use std::fmt::Write as _;
         let m = self.by_local.lock().unwrap_or_else(|p| p.into_inner());
-        let mut s =
-            String::from("# zrtt provenance state: local address, static key, certificates\n");
+        // It holds private keys: wiped once written.
+        let mut s = Zeroizing::new(String::from(
+            "# zrtt provenance state: local address, static key, certificates\n",
+        ));
         for (ip, (key, certs)) in m.iter() {
             let _ = write!(s, "{ip} {}", zrtt_proto::record::hex(key.private()));
             for c in certs {
@@ -287,7 +291,7 @@ impl ProvenanceStore {
         for (v, id) in lock(&self.issued_by).iter() {
             let _ = writeln!(s, "{ISSUER_LINE}{v} {id:08x}");
         }
-        write_private(path, s.as_bytes()).map_err(Error::io("writing the provenance state"))
+        write_private(path, &s, "writing the provenance state")
     }
 
     /// Load a file written by [`Self::save`]; a missing file is an empty store.
@@ -355,6 +359,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Writes a state file holding private keys: owner-only, atomically, never
+/// through a symlink (`zrtt_dns::fsutil::write_atomic`).
+fn write_private(path: &std::path::Path, text: &str, what: &'static str) -> Result<()> {
+    zrtt_dns::fsutil::write_atomic(path, text.as_bytes(), true).map_err(Error::io(what))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -388,5 +398,41 @@ mod tests {
             std::fs::write(&path, bad).unwrap();
             assert!(TokenStore::load(&path).is_err(), "{bad}");
         }
+    }
+
+    /// A state write follows no symlink (at the file or at any temporary
+    /// name next to it) and never keeps an old file's mode.
+    #[test]
+    fn state_save_replaces_symlinks_and_old_modes() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "untouched").unwrap();
+        let path = dir.path().join("tokens");
+        for planted in [path.clone(), path.with_extension("tmp")] {
+            std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        }
+        let rng = ring::rand::SystemRandom::new();
+        let store = TokenStore::new();
+        store.static_key("www.example.com", &rng).unwrap();
+        store.save(&path).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched");
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert!(meta.file_type().is_file(), "the symlink is replaced");
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert!(TokenStore::load(&path).is_ok());
+
+        let pv = dir.path().join("pv");
+        std::fs::write(&pv, "").unwrap();
+        std::fs::set_permissions(&pv, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::write(pv.with_extension("tmp"), "").unwrap();
+        std::fs::set_permissions(
+            pv.with_extension("tmp"),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+        ProvenanceStore::new().save(&pv).unwrap();
+        let mode = std::fs::metadata(&pv).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "an old 0644 file ends 0600");
     }
 }
