@@ -119,11 +119,9 @@ fn create_key(
 }
 
 fn read_key(path: &Path, lifetime: Duration) -> Result<TokenKey, KeyStoreError> {
-    crate::store::check_private_mode(path)?;
-    let text = fs::read_to_string(path).map_err(|e| KeyStoreError::io(path, e))?;
-    let mut text = Zeroizing::new(text);
+    let data = crate::keyfile::read_private(path)?;
+    let text = std::str::from_utf8(&data).unwrap_or_default();
     let bytes = Zeroizing::new(unhex(text.trim()).unwrap_or_default());
-    text.zeroize();
     let secret: Zeroizing<[u8; 32]> = Zeroizing::new(bytes.as_slice().try_into().map_err(
         |_| KeyStoreError::BadFile {
             path: path.to_owned(),

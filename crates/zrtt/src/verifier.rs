@@ -250,7 +250,8 @@ pub fn run(cmd: VerifierCommand) -> Result<ExitCode> {
             let mut banner = None;
             let (issuer, store): (Arc<dyn Issuer>, _) = match (&key, &keystore) {
                 (Some(key), _) => {
-                    let der = pki_types::PrivatePkcs8KeyDer::from_pem_file(key)
+                    let pem = zrtt_dns::keyfile::read_private(key)?;
+                    let der = pki_types::PrivatePkcs8KeyDer::from_pem_slice(&pem)
                         .with_context(|| format!("reading {}", key.display()))?;
                     let signer = VerifierSigner::from_pkcs8(der.secret_pkcs8_der())?;
                     banner = Some(format!(
