@@ -19,7 +19,7 @@ pub const KEY_PEM_LABEL: &str = "ZRTT X25519 PRIVATE KEY";
 
 /// Write a semi-static key as PEM, atomically, mode 0600.
 pub fn write_key(path: &Path, key: &X25519KeyPair) -> Result<(), KeyStoreError> {
-    let pem = pem_encode(KEY_PEM_LABEL, key.private());
+    let pem = Zeroizing::new(pem_encode(KEY_PEM_LABEL, key.private()));
     fsutil::write_atomic(path, pem.as_bytes(), true).map_err(|e| KeyStoreError::io(path, e))
 }
 

@@ -157,10 +157,10 @@ pub struct VerifierInitArgs {
 /// Generate a verifier key, write it as PKCS#8 PEM (mode 0600), return its public key.
 pub fn write_new_key(out: &std::path::Path) -> Result<zrtt_proto::provenance::VerifierKey> {
     let (signer, pkcs8) = VerifierSigner::generate(&ring::rand::SystemRandom::new())?;
-    let text = format!(
+    let text = zeroize::Zeroizing::new(format!(
         "-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----\n",
         base64_lines(&pkcs8)
-    );
+    ));
     util::write_atomic(out, text.as_bytes(), true)?;
     Ok(signer.key())
 }

@@ -96,7 +96,7 @@ impl TokenStore {
             let _ = writeln!(
                 s,
                 "static {server} {}",
-                zrtt_proto::record::hex(key.private())
+                *Zeroizing::new(zrtt_proto::record::hex(key.private()))
             );
         }
         for ((server, ip), token) in &inner.tokens {
@@ -108,10 +108,8 @@ impl TokenStore {
     /// Load a file written by [`Self::save`]; a missing file is an empty store.
     pub fn load(path: &std::path::Path) -> Result<Self> {
         let store = Self::new();
-        let text = match std::fs::read_to_string(path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(store),
-            Err(e) => return Err(Error::io("reading the token state")(e)),
+        let Some(text) = read_private(path, "reading the token state")? else {
+            return Ok(store);
         };
         let bad = || Error::Protocol("malformed token state file");
         let mut inner = store.inner.lock().unwrap_or_else(|p| p.into_inner());
@@ -123,12 +121,8 @@ impl TokenStore {
             let f: Vec<&str> = line.split_whitespace().collect();
             match f.as_slice() {
                 ["static", server, key] => {
-                    let key: [u8; 32] = zrtt_proto::record::unhex(key)
-                        .and_then(|k| k.try_into().ok())
-                        .ok_or_else(bad)?;
-                    inner
-                        .statics
-                        .insert((*server).to_owned(), X25519KeyPair::from_private(key));
+                    let key = key_from_hex(key).ok_or_else(bad)?;
+                    inner.statics.insert((*server).to_owned(), key);
                 }
                 ["token", server, ip, token] => {
                     let ip: IpAddr = ip.parse().map_err(|_| bad())?;
@@ -280,7 +274,8 @@ impl ProvenanceStore {
             "# zrtt provenance state: local address, static key, certificates\n",
         ));
         for (ip, (key, certs)) in m.iter() {
-            let _ = write!(s, "{ip} {}", zrtt_proto::record::hex(key.private()));
+            let key_hex = Zeroizing::new(zrtt_proto::record::hex(key.private()));
+            let _ = write!(s, "{ip} {}", *key_hex);
             for c in certs {
                 let mut b = Vec::new();
                 c.encode(&mut b);
@@ -297,10 +292,8 @@ impl ProvenanceStore {
     /// Load a file written by [`Self::save`]; a missing file is an empty store.
     pub fn load(path: &std::path::Path) -> Result<Self> {
         let store = Self::new();
-        let text = match std::fs::read_to_string(path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(store),
-            Err(e) => return Err(Error::io("reading the provenance state")(e)),
+        let Some(text) = read_private(path, "reading the provenance state")? else {
+            return Ok(store);
         };
         let bad = || Error::Protocol("malformed provenance state file");
         let mut m = store.by_local.lock().unwrap_or_else(|p| p.into_inner());
@@ -319,18 +312,14 @@ impl ProvenanceStore {
             }
             let mut parts = line.split_whitespace();
             let ip: IpAddr = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
-            let key: [u8; 32] = parts
-                .next()
-                .and_then(zrtt_proto::record::unhex)
-                .and_then(|k| k.try_into().ok())
-                .ok_or_else(bad)?;
+            let key = parts.next().and_then(key_from_hex).ok_or_else(bad)?;
             let mut certs = Vec::new();
             for c in parts {
                 let mut wrapped = vec![1u8];
                 wrapped.extend_from_slice(&zrtt_proto::record::unhex(c).ok_or_else(bad)?);
                 certs.extend(decode_certificates(&wrapped).map_err(|_| bad())?);
             }
-            m.insert(ip, (X25519KeyPair::from_private(key), certs));
+            m.insert(ip, (key, certs));
         }
         drop(m);
         Ok(store)
@@ -357,6 +346,23 @@ where
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A state file's text (it holds private keys: wiped when dropped); `None`
+/// when there is no file.
+fn read_private(path: &std::path::Path, what: &'static str) -> Result<Option<Zeroizing<String>>> {
+    match std::fs::read_to_string(path) {
+        Ok(t) => Ok(Some(Zeroizing::new(t))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io(what)(e)),
+    }
+}
+
+/// A private key from 64 hex digits; the decoded bytes are wiped.
+fn key_from_hex(hex: &str) -> Option<X25519KeyPair> {
+    let bytes = Zeroizing::new(zrtt_proto::record::unhex(hex)?);
+    let key: Zeroizing<[u8; 32]> = Zeroizing::new(bytes.as_slice().try_into().ok()?);
+    Some(X25519KeyPair::from_private(*key))
 }
 
 /// Writes a state file holding private keys: owner-only, atomically, never
