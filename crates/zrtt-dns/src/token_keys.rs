@@ -20,7 +20,6 @@
 //! docs/PROTOCOL.md §8 says what a token proves.
 
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -105,36 +104,24 @@ fn create_key(
     let mut text = hex(&secret);
     secret.zeroize();
     text.push('\n');
-    let tmp = dir.join(format!(".{epoch}.key.tmp{}", std::process::id()));
-    let result = (|| {
-        let mut opts = fs::OpenOptions::new();
-        opts.write(true).create_new(true);
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            opts.mode(0o600);
-        }
-        let mut f = opts.open(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        match fs::hard_link(&tmp, &path) {
+    let result = fsutil::write_new_temp(&path, text.as_bytes(), true).and_then(|tmp| {
+        let linked = match fs::hard_link(&tmp, &path) {
             // Another gateway created it first: keep theirs.
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
             r => r,
-        }
-    })();
+        };
+        let _ = fs::remove_file(&tmp);
+        linked
+    });
     text.zeroize();
-    let _ = fs::remove_file(&tmp);
     fsutil::sync_dir(dir);
     result.map_err(|e| KeyStoreError::io(&path, e))
 }
 
 fn read_key(path: &Path, lifetime: Duration) -> Result<TokenKey, KeyStoreError> {
-    crate::store::check_private_mode(path)?;
-    let text = fs::read_to_string(path).map_err(|e| KeyStoreError::io(path, e))?;
-    let mut text = Zeroizing::new(text);
+    let data = crate::keyfile::read_private(path)?;
+    let text = std::str::from_utf8(&data).unwrap_or_default();
     let bytes = Zeroizing::new(unhex(text.trim()).unwrap_or_default());
-    text.zeroize();
     let secret: Zeroizing<[u8; 32]> = Zeroizing::new(bytes.as_slice().try_into().map_err(
         |_| KeyStoreError::BadFile {
             path: path.to_owned(),

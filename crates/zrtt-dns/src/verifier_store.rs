@@ -260,7 +260,7 @@ impl PrivateKey for VerifierPrivateKey {
     }
 
     fn write(&self, path: &Path) -> Result<(), KeyStoreError> {
-        let pem = keyfile::pem_encode(VERIFIER_KEY_PEM_LABEL, &self.pkcs8);
+        let pem = zeroize::Zeroizing::new(keyfile::pem_encode(VERIFIER_KEY_PEM_LABEL, &self.pkcs8));
         fsutil::write_atomic(path, pem.as_bytes(), true).map_err(|e| KeyStoreError::io(path, e))
     }
 }

@@ -17,6 +17,7 @@ use zrtt_proto::admission::{AdmissionConfig, IpNet, TokenKey, TokenKeyRing, Toke
 use zrtt_proto::handshake::{ServerConfig, ServerKey};
 
 use crate::{keys, reload, replay_state, util};
+use zeroize::Zeroizing;
 use zrtt_dns::token_keys::TokenSchedule;
 use zrtt_dns::KeyStore;
 
@@ -202,16 +203,21 @@ fn parse_net(s: &str) -> Result<IpNet> {
         .map_err(|_| anyhow::anyhow!("--trust {s:?}: not an address or addr/prefix"))
 }
 
+/// A `--token-key` file: 32 bytes, raw or as 64 hex digits, readable by
+/// its owner only (else refused, as the key store refuses its files).
 fn read_token_key(path: &Path, lifetime: Duration) -> Result<TokenKey> {
-    let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let data = zrtt_dns::keyfile::read_private(path)?;
     let text = std::str::from_utf8(&data).ok().map(str::trim);
     let bytes = match text.and_then(zrtt_proto::record::unhex) {
-        Some(b) => b,
-        None => data,
+        Some(b) => Zeroizing::new(b),
+        None => Zeroizing::new(data.to_vec()),
     };
-    let secret: [u8; 32] = bytes
-        .try_into()
-        .map_err(|_| anyhow::anyhow!("{}: need 32 bytes (raw or hex)", path.display()))?;
+    let secret: Zeroizing<[u8; 32]> = Zeroizing::new(
+        bytes
+            .as_slice()
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("{}: need 32 bytes (raw or hex)", path.display()))?,
+    );
     Ok(TokenKey::new(&secret, lifetime))
 }
 
@@ -232,7 +238,7 @@ fn token_keys(a: &GatewayArgs, store: Option<&KeyStore>) -> Result<Option<TokenK
         let schedule = TokenSchedule::new(a.token_rotation, a.token_lifetime)?;
         return Ok(Some(store_token_keys(ks.dir(), schedule)?));
     }
-    let mut secret = zeroize::Zeroizing::new([0u8; 32]);
+    let mut secret = Zeroizing::new([0u8; 32]);
     ring::rand::SecureRandom::fill(&rng, &mut *secret)
         .map_err(|_| anyhow::anyhow!("random number generator failed"))?;
     tracing::info!(
@@ -449,6 +455,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         }
     };
     // The TLS certificate, replaced when its files change (reload.rs).
+    zrtt_dns::keyfile::check_private_mode(&cert_key_path)?;
     let served_cert = ReloadableCert::new(load_certified_key(&cert_path, &cert_key_path)?);
     let tls = tls_server_config_with(served_cert.clone())?;
     let tokens = token_keys(&a, store.as_ref())?;

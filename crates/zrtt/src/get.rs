@@ -315,6 +315,15 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
                 }
                 (None, true) => Vec::new(),
             };
+            if a.verbose {
+                // Why a --record file's key will not be used (the client
+                // only logs it at debug level).
+                for r in &records {
+                    if let Err(e) = r.verify(&cert_der, &host, util::now()) {
+                        dns_notes.push(format!("refused key {:#010x}: {e}", r.body.key_id));
+                    }
+                }
+            }
             Arc::new(CertKeySource::new(cert_der, records))
         }
     };

@@ -100,7 +100,23 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("zrtt: error: {e:#}");
-            ExitCode::from(1)
+            ExitCode::from(failure_code(&e))
         }
+    }
+}
+
+/// The exit code of a failed command: 2 for a configuration refused before
+/// anything ran (a private key file others can read), else 1.
+fn failure_code(e: &anyhow::Error) -> u8 {
+    let exposed = e.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<zrtt_dns::KeyStoreError>(),
+            Some(zrtt_dns::KeyStoreError::Permissions { .. })
+        )
+    });
+    if exposed {
+        2
+    } else {
+        1
     }
 }

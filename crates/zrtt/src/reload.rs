@@ -63,7 +63,12 @@ pub async fn watch_certificate(
         }
         seen = now;
         let (c, k) = (cert.clone(), key.clone());
-        match tokio::task::spawn_blocking(move || load_certified_key(&c, &k)).await {
+        // A key file others can read is refused here as at start.
+        let load = move || -> anyhow::Result<_> {
+            zrtt_dns::keyfile::check_private_mode(&k)?;
+            Ok(load_certified_key(&c, &k)?)
+        };
+        match tokio::task::spawn_blocking(load).await {
             Ok(Ok(fresh)) => {
                 served.replace(fresh);
                 tracing::info!("certificate reloaded from {}", cert.display());

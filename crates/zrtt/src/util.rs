@@ -6,6 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 use pki_types::pem::PemObject;
 use pki_types::{CertificateDer, PrivateKeyDer};
+use zeroize::Zeroizing;
 use zrtt_proto::UnixTime;
 
 /// The wall clock, read only here in the shell.
@@ -76,10 +77,12 @@ pub fn load_cert(path: &Path) -> Result<CertificateDer<'static>> {
         .with_context(|| format!("reading a PEM certificate from {}", path.display()))
 }
 
-/// A PKCS#8 private key from a PEM file, as DER.
-pub fn load_pkcs8(path: &Path) -> Result<Vec<u8>> {
-    match PrivateKeyDer::from_pem_file(path).with_context(|| format!("reading a PEM private key from {}", path.display()))? {
-        PrivateKeyDer::Pkcs8(k) => Ok(k.secret_pkcs8_der().to_vec()),
+/// A PKCS#8 private key from a PEM file, as DER (refused when others can
+/// read the file).
+pub fn load_pkcs8(path: &Path) -> Result<Zeroizing<Vec<u8>>> {
+    let pem = zrtt_dns::keyfile::read_private(path)?;
+    match PrivateKeyDer::from_pem_slice(&pem).with_context(|| format!("reading a PEM private key from {}", path.display()))? {
+        PrivateKeyDer::Pkcs8(k) => Ok(Zeroizing::new(k.secret_pkcs8_der().to_vec())),
         _ => bail!("{}: need a PKCS#8 key (-----BEGIN PRIVATE KEY-----); convert with `openssl pkcs8 -topk8 -nocrypt`", path.display()),
     }
 }

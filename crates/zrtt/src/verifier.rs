@@ -157,10 +157,10 @@ pub struct VerifierInitArgs {
 /// Generate a verifier key, write it as PKCS#8 PEM (mode 0600), return its public key.
 pub fn write_new_key(out: &std::path::Path) -> Result<zrtt_proto::provenance::VerifierKey> {
     let (signer, pkcs8) = VerifierSigner::generate(&ring::rand::SystemRandom::new())?;
-    let text = format!(
+    let text = zeroize::Zeroizing::new(format!(
         "-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----\n",
         base64_lines(&pkcs8)
-    );
+    ));
     util::write_atomic(out, text.as_bytes(), true)?;
     Ok(signer.key())
 }
@@ -250,7 +250,8 @@ pub fn run(cmd: VerifierCommand) -> Result<ExitCode> {
             let mut banner = None;
             let (issuer, store): (Arc<dyn Issuer>, _) = match (&key, &keystore) {
                 (Some(key), _) => {
-                    let der = pki_types::PrivatePkcs8KeyDer::from_pem_file(key)
+                    let pem = zrtt_dns::keyfile::read_private(key)?;
+                    let der = pki_types::PrivatePkcs8KeyDer::from_pem_slice(&pem)
                         .with_context(|| format!("reading {}", key.display()))?;
                     let signer = VerifierSigner::from_pkcs8(der.secret_pkcs8_der())?;
                     banner = Some(format!(

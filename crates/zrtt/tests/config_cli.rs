@@ -195,3 +195,100 @@ fn systemd_unit_verifies() {
     assert!(out.status.success(), "{text}");
     assert!(!text.contains("zrtt-gateway.service:"), "{text}");
 }
+
+/// Private key files others can read are refused before anything starts
+/// (exit 2), naming the file, its mode and the fix; mode 0600 works.
+#[test]
+fn key_files_others_can_read_are_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    key_and_record(dir, HOST);
+    // 32 bytes as 64 hex digits, as docs/GATEWAY.md makes it.
+    std::fs::write(dir.join("token.key"), format!("{}\n", "ab".repeat(32))).unwrap();
+    let backend = backend().to_string();
+    let check = |extra: &[&str]| {
+        let mut args = vec![
+            "gateway",
+            "--listen",
+            "127.0.0.1:1",
+            "--backend",
+            &backend,
+            "--key",
+            "k1.key",
+            "--record",
+            "k1.rec",
+            "--cert",
+            "cert.pem",
+            "--cert-key",
+            "cert.key",
+            "--token-key",
+            "token.key",
+            "--check-config",
+        ];
+        args.extend_from_slice(extra);
+        zrtt(dir, &args)
+    };
+    let set_mode = |file: &str, mode: u32| {
+        std::fs::set_permissions(dir.join(file), std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+    set_mode("token.key", 0o644);
+    for file in ["token.key", "k1.key", "cert.key"] {
+        set_mode(file, 0o644);
+        let out = check(&[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{file}: {err}");
+        assert!(
+            err.contains(file) && err.contains("mode 0644") && err.contains("chmod 600"),
+            "{file}: {err}"
+        );
+        set_mode(file, 0o600);
+    }
+    let out = check(&[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "configuration ok"
+    );
+
+    // `zrtt keys sign` and `zrtt verifier serve` read private keys too.
+    set_mode("cert.key", 0o640);
+    let out = zrtt(
+        dir,
+        &[
+            "keys",
+            "sign",
+            "--key",
+            "k1.key",
+            "--cert",
+            "cert.pem",
+            "--cert-key",
+            "cert.key",
+            "--name",
+            HOST,
+            "--out",
+            "k2.rec",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("mode 0640"));
+    ok(dir, &["verifier", "keygen", "--out", "pv.key"]);
+    set_mode("pv.key", 0o604);
+    let out = zrtt(
+        dir,
+        &[
+            "verifier",
+            "serve",
+            "--listen",
+            "127.0.0.1:1",
+            "--key",
+            "pv.key",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("pv.key: mode 0604"));
+}

@@ -464,3 +464,39 @@ fn rust_log_filters_diagnostics_and_bad_values_are_refused() {
     );
     assert!(d.path().join("b.record").exists());
 }
+
+/// `zrtt get -v --record FILE` says why the file's key is not used (the
+/// DNS path says it too: tests/get_dns.rs).
+#[test]
+fn get_verbose_says_why_a_record_file_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path();
+    key_and_record(p, "www.example.com");
+    // Nothing listens there: the notes come before the connection fails.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = zrtt(
+        p,
+        &[
+            "get",
+            "-v",
+            "-m",
+            "5s",
+            "--resolve",
+            &format!("other.example.com:{port}:127.0.0.1"),
+            "--record",
+            "k1.rec",
+            "--cert",
+            "cert.pem",
+            &format!("https://other.example.com:{port}/"),
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("refused key 0x") && err.contains("record is for \"www.example.com\""),
+        "{err}"
+    );
+}

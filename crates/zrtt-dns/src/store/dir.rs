@@ -167,16 +167,7 @@ pub(crate) fn create_private_dir(dir: &Path) -> Result<(), KeyStoreError> {
     b.create(dir).map_err(|e| KeyStoreError::io(dir, e))
 }
 
-pub(crate) fn check_private_mode(path: &Path) -> Result<(), KeyStoreError> {
-    let mode = fsutil::mode(path).map_err(|e| KeyStoreError::io(path, e))?;
-    if fsutil::is_exposed(mode) {
-        return Err(KeyStoreError::Permissions {
-            path: path.to_owned(),
-            mode,
-        });
-    }
-    Ok(())
-}
+pub(crate) use crate::keyfile::check_private_mode;
 
 /// Load a certificate and its key, and check that the key signs records
 /// the certificate verifies for `name` (which also checks the name is

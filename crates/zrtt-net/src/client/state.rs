@@ -12,8 +12,9 @@ use zrtt_proto::crypto::{SecureRandom, X25519KeyPair};
 use zrtt_proto::provenance::{decode_certificates, encode_certificates, Certificate};
 use zrtt_proto::UnixTime;
 
-use crate::error::{write_private, Error, Result};
+use crate::error::{Error, Result};
 use crate::verifier::fetch_certificate;
+use zeroize::Zeroizing;
 
 /// The client's tokens and static keys: one static key per server name (so
 /// servers cannot link a client across names), one token per (server name,
@@ -87,29 +88,28 @@ impl TokenStore {
     pub fn save(&self, path: &std::path::Path) -> Result<()> {
         use std::fmt::Write as _;
         let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let mut s = String::from(
+        // It holds private keys: wiped once written.
+        let mut s = Zeroizing::new(String::from(
             "# zrtt token state: static keys per server, tokens per server and local address\n",
-        );
+        ));
         for (server, key) in &inner.statics {
             let _ = writeln!(
                 s,
                 "static {server} {}",
-                zrtt_proto::record::hex(key.private())
+                *Zeroizing::new(zrtt_proto::record::hex(key.private()))
             );
         }
         for ((server, ip), token) in &inner.tokens {
             let _ = writeln!(s, "token {server} {ip} {}", zrtt_proto::record::hex(token));
         }
-        write_private(path, s.as_bytes()).map_err(Error::io("writing the token state"))
+        write_private(path, &s, "writing the token state")
     }
 
     /// Load a file written by [`Self::save`]; a missing file is an empty store.
     pub fn load(path: &std::path::Path) -> Result<Self> {
         let store = Self::new();
-        let text = match std::fs::read_to_string(path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(store),
-            Err(e) => return Err(Error::io("reading the token state")(e)),
+        let Some(text) = read_private(path, "reading the token state")? else {
+            return Ok(store);
         };
         let bad = || Error::Protocol("malformed token state file");
         let mut inner = store.inner.lock().unwrap_or_else(|p| p.into_inner());
@@ -121,12 +121,8 @@ impl TokenStore {
             let f: Vec<&str> = line.split_whitespace().collect();
             match f.as_slice() {
                 ["static", server, key] => {
-                    let key: [u8; 32] = zrtt_proto::record::unhex(key)
-                        .and_then(|k| k.try_into().ok())
-                        .ok_or_else(bad)?;
-                    inner
-                        .statics
-                        .insert((*server).to_owned(), X25519KeyPair::from_private(key));
+                    let key = key_from_hex(key).ok_or_else(bad)?;
+                    inner.statics.insert((*server).to_owned(), key);
                 }
                 ["token", server, ip, token] => {
                     let ip: IpAddr = ip.parse().map_err(|_| bad())?;
@@ -273,10 +269,13 @@ impl ProvenanceStore {
     pub fn save(&self, path: &std::path::Path) -> Result<()> {
         use std::fmt::Write as _;
         let m = self.by_local.lock().unwrap_or_else(|p| p.into_inner());
-        let mut s =
-            String::from("# zrtt provenance state: local address, static key, certificates\n");
+        // It holds private keys: wiped once written.
+        let mut s = Zeroizing::new(String::from(
+            "# zrtt provenance state: local address, static key, certificates\n",
+        ));
         for (ip, (key, certs)) in m.iter() {
-            let _ = write!(s, "{ip} {}", zrtt_proto::record::hex(key.private()));
+            let key_hex = Zeroizing::new(zrtt_proto::record::hex(key.private()));
+            let _ = write!(s, "{ip} {}", *key_hex);
             for c in certs {
                 let mut b = Vec::new();
                 c.encode(&mut b);
@@ -287,16 +286,14 @@ impl ProvenanceStore {
         for (v, id) in lock(&self.issued_by).iter() {
             let _ = writeln!(s, "{ISSUER_LINE}{v} {id:08x}");
         }
-        write_private(path, s.as_bytes()).map_err(Error::io("writing the provenance state"))
+        write_private(path, &s, "writing the provenance state")
     }
 
     /// Load a file written by [`Self::save`]; a missing file is an empty store.
     pub fn load(path: &std::path::Path) -> Result<Self> {
         let store = Self::new();
-        let text = match std::fs::read_to_string(path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(store),
-            Err(e) => return Err(Error::io("reading the provenance state")(e)),
+        let Some(text) = read_private(path, "reading the provenance state")? else {
+            return Ok(store);
         };
         let bad = || Error::Protocol("malformed provenance state file");
         let mut m = store.by_local.lock().unwrap_or_else(|p| p.into_inner());
@@ -315,18 +312,14 @@ impl ProvenanceStore {
             }
             let mut parts = line.split_whitespace();
             let ip: IpAddr = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
-            let key: [u8; 32] = parts
-                .next()
-                .and_then(zrtt_proto::record::unhex)
-                .and_then(|k| k.try_into().ok())
-                .ok_or_else(bad)?;
+            let key = parts.next().and_then(key_from_hex).ok_or_else(bad)?;
             let mut certs = Vec::new();
             for c in parts {
                 let mut wrapped = vec![1u8];
                 wrapped.extend_from_slice(&zrtt_proto::record::unhex(c).ok_or_else(bad)?);
                 certs.extend(decode_certificates(&wrapped).map_err(|_| bad())?);
             }
-            m.insert(ip, (X25519KeyPair::from_private(key), certs));
+            m.insert(ip, (key, certs));
         }
         drop(m);
         Ok(store)
@@ -353,6 +346,29 @@ where
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A state file's text (it holds private keys: wiped when dropped); `None`
+/// when there is no file.
+fn read_private(path: &std::path::Path, what: &'static str) -> Result<Option<Zeroizing<String>>> {
+    match std::fs::read_to_string(path) {
+        Ok(t) => Ok(Some(Zeroizing::new(t))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io(what)(e)),
+    }
+}
+
+/// A private key from 64 hex digits; the decoded bytes are wiped.
+fn key_from_hex(hex: &str) -> Option<X25519KeyPair> {
+    let bytes = Zeroizing::new(zrtt_proto::record::unhex(hex)?);
+    let key: Zeroizing<[u8; 32]> = Zeroizing::new(bytes.as_slice().try_into().ok()?);
+    Some(X25519KeyPair::from_private(*key))
+}
+
+/// Writes a state file holding private keys: owner-only, atomically, never
+/// through a symlink (`zrtt_dns::fsutil::write_atomic`).
+fn write_private(path: &std::path::Path, text: &str, what: &'static str) -> Result<()> {
+    zrtt_dns::fsutil::write_atomic(path, text.as_bytes(), true).map_err(Error::io(what))
 }
 
 #[cfg(test)]
@@ -388,5 +404,41 @@ mod tests {
             std::fs::write(&path, bad).unwrap();
             assert!(TokenStore::load(&path).is_err(), "{bad}");
         }
+    }
+
+    /// A state write follows no symlink (at the file or at any temporary
+    /// name next to it) and never keeps an old file's mode.
+    #[test]
+    fn state_save_replaces_symlinks_and_old_modes() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "untouched").unwrap();
+        let path = dir.path().join("tokens");
+        for planted in [path.clone(), path.with_extension("tmp")] {
+            std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        }
+        let rng = ring::rand::SystemRandom::new();
+        let store = TokenStore::new();
+        store.static_key("www.example.com", &rng).unwrap();
+        store.save(&path).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched");
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert!(meta.file_type().is_file(), "the symlink is replaced");
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert!(TokenStore::load(&path).is_ok());
+
+        let pv = dir.path().join("pv");
+        std::fs::write(&pv, "").unwrap();
+        std::fs::set_permissions(&pv, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::write(pv.with_extension("tmp"), "").unwrap();
+        std::fs::set_permissions(
+            pv.with_extension("tmp"),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+        ProvenanceStore::new().save(&pv).unwrap();
+        let mode = std::fs::metadata(&pv).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "an old 0644 file ends 0600");
     }
 }

@@ -546,3 +546,30 @@ proptest! {
         testing::server_first_flight(&server, now(), &flight);
     }
 }
+
+/// The duplicate check on peer extensions stays correct at the largest
+/// block a flight can carry (1024 empty extensions, 4096 bytes), with the
+/// duplicate far from its twin.
+#[test]
+fn a_full_extension_block_with_one_duplicate_is_refused() {
+    use crate::codec::{Put, Reader};
+    use crate::error::InvalidMessage;
+    let block = |types: &mut dyn Iterator<Item = u16>| {
+        let mut b = Vec::new();
+        for t in types {
+            b.put_u16(t);
+            b.put_u16(0);
+        }
+        let mut wire = Vec::new();
+        wire.put_vec_u16(&b);
+        wire
+    };
+    let distinct = block(&mut (0..1024u16).map(|t| t.wrapping_mul(7919)));
+    let exts = Extensions::decode(&mut Reader::new(&distinct)).unwrap();
+    assert_eq!(exts.iter().count(), 1024);
+    let dup = block(&mut (0..1023u16).map(|t| t.wrapping_mul(7919)).chain([0]));
+    assert_eq!(
+        Extensions::decode(&mut Reader::new(&dup)),
+        Err(InvalidMessage::InvalidField("duplicate extension"))
+    );
+}
