@@ -151,9 +151,15 @@ pub struct GatewayArgs {
     /// Backend response timeout (then 504 inside the channel).
     #[arg(long, default_value = "15s", value_parser = util::parse_duration)]
     backend_timeout: Duration,
-    /// Fast Open queue length on each listening socket (0 disables Fast Open).
-    #[arg(long, default_value_t = 1024)]
+    /// Fast Open queue length on each listening socket (0 disables Fast
+    /// Open): places for connections whose SYN carried data until their
+    /// handshake completes or the gate timeout resets them.
+    #[arg(long, default_value_t = ListenOptions::default().fast_open_queue)]
     fast_open_queue: i32,
+    /// Listen backlog of each socket (capped by net.core.somaxconn and
+    /// net.ipv4.tcp_max_syn_backlog).
+    #[arg(long, default_value_t = ListenOptions::default().backlog)]
+    backlog: i32,
     /// Worker threads, and listening sockets on the port (SO_REUSEPORT, each
     /// with its own accept loop); default: the cores this process may use.
     #[arg(long)]
@@ -501,6 +507,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         .max(1);
     let mut listen = ListenOptions::default();
     listen.fast_open_queue = a.fast_open_queue;
+    listen.backlog = a.backlog;
     listen.listeners = workers;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)

@@ -175,6 +175,25 @@ impl Drop for SourceSlot {
     }
 }
 
+/// The last descriptor of a connection: if its TCP handshake never
+/// completed (a spoofed or vanished source), closing it resets it
+/// (`SO_LINGER` 0) instead of leaving the kernel to retransmit its SYN-ACK
+/// for a minute. That also frees its place in the listener's Fast Open
+/// queue at once, which a plain close does not: a flood of spoofed SYNs
+/// with data then holds each place for the gate timeout, not for the
+/// kernel's whole SYN-ACK retry period (docs/GATEWAY.md, Kernel settings).
+struct AbortIfUnfinished(std::os::fd::OwnedFd);
+
+impl Drop for AbortIfUnfinished {
+    fn drop(&mut self) {
+        let unfinished = crate::sys::tcp_info(self.0.as_fd())
+            .is_ok_and(|i| i.state == crate::sys::state::SYN_RECV);
+        if unfinished {
+            let _ = socket2::SockRef::from(&self.0).set_linger(Some(Duration::ZERO));
+        }
+    }
+}
+
 struct ActiveGuard<'a>(&'a AtomicUsize);
 
 impl Drop for ActiveGuard<'_> {
@@ -201,13 +220,17 @@ async fn handle(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
         Ok(Ok(1)) => {}
         _ => return,
     }
-    let gate_fd = match tcp.as_fd().try_clone_to_owned() {
-        Ok(fd) => fd,
-        Err(e) => {
+    let (gate_fd, abort_fd) = match (
+        tcp.as_fd().try_clone_to_owned(),
+        tcp.as_fd().try_clone_to_owned(),
+    ) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(e), _) | (_, Err(e)) => {
             tracing::warn!("dup: {e}");
             return;
         }
     };
+    let _abort = AbortIfUnfinished(abort_fd);
     match first[0] {
         FRAME_FIRST_FLIGHT => {
             if let Err(e) = first_flight::serve(&shared, tcp, peer, gate_fd, active, slot).await {

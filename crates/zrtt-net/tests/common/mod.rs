@@ -181,6 +181,8 @@ pub struct GatewayOpts {
     pub listeners: usize,
     /// Pre-handshake byte budgets per destination (the default's if `None`).
     pub destinations: Option<zrtt_proto::admission::DestinationLimits>,
+    /// Listen backlog and Fast Open queue (the defaults if `None`).
+    pub queues: Option<(i32, i32)>,
 }
 
 impl Default for GatewayOpts {
@@ -201,6 +203,7 @@ impl Default for GatewayOpts {
             addr: "127.0.0.1:0".parse().unwrap(),
             listeners: 1,
             destinations: None,
+            queues: None,
         }
     }
 }
@@ -276,6 +279,10 @@ pub async fn start_gateway(opts: GatewayOpts) -> Env {
     }
     cfg.timeouts = opts.timeouts;
     cfg.listen.listeners = opts.listeners;
+    if let Some((backlog, fast_open)) = opts.queues {
+        cfg.listen.backlog = backlog;
+        cfg.listen.fast_open_queue = fast_open;
+    }
     if let Some(d) = opts.destinations {
         cfg.admission.destinations = d;
     }
