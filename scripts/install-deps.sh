@@ -17,6 +17,8 @@
 #   nghttp2-client  h2load: HTTP/2 load against the gateway's TLS path
 #   python3-websockets  a WebSocket client and server (Debian's /usr/bin/python3)
 #                   relayed through the gateway's Upgrade support
+#   chromium        a browser loading a page with subresources over the
+#                   gateway's TLS path (HTTP/2), headless
 set -euo pipefail
 
 need=()
@@ -33,6 +35,7 @@ command -v gtlsserver >/dev/null 2>&1 || need+=(ngtcp2-server)
 command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 command -v h2load >/dev/null 2>&1 || need+=(nghttp2-client)
 /usr/bin/python3 -c 'import websockets' >/dev/null 2>&1 || need+=(python3 python3-websockets)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

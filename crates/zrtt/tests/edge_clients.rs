@@ -61,10 +61,16 @@ fn gateway_to(dir: &Path, backend: &str, extra: &[&str]) -> (Guard, u16) {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    // The `listening` line (an `admin` line may come first).
+    let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    for _ in 0..2 {
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        if line.starts_with("listening ") {
+            break;
+        }
+    }
     let port = line
         .trim()
         .strip_prefix("listening ")
@@ -592,4 +598,155 @@ fn access_log_has_a_line_per_request() {
         "{}",
         lines[1]
     );
+}
+
+/// A page with a stylesheet, a script and two images, served by Python's
+/// http.server behind the gateway.
+const PAGE: &str = r#"<!doctype html>
+<html><head><title>zrtt page</title><link rel="stylesheet" href="/style.css"></head>
+<body><h1 id="status">loading</h1>
+<img src="/a.svg" width="64" height="64">
+<img src="/b.svg" width="64" height="64">
+<script src="/app.js"></script>
+</body></html>
+"#;
+const APP_JS: &str = r#"window.addEventListener("load", function () {
+  var n = 0;
+  for (var i = 0; i < document.images.length; i++) {
+    if (document.images[i].complete && document.images[i].naturalWidth > 0) { n += 1; }
+  }
+  document.getElementById("status").textContent =
+    "rendered: " + n + " images, " + document.styleSheets.length + " stylesheet";
+});
+"#;
+const SVG: &str = r##"<svg xmlns="http://www.w3.org/2000/svg" width="64" height="64"><rect width="64" height="64" fill="#c03"/></svg>"##;
+
+/// SHA-256 of the certificate's public key, base64: what Chromium's
+/// `--ignore-certificate-errors-spki-list` takes.
+fn spki_hash(dir: &Path) -> String {
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            "openssl x509 -pubkey -noout -in cert.pem | openssl pkey -pubin -outform der \
+             | openssl dgst -sha256 -binary | base64",
+        ])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+#[test]
+fn chromium_renders_a_page_over_http2_through_the_tls_path() {
+    if skip(
+        "chromium_renders_a_page_over_http2_through_the_tls_path",
+        &["chromium", "openssl"],
+    ) {
+        return;
+    }
+    let tmp = setup();
+    let site = tmp.path().join("site");
+    std::fs::create_dir(&site).unwrap();
+    for (name, body) in [
+        ("index.html", PAGE),
+        ("app.js", APP_JS),
+        ("style.css", "h1 { color: #036; }"),
+        ("a.svg", SVG),
+        ("b.svg", SVG),
+    ] {
+        std::fs::write(site.join(name), body).unwrap();
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _web = Guard(
+        Command::new("/usr/bin/python3")
+            .args([
+                "-m",
+                "http.server",
+                "--bind",
+                "127.0.0.1",
+                &port.to_string(),
+            ])
+            .current_dir(&site)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let backend = format!("127.0.0.1:{port}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::net::TcpStream::connect(&backend).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "http.server did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let admin = format!(
+        "127.0.0.1:{}",
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    );
+    let (_gw, gw_port) = gateway_to(tmp.path(), &backend, &["--admin", &admin]);
+    let spki = spki_hash(tmp.path());
+    let url = format!("https://{HOST}:{gw_port}/index.html");
+    let chromium = |extra: &[&str]| {
+        let profile = tempfile::tempdir().unwrap();
+        Command::new("chromium")
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--disable-dev-shm-usage",
+                "--virtual-time-budget=5000",
+                "--timeout=20000",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg(format!("--ignore-certificate-errors-spki-list={spki}"))
+            .arg(format!("--host-resolver-rules=MAP {HOST} 127.0.0.1"))
+            .args(extra)
+            .arg(&url)
+            .current_dir(tmp.path())
+            .output()
+            .unwrap()
+    };
+    let dom = chromium(&["--dump-dom"]);
+    let text = String::from_utf8_lossy(&dom.stdout);
+    assert!(
+        text.contains("rendered: 2 images, 1 stylesheet"),
+        "DOM: {text}\nstderr: {}",
+        String::from_utf8_lossy(&dom.stderr)
+    );
+    let shot = tmp.path().join("page.png");
+    let out = chromium(&[
+        "--window-size=400,300",
+        &format!("--screenshot={}", shot.display()),
+    ]);
+    let png = std::fs::read(&shot).unwrap_or_else(|e| {
+        panic!(
+            "no screenshot ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+    assert!(png.len() > 1000, "an empty screenshot: {} bytes", png.len());
+    // Over HTTP/2, every object through the gateway.
+    let (_, _, metrics) = admin_get(&admin, "/metrics");
+    let value = |name: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("zrtt_gateway_{name}_total ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name}: {metrics}"))
+    };
+    assert!(value("tls_h2_connections") >= 1, "{metrics}");
+    assert!(value("requests") >= 5, "{metrics}");
 }
