@@ -24,6 +24,28 @@ const HOP_BY_HOP: [&str; 9] = [
     "upgrade",
 ];
 
+/// The protocol a request asks to switch to: its `Upgrade` value, when
+/// `Connection` names `upgrade` (RFC 9110 §7.8); HTTP/1.1 only (HTTP/2
+/// has no `Upgrade`).
+pub(crate) fn upgrade_requested(headers: &HeaderMap) -> Option<HeaderValue> {
+    let connection_upgrade = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
+    connection_upgrade
+        .then(|| headers.get(header::UPGRADE).cloned())
+        .flatten()
+}
+
+/// Put `Upgrade: proto` and `Connection: upgrade` back on a message whose
+/// hop-by-hop fields were removed.
+pub(crate) fn restore_upgrade(headers: &mut HeaderMap, proto: HeaderValue) {
+    headers.insert(header::UPGRADE, proto);
+    headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+}
+
 /// Remove hop-by-hop fields before forwarding a message (RFC 9110
 /// §7.6.1): every field named in `Connection`, then the fixed list.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {

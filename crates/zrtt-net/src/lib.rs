@@ -25,6 +25,7 @@ pub mod error;
 pub mod gateway;
 pub mod http;
 pub mod proxy;
+pub mod sidecar;
 pub mod stream;
 pub mod sys;
 pub mod tfo;

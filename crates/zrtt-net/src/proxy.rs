@@ -51,6 +51,7 @@ use tokio::task::JoinSet;
 use crate::client::{host_port, ClientConfig, ZrttConnector};
 use crate::error::{Error, Result};
 use crate::http::{strip_hop_by_hop, text_response as text};
+use crate::sidecar::SidecarMap;
 
 pub use crate::client::{Resolve, ResolveFuture, SystemResolver};
 
@@ -135,6 +136,9 @@ pub struct ProxyConfig {
     pub max_connections: usize,
     /// Idle origin connections kept per scheme and authority.
     pub pool_max_idle_per_origin: usize,
+    /// Sidecar ports: each local address serves one HTTPS origin over zrtt
+    /// (crate::sidecar).
+    pub maps: Vec<SidecarMap>,
 }
 
 impl std::fmt::Debug for ProxyConfig {
@@ -162,6 +166,7 @@ impl ProxyConfig {
             timeouts: ProxyTimeouts::default(),
             max_connections: Self::DEFAULT_MAX_CONNECTIONS,
             pool_max_idle_per_origin: 8,
+            maps: Vec::new(),
         }
     }
 }
@@ -201,7 +206,7 @@ impl ProxyMetrics {
     }
 }
 
-fn inc(c: &AtomicU64) {
+pub(crate) fn inc(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
@@ -260,17 +265,22 @@ impl tower_service::Service<Uri> for PlainConnector {
 /// The body type the proxy answers with.
 pub type ProxyBody = crate::http::Body;
 
-struct Shared {
-    cfg: ProxyConfig,
+/// What every connection of the proxy (and of its sidecar ports) shares.
+pub(crate) struct ProxyShared {
+    pub(crate) cfg: ProxyConfig,
     own: SocketAddr,
-    metrics: Arc<ProxyMetrics>,
+    pub(crate) metrics: Arc<ProxyMetrics>,
     plain: Client<PlainConnector, Incoming>,
-    zrtt: Client<ZrttConnector, Incoming>,
+    pub(crate) zrtt: Client<ZrttConnector, Incoming>,
 }
+
+type Shared = ProxyShared;
 
 /// A bound forward proxy; [`Proxy::run`] serves it.
 pub struct Proxy {
     listener: TcpListener,
+    /// Sidecar ports and their origins.
+    maps: Vec<(TcpListener, Arc<SidecarMap>)>,
     shared: Arc<Shared>,
 }
 
@@ -290,6 +300,13 @@ impl Proxy {
             .await
             .map_err(Error::io("binding the proxy"))?;
         let own = listener.local_addr().map_err(Error::io("local address"))?;
+        let mut maps = Vec::new();
+        for m in &cfg.maps {
+            let l = TcpListener::bind(m.local)
+                .await
+                .map_err(Error::io("binding a sidecar port"))?;
+            maps.push((l, Arc::new(m.clone())));
+        }
         let t = cfg.timeouts;
         let plain = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(t.pool_idle)
@@ -312,6 +329,7 @@ impl Proxy {
             );
         Ok(Self {
             listener,
+            maps,
             shared: Arc::new(Shared {
                 cfg,
                 own,
@@ -329,6 +347,14 @@ impl Proxy {
             .map_err(Error::io("local address"))
     }
 
+    /// The bound sidecar addresses, in the order of [`ProxyConfig::maps`].
+    pub fn sidecar_addrs(&self) -> Result<Vec<SocketAddr>> {
+        self.maps
+            .iter()
+            .map(|(l, _)| l.local_addr().map_err(Error::io("local address")))
+            .collect()
+    }
+
     /// The proxy's counters.
     pub fn metrics(&self) -> Arc<ProxyMetrics> {
         self.shared.metrics.clone()
@@ -338,7 +364,41 @@ impl Proxy {
     /// abort the rest.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<()> {
         let limit = Arc::new(Semaphore::new(self.shared.cfg.max_connections.max(1)));
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let mut sidecars = JoinSet::new();
+        for (l, map) in self.maps {
+            sidecars.spawn(accept_loop(
+                l,
+                Some(map),
+                self.shared.clone(),
+                limit.clone(),
+                stop_rx.clone(),
+            ));
+        }
+        let shared = self.shared.clone();
+        let main = tokio::spawn(accept_loop(self.listener, None, shared, limit, stop_rx));
+        shutdown.await;
+        stop_tx.send_replace(true);
+        let _ = main.await;
+        while sidecars.join_next().await.is_some() {}
+        Ok(())
+    }
+}
+
+/// Accepts on `listener` (a sidecar port when `map` is set) until `stop`,
+/// then gives open connections 5 s and aborts the rest.
+async fn accept_loop(
+    listener: TcpListener,
+    map: Option<Arc<SidecarMap>>,
+    shared: Arc<Shared>,
+    limit: Arc<Semaphore>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    {
         let mut tasks = JoinSet::new();
+        let shutdown = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
         tokio::pin!(shutdown);
         loop {
             let permit = tokio::select! {
@@ -350,12 +410,12 @@ impl Proxy {
             };
             tokio::select! {
                 () = &mut shutdown => break,
-                r = self.listener.accept() => match r {
+                r = listener.accept() => match r {
                     Ok((tcp, _peer)) => {
-                        inc(&self.shared.metrics.connections);
-                        let shared = self.shared.clone();
+                        inc(&shared.metrics.connections);
+                        let (shared, map) = (shared.clone(), map.clone());
                         tasks.spawn(async move {
-                            serve_connection(shared, tcp).await;
+                            serve_connection(shared, tcp, map).await;
                             drop(permit);
                         });
                     }
@@ -367,22 +427,26 @@ impl Proxy {
                 Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
             }
         }
-        drop(self.listener);
+        drop(listener);
         let _ = tokio::time::timeout(Duration::from_secs(5), async {
             while tasks.join_next().await.is_some() {}
         })
         .await;
         tasks.shutdown().await;
-        Ok(())
     }
 }
 
-async fn serve_connection(shared: Arc<Shared>, tcp: TcpStream) {
+async fn serve_connection(shared: Arc<Shared>, tcp: TcpStream, map: Option<Arc<SidecarMap>>) {
     let _ = tcp.set_nodelay(true);
     let header_read = shared.cfg.timeouts.header_read;
     let svc = hyper::service::service_fn(move |req| {
-        let shared = shared.clone();
-        async move { Ok::<_, Infallible>(handle(shared, req).await) }
+        let (shared, map) = (shared.clone(), map.clone());
+        async move {
+            Ok::<_, Infallible>(match map {
+                Some(map) => crate::sidecar::handle(shared, &map, req).await,
+                None => handle(shared, req).await,
+            })
+        }
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
@@ -395,7 +459,7 @@ async fn serve_connection(shared: Arc<Shared>, tcp: TcpStream) {
 }
 
 /// `err` and its sources, joined by `: ` (hyper's errors hide the cause).
-fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
     let mut msg = err.to_string();
     let mut cur = err.source();
     while let Some(e) = cur {

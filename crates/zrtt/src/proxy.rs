@@ -53,6 +53,11 @@ pub struct ProxyArgs {
     /// URL's explicit port, else 443. Repeatable.
     #[arg(long = "zrtt-port")]
     zrtt_ports: Vec<String>,
+    /// Sidecar port, LOCAL=https://host[:port] (repeatable): an application
+    /// calling http://LOCAL/... reaches the origin over zrtt (TLS when the
+    /// origin has no usable key); LOCAL is a port on 127.0.0.1 or ADDR:PORT.
+    #[arg(long = "map", value_name = "LOCAL=URL")]
+    maps: Vec<zrtt_net::sidecar::SidecarMap>,
     #[command(flatten)]
     flags: ClientFlags,
     /// Provenance state (from `zrtt verifier fetch`): certificates for this host's
@@ -147,6 +152,7 @@ pub fn run(a: ProxyArgs) -> Result<ExitCode> {
     cfg.resolver = resolver;
     cfg.zrtt_ports = ports;
     cfg.max_connections = a.max_connections;
+    cfg.maps = a.maps.clone();
     if let Some(t) = a.response_timeout {
         cfg.timeouts.response = t;
     }
@@ -160,6 +166,9 @@ pub fn run(a: ProxyArgs) -> Result<ExitCode> {
             .await
             .with_context(|| format!("binding {}", a.listen))?;
         let metrics = proxy.metrics();
+        for (m, addr) in a.maps.iter().zip(proxy.sidecar_addrs()?) {
+            println!("sidecar {addr} -> https://{}:{}", m.host, m.port);
+        }
         println!("listening {}", proxy.local_addr()?);
         if let (Some(store), false) = (verifier_store, a.verifiers.is_empty()) {
             tokio::spawn(refresh_provenance(

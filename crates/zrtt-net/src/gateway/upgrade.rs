@@ -18,7 +18,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -27,27 +26,7 @@ use tokio::time::Instant;
 use super::listener::SourceSlot;
 use super::{Metrics, Shared};
 
-/// The protocol a request asks to switch to: its `Upgrade` value, when
-/// `Connection` names `upgrade` (RFC 9110 §7.8); HTTP/1.1 only (HTTP/2
-/// has no `Upgrade`).
-pub(super) fn requested(headers: &HeaderMap) -> Option<HeaderValue> {
-    let connection_upgrade = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
-    connection_upgrade
-        .then(|| headers.get(header::UPGRADE).cloned())
-        .flatten()
-}
-
-/// Put `Upgrade: proto` and `Connection: upgrade` back on a message whose
-/// hop-by-hop fields were removed.
-pub(super) fn restore(headers: &mut HeaderMap, proto: HeaderValue) {
-    headers.insert(header::UPGRADE, proto);
-    headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-}
+pub(super) use crate::http::{restore_upgrade as restore, upgrade_requested as requested};
 
 /// Relay the two upgraded connections once both sides have switched, in a
 /// task of its own (the 101 must reach the client first). `slot` keeps the
@@ -169,6 +148,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Active<S> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use hyper::header::{self, HeaderMap, HeaderValue};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[test]
