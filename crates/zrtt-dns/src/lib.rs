@@ -34,6 +34,7 @@ pub mod resolver;
 pub mod server;
 pub mod store;
 pub mod token_keys;
+pub mod transfer;
 pub mod verifier_store;
 pub mod zone;
 

@@ -24,6 +24,8 @@ use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseI
 use hickory_server::store::in_memory::InMemoryZoneHandler;
 use hickory_server::zone_handler::{AxfrPolicy, Catalog, MessageResponse, ZoneHandler, ZoneType};
 use serde::Deserialize;
+
+pub use crate::transfer::TransferPolicy;
 use zrtt_proto::record::encodings;
 use zrtt_proto::UnixTime;
 
@@ -110,6 +112,12 @@ pub struct DnsConfig {
     /// Provenance verifiers.
     #[serde(default, rename = "verifier")]
     pub verifiers: Vec<VerifierConfig>,
+    /// Addresses of secondaries allowed to transfer the zone (AXFR).
+    #[serde(default)]
+    pub allow_transfer: Vec<std::net::IpAddr>,
+    /// Secondaries (ADDR:PORT) sent NOTIFY when the records change.
+    #[serde(default)]
+    pub notify: Vec<SocketAddr>,
 }
 
 fn default_true_opt() -> Option<bool> {
@@ -165,6 +173,7 @@ pub struct ZoneState {
     hosts: Vec<HostState>,
     verifiers: Vec<VerifierState>,
     rotate: bool,
+    transfer: Arc<TransferPolicy>,
 }
 
 /// What [`ZoneState::refresh`] did.
@@ -177,6 +186,8 @@ pub struct RefreshReport {
     pub rotations: Vec<(String, String)>,
     /// Errors (the server keeps serving the previous records).
     pub errors: Vec<String>,
+    /// The zone's new SOA serial, when records changed.
+    pub serial: Option<u32>,
 }
 
 impl ZoneState {
@@ -224,7 +235,9 @@ impl ZoneState {
             zone.origin.clone(),
             zone.records.clone(),
             ZoneType::Primary,
-            AxfrPolicy::Deny,
+            // Transfers are allowed here and refused per source address by
+            // the request handler (transfer.rs).
+            AxfrPolicy::AllowAll,
         )
         .map_err(|e| ServerError::Config(format!("zone {}: {e}", zone.origin)))?;
         Ok(Self {
@@ -233,7 +246,13 @@ impl ZoneState {
             hosts: states,
             verifiers: Vec::new(),
             rotate,
+            transfer: Arc::new(TransferPolicy::default()),
         })
+    }
+
+    /// Who may transfer the zone and whom to notify (default: nobody).
+    pub fn set_transfer(&mut self, policy: TransferPolicy) {
+        self.transfer = Arc::new(policy);
     }
 
     /// Also publish the verifier key records of these verifier key stores
@@ -290,7 +309,10 @@ impl ZoneState {
         let mut catalog = Catalog::new();
         let h: Arc<dyn ZoneHandler> = self.handler.clone();
         catalog.upsert(LowerName::new(&self.zone.origin), vec![h]);
-        Handler { catalog }
+        Handler {
+            catalog,
+            transfer: self.transfer.clone(),
+        }
     }
 
     /// Bring the key records up to date at `now`: reload stores changed on
@@ -376,6 +398,17 @@ impl ZoneState {
                     }
                 }
                 report.updated_hosts.push(name);
+            }
+            // Secondaries transfer only a newer serial.
+            let key = crate::transfer::soa_key(&self.zone.origin);
+            let now_secs = u32::try_from(now.as_secs()).unwrap_or(u32::MAX);
+            if let Some((soa, serial)) = map
+                .get(&key)
+                .and_then(|s| crate::transfer::bumped_soa(s, now_secs))
+            {
+                map.insert(key, Arc::new(soa));
+                self.zone.serial = serial;
+                report.serial = Some(serial);
             }
         }
         report
@@ -486,6 +519,7 @@ pub fn is_zrtt_txt(r: &Record) -> bool {
 /// [`EDNS_PAYLOAD`].
 pub struct Handler {
     catalog: Catalog,
+    transfer: Arc<TransferPolicy>,
 }
 
 static EDNS_ADVERTISED: LazyLock<Edns> = LazyLock::new(|| {
@@ -501,6 +535,33 @@ impl RequestHandler for Handler {
         request: &Request,
         response_handle: R,
     ) -> ResponseInfo {
+        let transfer = request
+            .queries
+            .queries()
+            .iter()
+            .any(|q| crate::transfer::is_transfer(q.query_type()));
+        if transfer && !self.transfer.allows(request.src().ip()) {
+            tracing::info!("zone transfer from {} refused", request.src());
+            let response =
+                hickory_server::zone_handler::MessageResponseBuilder::new(&request.queries, None)
+                    .error_msg(&request.metadata, hickory_proto::op::ResponseCode::Refused);
+            let mut h = response_handle;
+            return match h.send_response(response).await {
+                Ok(r) => r,
+                Err(_) => {
+                    let mut metadata = hickory_proto::op::Metadata::new(
+                        request.metadata.id,
+                        hickory_proto::op::MessageType::Response,
+                        request.metadata.op_code,
+                    );
+                    metadata.response_code = hickory_proto::op::ResponseCode::Refused;
+                    ResponseInfo::from(hickory_proto::op::Header {
+                        metadata,
+                        counts: Default::default(),
+                    })
+                }
+            };
+        }
         self.catalog
             .handle_request::<_, T>(request, ClampPayload(response_handle))
             .await
@@ -590,6 +651,21 @@ pub async fn serve(
 ) -> Result<(), ServerError> {
     let first = state.refresh(clock(), rng).await;
     log_refresh(&first);
+    let notify = |state: &ZoneState, r: &RefreshReport| {
+        if r.serial.is_none() || state.transfer.notify.is_empty() {
+            return;
+        }
+        let (origin, to) = (state.zone.origin.clone(), state.transfer.notify.clone());
+        tokio::task::spawn_blocking(move || {
+            for (addr, r) in crate::transfer::notify(&origin, &to) {
+                match r {
+                    Ok(()) => tracing::info!("NOTIFY {origin} to {addr}: answered"),
+                    Err(e) => tracing::warn!("NOTIFY {origin} to {addr}: {e}"),
+                }
+            }
+        });
+    };
+    notify(&state, &first);
     let mut server = hickory_server::Server::new(state.handler());
     for l in listeners {
         server.register_socket(l.udp);
@@ -602,6 +678,7 @@ pub async fn serve(
             _ = tick.tick() => {
                 let r = state.refresh(clock(), rng).await;
                 log_refresh(&r);
+                notify(&state, &r);
             }
             _ = shutdown.wait() => break,
         }

@@ -54,10 +54,19 @@ pub struct DnsArgs {
     /// gateway is not on 443).
     #[arg(long)]
     https_port: Option<u16>,
+    /// A secondary allowed to transfer the zone (AXFR over TCP); repeatable.
+    /// Others get REFUSED.
+    #[arg(long = "allow-transfer", value_name = "ADDR")]
+    allow_transfer: Vec<std::net::IpAddr>,
+    /// A secondary sent NOTIFY whenever the key records (and so the SOA
+    /// serial) change; repeatable.
+    #[arg(long = "notify", value_name = "ADDR:PORT")]
+    notify: Vec<SocketAddr>,
     /// How often to check the key stores (reload, rotate, refresh records).
     #[arg(long, default_value = "1s", value_parser = crate::util::parse_duration)]
     refresh: std::time::Duration,
     /// TOML config: `zone`, `origin`, `listen = [..]`, `rotate`,
+    /// `allow_transfer = [..]`, `notify = [..]`,
     /// `[[host]]` tables with `keystore`, `alpn`, `port`, and `[[verifier]]`
     /// tables with `keystore`. Flags given on the
     /// command line override or add to it; relative paths are relative to
@@ -111,6 +120,12 @@ pub fn run(a: DnsArgs) -> Result<ExitCode> {
         cfg.rotate.unwrap_or(true),
     )?;
     state.add_verifiers(&cfg.verifiers)?;
+    cfg.allow_transfer.extend(a.allow_transfer.iter().copied());
+    cfg.notify.extend(a.notify.iter().copied());
+    state.set_transfer(server::TransferPolicy {
+        allow: cfg.allow_transfer.clone(),
+        notify: cfg.notify.clone(),
+    });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -504,3 +504,154 @@ fn keys_publish_keeps_knot_current_through_a_rotation() {
         assert!(text.contains("v=spf1 -all"), "{text}");
     }
 }
+
+// ------------------------------------------------- secondaries (transfers)
+
+/// The key ids a server answers for www's HTTPS record (empty if none).
+fn https_ids_at(server: SocketAddr) -> Vec<u32> {
+    match client::query(
+        server,
+        HOST,
+        RecordType::HTTPS,
+        DnsTransport::Udp,
+        Duration::from_millis(500),
+    ) {
+        Ok((m, _)) if m.metadata.response_code == ResponseCode::NoError => ids(&https_keys(&m)),
+        _ => Vec::new(),
+    }
+}
+
+/// `zrtt dns` feeds a Knot secondary: the secondary transfers the zone
+/// (AXFR), and when the keys rotate `zrtt dns` bumps the SOA serial and
+/// sends NOTIFY, so the secondary serves the new key; a transfer from an
+/// address not allowed is refused.
+#[test]
+fn a_knot_secondary_follows_zrtt_dns_through_a_rotation() {
+    let Some(knotd) = knotd() else {
+        eprintln!("knotd not installed (run scripts/install-deps.sh): skipped");
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    ok(
+        d.path(),
+        &["keys", "cert", "--name", HOST, "--out-dir", "pki"],
+    );
+    // Keys that live 30 s: the next one is published 20 s after the first.
+    ok(
+        d.path(),
+        &[
+            "keys",
+            "init",
+            "--keystore",
+            "ks",
+            "--name",
+            HOST,
+            "--cert",
+            "pki/cert.pem",
+            "--cert-key",
+            "pki/cert.key",
+            "--lifetime",
+            "30s",
+            "--ttl",
+            "5s",
+        ],
+    );
+    std::fs::write(d.path().join("example.com.zone"), ZONE).unwrap();
+    let (zport, kport) = (free_port(), free_port());
+    let primary: SocketAddr = format!("127.0.0.1:{zport}").parse().unwrap();
+    let secondary: SocketAddr = format!("127.0.0.1:{kport}").parse().unwrap();
+    let _zrtt = Guard(
+        Command::new(env!("CARGO_BIN_EXE_zrtt"))
+            .args(["dns", "--zone", "example.com.zone", "--keystore", "ks"])
+            .args(["--listen", &primary.to_string(), "--log-level", "warn"])
+            .args([
+                "--allow-transfer",
+                "127.0.0.1",
+                "--notify",
+                &secondary.to_string(),
+            ])
+            .current_dir(d.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let kdir = d.path().join("knot2");
+    std::fs::create_dir_all(kdir.join("db")).unwrap();
+    let user = if unsafe_is_root() {
+        "    user: root:root\n"
+    } else {
+        ""
+    };
+    let conf = format!(
+        "server:\n    rundir: \"{k}\"\n    listen: 127.0.0.1@{kport}\n{user}\
+         log:\n  - target: stderr\n    any: warning\n\
+         database:\n    storage: \"{k}/db\"\n\
+         remote:\n  - id: zrtt\n    address: 127.0.0.1@{zport}\n\
+         acl:\n  - id: notify-from-zrtt\n    address: 127.0.0.1\n    action: notify\n\
+         template:\n  - id: default\n    storage: \"{k}\"\n    file: \"%s.zone\"\n    zonefile-sync: -1\n\
+         zone:\n  - domain: example.com\n    master: zrtt\n    acl: notify-from-zrtt\n",
+        k = kdir.display()
+    );
+    std::fs::write(kdir.join("knot.conf"), conf).unwrap();
+    let _knot = Guard(
+        Command::new(knotd)
+            .arg("-c")
+            .arg(kdir.join("knot.conf"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    // The secondary transfers the zone and serves what the primary serves.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let first = loop {
+        let (p, s) = (https_ids_at(primary), https_ids_at(secondary));
+        if !s.is_empty() && s == p {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no transfer: primary {p:x?}, secondary {s:x?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // The next key (20 s later): serial bumped, NOTIFY, transfer.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let s = https_ids_at(secondary);
+        if !s.is_empty() && s != first && s == https_ids_at(primary) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the secondary kept {first:x?} (serving {s:x?}) after the primary rotated"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // A transfer from an address not allowed is refused.
+    if let Some(dig) = dig() {
+        let out = Command::new(&dig)
+            .args(["+time=3", "+tries=1", "-b", "127.0.0.2", "@127.0.0.1", "-p"])
+            .arg(zport.to_string())
+            .args(["example.com", "AXFR"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("Transfer failed") || text.contains("REFUSED"),
+            "{text}"
+        );
+        let out = Command::new(&dig)
+            .args(["+time=3", "+tries=1", "@127.0.0.1", "-p"])
+            .arg(zport.to_string())
+            .args(["example.com", "AXFR"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("key65380="),
+            "the allowed transfer has the keys: {text}"
+        );
+    }
+}
