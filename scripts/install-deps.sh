@@ -4,6 +4,7 @@
 #   knot            knotd, the authoritative server `zrtt keys publish` is
 #                   tested against (RFC 2136 + TSIG) and benchmarked with
 #   bind9-dnsutils  dig, to check that a stock client reads `zrtt dns` answers
+#   bind9-utils     named-checkzone: the zone lines zrtt emits load in BIND
 #   dnsperf         the load tool for the answers-per-second comparison
 #                   (docs/DNS.md); optional, the measurement has a Rust fallback
 #   nftables        nft, to drop the client's final ACK in the zrtt-net lab
@@ -24,6 +25,7 @@ set -euo pipefail
 need=()
 command -v knotd >/dev/null 2>&1 || need+=(knot)
 command -v dig >/dev/null 2>&1 || need+=(bind9-dnsutils)
+command -v named-checkzone >/dev/null 2>&1 || need+=(bind9-utils)
 command -v dnsperf >/dev/null 2>&1 || need+=(dnsperf)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v nginx >/dev/null 2>&1 || need+=(nginx)

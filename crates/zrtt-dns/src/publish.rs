@@ -7,7 +7,7 @@
 //!   absent), so a concurrent change makes the update fail instead of
 //!   leaving stale keys; the update is then retried from a fresh read;
 //! - delete the HTTPS and TLSA RRsets at the host and the AAAA RRset at
-//!   `_zrtt.<host>`, and only the zrtt TXT records at the host (other TXT
+//!   `zrtt-tunnel.<host>`, and only the zrtt TXT records at the host (other TXT
 //!   records such as SPF stay);
 //! - add the new HTTPS, TXT, AAAA tunnel and TLSA records.
 

@@ -4,7 +4,7 @@
 //!
 //! - `HTTPS 1 . alpn=.. [port=..] [ipv4hint=..] [ipv6hint=..] key65380=<record list>` at the host;
 //! - one `TXT "v=zrtt1 ..."` per record at the host;
-//! - the AAAA tunnel at `_zrtt.<host>`;
+//! - the AAAA tunnel at `zrtt-tunnel.<host>`;
 //! - `TLSA 3 0 0 <certificate>` at the host;
 //!
 //! and those of a provenance verifier's published keys: one `TXT
@@ -39,7 +39,7 @@ pub struct HttpsOptions {
 pub struct HostRecords {
     /// The host (fully qualified).
     pub host: Name,
-    /// `_zrtt.<host>` (fully qualified).
+    /// `zrtt-tunnel.<host>` (fully qualified).
     pub tunnel_owner: Name,
     /// The HTTPS RRset (one record).
     pub https: Vec<Record>,

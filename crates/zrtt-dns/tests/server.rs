@@ -191,10 +191,10 @@ fn key_records_decode_verify_and_fit_1232_bytes() {
     assert_eq!(spf, 1);
     assert_eq!(key_ids(&txt_keys), key_ids(&recs));
 
-    // AAAA tunnel at _zrtt.<host>.
+    // AAAA tunnel at zrtt-tunnel.<host>.
     let (m, len) = ask(
         s.addr,
-        &format!("_zrtt.{HOST}"),
+        &format!("zrtt-tunnel.{HOST}"),
         RecordType::AAAA,
         DnsTransport::Udp,
     );

@@ -14,7 +14,7 @@ use zrtt_dns::server::{self, DnsConfig, HostConfig, Listener, VerifierConfig, Zo
 /// stores: at each host name an HTTPS record (priority 1, target ".", alpn,
 /// ipv4hint/ipv6hint from the zone's A/AAAA records, key65380 = all
 /// published records), one TXT `v=zrtt1 ...` per published record, TLSA
-/// 3 0 0 with the certificate, and the AAAA tunnel at `_zrtt.<host>`.
+/// 3 0 0 with the certificate, and the AAAA tunnel at `zrtt-tunnel.<host>`.
 /// Their TTL stays below the records' remaining validity. With
 /// --verifier-keystore it also publishes provenance verifier keys: one TXT
 /// `v=zrttpv1 ...` per published verifier key record and TLSA 3 0 0 with the

@@ -105,7 +105,7 @@ fn served_keys(server: SocketAddr, cert: &[u8], at: u64) -> Vec<u32> {
         }
     }
     assert_eq!(other, 1, "the SPF record must stay");
-    let (m, _) = q(&format!("_zrtt.{HOST}"), RecordType::AAAA);
+    let (m, _) = q(&format!("zrtt-tunnel.{HOST}"), RecordType::AAAA);
     let addrs: Vec<_> = m
         .answers
         .iter()
@@ -250,7 +250,7 @@ fn keys_publish_zone_fragment() {
     );
     assert!(out.contains("IN TXT \"v=zrtt1 id="), "{out}");
     assert!(
-        out.contains("_zrtt.www.example.com. 300 IN AAAA 0:"),
+        out.contains("zrtt-tunnel.www.example.com. 300 IN AAAA 0:"),
         "{out}"
     );
     assert!(out.contains("IN TLSA 3 0 0 "), "{out}");

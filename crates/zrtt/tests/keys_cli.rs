@@ -100,8 +100,34 @@ fn sign_show_verify_encode_with_both_certificate_keys() {
             "www.example.com. 300 IN HTTPS 1 . alpn=\"http/1.1\" ipv4hint=198.18.0.2 key65380=\""
         ));
         assert!(zone.contains("www.example.com. 300 IN TXT \"v=zrtt1 id="));
-        assert!(zone.contains("_zrtt.www.example.com. 300 IN AAAA 0:"));
+        assert!(zone.contains("zrtt-tunnel.www.example.com. 300 IN AAAA 0:"));
         assert!(zone.contains("www.example.com. 300 IN TLSA 3 0 0 30"));
+        // The lines load in BIND with its defaults for a primary zone
+        // (check-names fail: no underscore in an address record's owner).
+        let checkzone = ["/usr/bin/named-checkzone", "/usr/sbin/named-checkzone"]
+            .into_iter()
+            .find(|c| std::path::Path::new(c).exists());
+        match checkzone {
+            None => {
+                eprintln!("named-checkzone not installed (run scripts/install-deps.sh): skipped")
+            }
+            Some(c) => {
+                let file = format!(
+                    "$ORIGIN example.com.\n$TTL 3600\n@ IN SOA ns1 hostmaster ( 1 7200 900 1209600 300 )\n  IN NS ns1\nns1 IN A 192.0.2.1\nwww IN A 192.0.2.10\n{zone}"
+                );
+                std::fs::write(p.join("example.com.zone"), file).unwrap();
+                let out = std::process::Command::new(c)
+                    .args(["-k", "fail", "-n", "fail", "example.com"])
+                    .arg(p.join("example.com.zone"))
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.status.success(),
+                    "named-checkzone: {}",
+                    String::from_utf8_lossy(&out.stdout)
+                );
+            }
+        }
 
         // The TXT text itself is a record file the tools accept.
         let txt = ok(p, &["keys", "encode", "k1.record", "--format", "txt"]);

@@ -21,7 +21,7 @@ pub enum Encoding {
     Https,
     /// A `v=zrtt1` TXT record at the host name.
     Txt,
-    /// The AAAA tunnel at `_zrtt.<host>`.
+    /// The AAAA tunnel at `zrtt-tunnel.<host>`.
     AaaaTunnel,
     /// A `v=zrttpv1` TXT record at `_zrttpv.<verifier name>`.
     VerifierTxt,

@@ -7,7 +7,7 @@
 //! HTTPS answer carries no `key65380` (no HTTPS record, or a resolver
 //! stripped the unknown SvcParam, or it does not decode) does it ask for the
 //! fallback encodings, TXT at the host and the AAAA tunnel at
-//! `_zrtt.<host>`, again in parallel.
+//! `zrtt-tunnel.<host>`, again in parallel.
 //!
 //! One job a module, as in hickory-resolver:
 //!
@@ -305,7 +305,8 @@ impl Resolver {
             if n.starts_with("_zrttpv.") {
                 continue; // verifier keys: their users refresh them
             }
-            let h = n.strip_prefix("_zrtt.").unwrap_or(n).to_owned();
+            let tunnel = format!("{}.", zrtt_proto::record::encodings::AAAA_TUNNEL_LABEL);
+            let h = n.strip_prefix(tunnel.as_str()).unwrap_or(n).to_owned();
             if !hosts.contains(&h) {
                 hosts.push(h);
             }

@@ -4,7 +4,7 @@
 //!   at the host name, so one HTTPS query returns address hints and keys;
 //! - (b) a TXT record at the host name, `v=zrtt1 ...`, split into strings of
 //!   at most 255 bytes;
-//! - (c) the HTTPCrypt AAAA tunnel at `_zrtt.<host>`: a 16-bit order field and
+//! - (c) the HTTPCrypt AAAA tunnel at `zrtt-tunnel.<host>`: a 16-bit order field and
 //!   14 payload bytes per address;
 //! - the signing certificate as TLSA 3 0 0 (DANE-EE, full certificate, exact
 //!   match) at the host name.
@@ -600,10 +600,16 @@ fn b64_array<const N: usize>(s: &str) -> Result<[u8; N], InvalidMessage> {
 
 // ---------------------------------------------------------------- AAAA tunnel
 
-/// Owner name of the AAAA tunnel for a host: `_zrtt.<host>`, so the tunnel's
-/// addresses never mix with the host's real AAAA records.
+/// First label of the AAAA tunnel's owner name: a host name (letters,
+/// digits, hyphen), since servers check the owners of address records
+/// (BIND's `check-names` refuses `_zrtt`, as the zone files of earlier
+/// versions had it).
+pub const AAAA_TUNNEL_LABEL: &str = "zrtt-tunnel";
+
+/// Owner name of the AAAA tunnel for a host: `zrtt-tunnel.<host>`, so the
+/// tunnel's addresses never mix with the host's real AAAA records.
 pub fn aaaa_tunnel_owner(host: &str) -> String {
-    format!("_zrtt.{}", super::normalize_name(host))
+    format!("{AAAA_TUNNEL_LABEL}.{}", super::normalize_name(host))
 }
 
 /// Encode a record list as AAAA addresses: address `i` is `u16 i || 14 bytes`

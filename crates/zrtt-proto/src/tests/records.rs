@@ -275,7 +275,7 @@ fn aaaa_tunnel_is_order_independent_and_strict() {
     );
     assert_eq!(
         aaaa_tunnel_owner("WWW.example.com."),
-        "_zrtt.www.example.com"
+        "zrtt-tunnel.www.example.com"
     );
 }
 
