@@ -39,6 +39,15 @@ async fn early_answer_for_proven_address() {
     assert_eq!(env.metric("zrtt_answered_early"), 1);
     assert_eq!(env.metric("zrtt_answered_gated"), 0);
     assert_eq!(env.metric("early_requests"), 1);
+    let text = env.metrics.render();
+    assert!(
+        text.contains("zrtt_gateway_first_answer_seconds_count{path=\"zrtt\",early=\"true\"} 1\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("zrtt_gateway_backend_response_seconds_count 1\n"),
+        "{text}"
+    );
     env.stop().await;
 }
 
@@ -104,6 +113,10 @@ async fn gated_answer_for_unproven_address() {
     assert_eq!(info.mode, Mode::ZrttGated);
     assert_eq!(env.metric("zrtt_answered_gated"), 1);
     assert_eq!(env.metric("zrtt_answered_early"), 0);
+    assert!(env
+        .metrics
+        .render()
+        .contains("zrtt_gateway_first_answer_seconds_count{path=\"zrtt\",early=\"false\"} 1\n"));
     env.stop().await;
 }
 

@@ -36,6 +36,8 @@ pub struct Gate {
     max_wait: Duration,
     /// One waiter at a time watches the socket; others wait for it.
     watch: tokio::sync::Mutex<()>,
+    /// When the gate was made (the connection's first bytes were read).
+    created: std::time::Instant,
 }
 
 impl Gate {
@@ -50,7 +52,13 @@ impl Gate {
             complete: AtomicBool::new(false),
             max_wait,
             watch: tokio::sync::Mutex::new(()),
+            created: std::time::Instant::now(),
         })
+    }
+
+    /// Time since the gate was made, near the connection's start.
+    pub fn age(&self) -> Duration {
+        self.created.elapsed()
     }
 
     /// Whether the address was proven.

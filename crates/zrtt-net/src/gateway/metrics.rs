@@ -11,16 +11,21 @@ use hyper::body::Bytes;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
 macro_rules! counters {
     ($($(#[doc = $doc:literal])* $name:ident,)*) => {
-        /// Gateway counters since start.
+        /// Gateway counters since start, and latency histograms.
         #[derive(Debug, Default)]
         pub struct Metrics {
             $($(#[doc = $doc])* pub $name: Counter,)*
+            /// Latency histograms.
+            pub latency: Latency,
         }
 
         impl Metrics {
@@ -38,6 +43,7 @@ macro_rules! counters {
                     concat!($($doc, )*).trim(),
                     self.$name.clone(),
                 );)*
+                self.latency.register(&mut r);
                 r
             }
         }
@@ -123,6 +129,53 @@ counters! {
     provenance_overload,
     /// Certificates not checked because a soft load limit gated the flight anyway.
     provenance_skipped,
+}
+
+/// How a connection's first answer went: `path` is `zrtt` or `tls`,
+/// `early` whether it was sent before the TCP handshake completed.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AnswerLabels {
+    /// `zrtt` or `tls`.
+    pub path: &'static str,
+    /// `true` when sent before the handshake completed.
+    pub early: &'static str,
+}
+
+/// Latency histograms (seconds, buckets from 0.5 ms doubling to about 16 s).
+#[derive(Debug)]
+pub struct Latency {
+    /// Backend response head after the request was sent to it.
+    pub backend: Histogram,
+    /// From a connection's first bytes to its first response head, by path.
+    pub first_answer: Family<AnswerLabels, Histogram>,
+}
+
+fn buckets() -> impl Iterator<Item = f64> {
+    exponential_buckets(0.0005, 2.0, 16)
+}
+
+impl Default for Latency {
+    fn default() -> Self {
+        Self {
+            backend: Histogram::new(buckets()),
+            first_answer: Family::new_with_constructor(|| Histogram::new(buckets())),
+        }
+    }
+}
+
+impl Latency {
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "backend_response_seconds",
+            "Backend response head after the request was sent to it.",
+            self.backend.clone(),
+        );
+        r.register(
+            "first_answer_seconds",
+            "From a connection's first bytes to its first response head, by path (zrtt or tls) and whether it was answered before the TCP handshake completed.",
+            self.first_answer.clone(),
+        );
+    }
 }
 
 impl Metrics {
@@ -244,6 +297,29 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with("# EOF\n"), "{text}");
+        m.latency.backend.observe(0.003);
+        m.latency
+            .first_answer
+            .get_or_create(&AnswerLabels {
+                path: "zrtt",
+                early: "true",
+            })
+            .observe(0.021);
+        let text = m.render();
+        assert!(
+            text.contains("# TYPE zrtt_gateway_backend_response_seconds histogram"),
+            "{text}"
+        );
+        assert!(
+            text.contains("zrtt_gateway_backend_response_seconds_count 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "zrtt_gateway_first_answer_seconds_count{path=\"zrtt\",early=\"true\"} 1"
+            ),
+            "{text}"
+        );
         assert_eq!(
             m.snapshot().iter().find(|(n, _)| *n == "requests"),
             Some(&("requests", 2))

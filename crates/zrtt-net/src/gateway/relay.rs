@@ -66,6 +66,8 @@ struct ConnCtx {
     early: Option<Arc<EarlyCtl>>,
     /// The connection's place in its source's count.
     slot: Arc<SourceSlot>,
+    /// The first response head was counted (first-answer histogram).
+    answered: AtomicBool,
 }
 
 /// The HTTP version a client connection speaks: ALPN decides on TLS;
@@ -106,6 +108,7 @@ pub(super) async fn serve_http<S>(
         early_pending: AtomicBool::new(early),
         early: ctl,
         slot,
+        answered: AtomicBool::new(false),
     });
     let svc = hyper::service::service_fn(move |req| {
         let shared = shared.clone();
@@ -116,6 +119,18 @@ pub(super) async fn serve_http<S>(
                 .access_log
                 .then(|| access_log::Entry::new(&req, ctx.peer, transport));
             let resp = forward(&shared, &ctx, req).await;
+            if !ctx.answered.swap(true, Ordering::AcqRel) {
+                let labels = super::metrics::AnswerLabels {
+                    path: transport,
+                    early: if ctx.gate.proven() { "true" } else { "false" },
+                };
+                shared
+                    .metrics
+                    .latency
+                    .first_answer
+                    .get_or_create(&labels)
+                    .observe(ctx.gate.age().as_secs_f64());
+            }
             if let Some(e) = entry {
                 e.finish(&resp);
             }
@@ -307,6 +322,7 @@ async fn forward(shared: &Arc<Shared>, ctx: &ConnCtx, req: Request<Incoming>) ->
                 HeaderValue::from_static("1"),
             );
         }
+        let sent = std::time::Instant::now();
         let resp = match tokio::time::timeout(
             shared.cfg.timeouts.backend_response,
             shared.backend.request(breq),
@@ -322,7 +338,10 @@ async fn forward(shared: &Arc<Shared>, ctx: &ConnCtx, req: Request<Incoming>) ->
                 Metrics::inc(&m.backend_errors);
                 return text_response(StatusCode::BAD_GATEWAY, "backend unavailable");
             }
-            Ok(Ok(r)) => r,
+            Ok(Ok(r)) => {
+                m.latency.backend.observe(sent.elapsed().as_secs_f64());
+                r
+            }
         };
         if attempt_early && resp.status() == StatusCode::TOO_EARLY {
             // RFC 8470 §5.2: only the client's confirmation (its first
