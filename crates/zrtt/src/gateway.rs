@@ -136,7 +136,7 @@ pub struct GatewayArgs {
     /// token or certificate was refused, overload fallbacks).
     #[arg(long, default_value = "info")]
     pub log_level: tracing::Level,
-    /// TOML config file: its [gateway] section holds these flags by their
+    /// TOML config file: its `[gateway]` section holds these flags by their
     /// names (docs/GATEWAY.md "Configuration file"); flags given here
     /// replace its single values and add to its lists.
     #[arg(long, value_name = "FILE")]

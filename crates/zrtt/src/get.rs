@@ -38,7 +38,7 @@ Exit codes (curl's numbers):
 #[derive(Args, Debug)]
 #[command(after_help = EXIT_HELP)]
 pub struct GetArgs {
-    /// https://host[:port]/path (zrtt and TLS share the port; default 443).
+    /// `https://host[:port]/path` (zrtt and TLS share the port; default 443).
     url: String,
     /// Write the body to FILE instead of stdout.
     #[arg(short = 'o', long)]

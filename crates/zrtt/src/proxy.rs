@@ -22,7 +22,7 @@ use crate::{keys, util};
 
 #[derive(Args, Debug)]
 pub struct ProxyArgs {
-    /// TOML config file: its [proxy] section holds these flags by their
+    /// TOML config file: its `[proxy]` section holds these flags by their
     /// names (docs/GATEWAY.md "Configuration file"); flags given here
     /// replace its single values and add to its lists.
     #[arg(long, value_name = "FILE")]
@@ -53,7 +53,7 @@ pub struct ProxyArgs {
     /// URL's explicit port, else 443. Repeatable.
     #[arg(long = "zrtt-port")]
     zrtt_ports: Vec<String>,
-    /// Sidecar port, LOCAL=https://host[:port] (repeatable): an application
+    /// Sidecar port, `LOCAL=https://host[:port]` (repeatable): an application
     /// calling http://LOCAL/... reaches the origin over zrtt (TLS when the
     /// origin has no usable key); LOCAL is a port on 127.0.0.1 or ADDR:PORT.
     #[arg(long = "map", value_name = "LOCAL=URL")]

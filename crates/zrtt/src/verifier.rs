@@ -95,7 +95,7 @@ pub enum VerifierCommand {
         /// Connections served at once.
         #[arg(long, default_value_t = 1024)]
         max_concurrent: usize,
-        /// TOML config file: its [verifier] section holds these flags by their
+        /// TOML config file: its `[verifier]` section holds these flags by their
         /// names (docs/GATEWAY.md "Configuration file"); flags given here
         /// replace its single values and add to its lists.
         #[arg(long, value_name = "FILE")]

@@ -144,8 +144,8 @@ impl PathMemory {
     }
 
     /// How long to wait for a zrtt answer before starting TLS in parallel,
-    /// given an RTT estimate: [`RACE_RTTS`] round trips, at least
-    /// [`MIN_RACE_DELAY`], at most `max`. Without an estimate: `max`.
+    /// given an RTT estimate: `RACE_RTTS` (3) round trips, at least
+    /// `MIN_RACE_DELAY` (250 ms), at most `max`. Without an estimate: `max`.
     pub fn race_delay(rtt: Option<Duration>, max: Duration) -> Duration {
         match rtt {
             Some(r) => r

@@ -9,7 +9,7 @@
 //! of its own registration, checks `TCP_INFO`, and sleeps until the next
 //! event on the socket: no polling while a spoofed source stays silent,
 //! one `getsockopt` per event otherwise. A slow safety poll (backing off
-//! to [`MAX_SAFETY_POLL`]) covers kernels that would not report it.
+//! to `MAX_SAFETY_POLL`) covers kernels that would not report it.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};

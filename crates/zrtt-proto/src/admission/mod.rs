@@ -11,7 +11,7 @@
 //!
 //! The order of a gateway's calls:
 //! 1. [`Admission::intake`] before any cryptography: a hard limit answers
-//!    [`Intake::Busy`]; a soft limit makes the flight unprovable
+//!    busy ([`Intake::is_busy`]); a soft limit makes the flight unprovable
 //!    ([`Intake::may_answer_early`] false) so it is served after the
 //!    handshake;
 //! 2. the core's [`ServerConfig::accept`](crate::handshake::ServerConfig::accept)
