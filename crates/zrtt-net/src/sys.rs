@@ -40,6 +40,9 @@ pub struct TcpInfo {
     pub rtt_us: u32,
     /// Segments sent and not yet acknowledged (`tcpi_unacked`).
     pub unacked: u32,
+    /// Segments carrying data sent so far, retransmissions included
+    /// (`tcpi_data_segs_out`, Linux 4.6+).
+    pub data_segs_out: u32,
 }
 
 impl TcpInfo {
@@ -93,6 +96,7 @@ pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<TcpInfo> {
         options: info.tcpi_options,
         rtt_us: info.tcpi_rtt,
         unacked: info.tcpi_unacked,
+        data_segs_out: info.tcpi_data_segs_out,
     })
 }
 

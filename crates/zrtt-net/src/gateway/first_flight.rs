@@ -5,9 +5,9 @@
 //! [`zrtt_proto::admission`]).
 
 use std::net::SocketAddr;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -20,7 +20,11 @@ use super::listener::SourceSlot;
 use super::{lock, relay, Metrics, Shared};
 use crate::error::{Error, Result};
 
-async fn read_first_flight(tcp: &mut TcpStream, limit: Duration) -> Result<(Vec<u8>, usize)> {
+async fn read_first_flight(
+    tcp: &mut TcpStream,
+    fd: &OwnedFd,
+    t: &super::Timeouts,
+) -> Result<(Vec<u8>, usize)> {
     let mut buf = Vec::with_capacity(2048);
     let read = async {
         loop {
@@ -40,9 +44,9 @@ async fn read_first_flight(tcp: &mut TcpStream, limit: Duration) -> Result<(Vec<
             buf.extend_from_slice(&chunk[..n]);
         }
     };
-    let used = tokio::time::timeout(limit, read)
+    let used = super::gate::read_within(fd.as_fd(), t.gate, t.first_flight, read)
         .await
-        .map_err(|_| Error::Timeout("first flight"))??;
+        .ok_or(Error::Timeout("first flight"))??;
     Ok((buf, used))
 }
 
@@ -107,7 +111,7 @@ pub(super) async fn serve(
 ) -> Result<()> {
     let m = &shared.metrics;
     let t = shared.cfg.timeouts;
-    let (buf, used) = match read_first_flight(&mut tcp, t.first_flight).await {
+    let (buf, used) = match read_first_flight(&mut tcp, &gate_fd, &t).await {
         Ok(v) => v,
         Err(e) => {
             Metrics::inc(&m.zrtt_silent_drops);
