@@ -124,3 +124,9 @@ pub fn register(
     // `as_raw_fd` for as long as it is owned, and the `AsyncFd` owns it.
     unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, interest) }.map_err(Into::into)
 }
+
+/// The process's effective user id.
+pub fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}

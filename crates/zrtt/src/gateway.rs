@@ -35,9 +35,11 @@ pub struct GatewayArgs {
     #[arg(long, conflicts_with_all = ["keys", "records", "cert", "cert_key"])]
     keystore: Option<PathBuf>,
     /// Keep the replay filter across restarts in this file (default:
-    /// `replay-<address>_<port>.state` in the key store): written when the
-    /// gateway stops, read and removed at start, so a restart answers early
-    /// at once. Never share one file between gateways.
+    /// `replay-<host>-<address>_<port>.state` in the key store): written
+    /// when the gateway stops, read and removed at start, so a restart
+    /// answers early at once. Restored only by the same host and address,
+    /// and only if no other gateway started with the file since (counter
+    /// in `<file>.gen`).
     #[arg(long)]
     replay_state: Option<PathBuf>,
     /// With --keystore: create and retire keys on schedule in this process too.
@@ -523,8 +525,11 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         replay_state::location(a.replay_state.as_deref(), a.keystore.as_deref(), a.listen);
     // --check-config runs beside a serving gateway: it must not take the
     // snapshot a stopping one leaves.
-    let replay = replay_state::load(replay_path.as_deref().filter(|_| !a.check_config))?;
-    cfg.replay = replay.clone();
+    let replay = replay_state::load(
+        replay_path.as_deref().filter(|_| !a.check_config),
+        &replay_state::owner(a.listen),
+    )?;
+    cfg.replay = replay.filter.clone();
     cfg.admission = admission;
     cfg.server_names = names;
     cfg.provenance = verifier_policy.as_ref().map(|(policy, _)| policy.clone());

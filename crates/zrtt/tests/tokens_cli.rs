@@ -36,10 +36,12 @@ fn wait_listening(addr: &str) {
 
 /// A gateway on free ports with `extra` flags; its listen and admin addresses.
 fn gateway(dir: &Path, extra: &[&str]) -> (Guard, String, String) {
-    let (gw, admin) = (
-        format!("127.0.0.1:{}", free_port()),
-        format!("127.0.0.1:{}", free_port()),
-    );
+    gateway_on(dir, &format!("127.0.0.1:{}", free_port()), extra)
+}
+
+/// A gateway listening on `gw`.
+fn gateway_on(dir: &Path, gw: &str, extra: &[&str]) -> (Guard, String, String) {
+    let (gw, admin) = (gw.to_string(), format!("127.0.0.1:{}", free_port()));
     let backend = backend().to_string();
     let mut args = vec![
         "gateway",
@@ -244,7 +246,8 @@ fn a_restart_keeps_the_replay_filter_and_accepts_flights_at_once() {
     assert!(state.exists(), "saved at shutdown");
     assert_eq!(mode(&state), 0o600);
 
-    let (_second, gw, admin) = gateway(dir, &args);
+    // The same gateway (host and listen address) starts again.
+    let (_second, gw, admin) = gateway_on(dir, &gw, &args);
     assert!(!state.exists(), "read once, then removed");
     get(dir, &gw, "k1.rec", &["--no-state"]);
     assert_eq!(counter(&admin, "zrtt_accepted"), 1);
