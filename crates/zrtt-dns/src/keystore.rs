@@ -149,11 +149,15 @@ impl Policy {
             ));
         }
         if !self.verifiers.is_empty() && self.provenance_quorum == 0 {
-            return bad("verifiers named with quorum = 0 (the records would accept no certificates)".into());
+            return bad(
+                "verifiers named with quorum = 0 (the records would accept no certificates)".into(),
+            );
         }
         for (i, v) in self.verifiers.iter().enumerate() {
             if record::validate_name(v).is_err() {
-                return bad(format!("verifier {v:?} is not a lowercase DNS name without a trailing dot"));
+                return bad(format!(
+                    "verifier {v:?} is not a lowercase DNS name without a trailing dot"
+                ));
             }
             if self.verifiers[..i].contains(v) {
                 return bad(format!("verifier {v} named twice"));

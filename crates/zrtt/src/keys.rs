@@ -394,7 +394,11 @@ fn init(a: InitArgs) -> Result<ExitCode> {
         aeads: aeads_of(&p.aead),
         flags: p.flags(),
         provenance_quorum: p.quorum,
-        verifiers: p.verifier_names.iter().map(|n| record::normalize_name(n)).collect(),
+        verifiers: p
+            .verifier_names
+            .iter()
+            .map(|n| record::normalize_name(n))
+            .collect(),
     };
     let mut ks = KeyStore::init(&a.keystore, &a.name, &a.cert, &a.cert_key, policy)?;
     println!(
@@ -521,7 +525,11 @@ fn sign(a: SignArgs) -> Result<ExitCode> {
         aeads: aeads_of(&p.aead),
         flags: p.flags(),
         provenance_quorum: p.quorum,
-        verifiers: p.verifier_names.iter().map(|n| record::normalize_name(n)).collect(),
+        verifiers: p
+            .verifier_names
+            .iter()
+            .map(|n| record::normalize_name(n))
+            .collect(),
         name: name.clone(),
         cert_sha256: record::sha256(&cert),
     };

@@ -317,18 +317,18 @@ fn arb_body() -> impl Strategy<Value = RecordBody> {
                     verifiers.clear();
                 }
                 RecordBody {
-                key_id,
-                public_key,
-                not_before: nb,
-                not_after: nb + life,
-                max_early_data_bytes: ed,
-                aeads,
-                flags: RecordFlags::from_bits(fl).unwrap(),
-                provenance_quorum: q,
-                verifiers,
-                name,
-                cert_sha256: cs,
-            }
+                    key_id,
+                    public_key,
+                    not_before: nb,
+                    not_after: nb + life,
+                    max_early_data_bytes: ed,
+                    aeads,
+                    flags: RecordFlags::from_bits(fl).unwrap(),
+                    provenance_quorum: q,
+                    verifiers,
+                    name,
+                    cert_sha256: cs,
+                }
             },
         )
 }
