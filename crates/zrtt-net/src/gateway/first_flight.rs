@@ -131,16 +131,24 @@ pub(super) async fn serve(
         return Ok(());
     }
     let now = (shared.cfg.clock)();
-    let result = {
+    let (result, bound) = {
         let keys = shared.cfg.keys.read().unwrap_or_else(|p| p.into_inner());
         let mut replay = lock(&shared.cfg.replay);
-        keys.accept(
+        let result = keys.accept(
             &frame,
             Transport::Tcp,
             now,
             &mut *replay,
             shared.cfg.rng.as_ref(),
-        )
+        );
+        // The site the flight was encrypted for: its key record's name.
+        let bound = result.as_ref().ok().and_then(|a| {
+            keys.keys()
+                .iter()
+                .find(|k| k.record.body.key_id == a.header.key_id)
+                .map(|k| k.record.body.name.clone())
+        });
+        (result, bound)
     };
     let accepted = match result {
         Ok(a) => a,
@@ -222,6 +230,7 @@ pub(super) async fn serve(
         slot,
         relay::Protocol::Http1,
         "zrtt",
+        bound,
     )
     .await;
     Ok(())

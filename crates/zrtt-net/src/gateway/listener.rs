@@ -56,8 +56,16 @@ impl Gateway {
             .pool_idle_timeout(Duration::from_secs(60))
             .pool_timer(TokioTimer::new())
             .build(connector);
+        let sites = super::sites::Sites::new(
+            super::Site {
+                names: cfg.server_names.clone(),
+                backend: cfg.backend,
+            },
+            &cfg.sites,
+        );
         let shared = Arc::new(Shared {
             admission: Arc::new(Admission::new(cfg.admission.clone(), Instant::now())),
+            sites,
             cfg,
             metrics: Arc::new(Metrics::default()),
             backend,

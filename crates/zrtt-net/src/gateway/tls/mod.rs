@@ -134,6 +134,7 @@ pub(super) async fn serve(
             tls.serve_early_request();
         }
     }
+    let bound = tls.connection().server_name().map(str::to_owned);
     relay::serve_http(
         shared.clone(),
         tls,
@@ -144,6 +145,7 @@ pub(super) async fn serve(
         slot,
         protocol,
         "tls",
+        bound,
     )
     .await;
 }
