@@ -150,6 +150,34 @@ pub fn ecdsa_signer() -> RecordSigner {
     .unwrap()
 }
 
+/// ECDSA P-384 certificate for www.example.com (made by openssl).
+pub fn p384_cert() -> Vec<u8> {
+    pem_cert(include_str!("../tests/data/p384-cert.pem"))
+}
+
+/// Its private key.
+pub fn p384_signer() -> RecordSigner {
+    RecordSigner::from_pkcs8(
+        &pem_key(include_str!("../tests/data/p384-cert.key")),
+        &ring::rand::SystemRandom::new(),
+    )
+    .unwrap()
+}
+
+/// RSA 2048 certificate for www.example.com (made by openssl).
+pub fn rsa_cert() -> Vec<u8> {
+    pem_cert(include_str!("../tests/data/rsa-cert.pem"))
+}
+
+/// Its private key.
+pub fn rsa_signer() -> RecordSigner {
+    RecordSigner::from_pkcs8(
+        &pem_key(include_str!("../tests/data/rsa-cert.key")),
+        &ring::rand::SystemRandom::new(),
+    )
+    .unwrap()
+}
+
 /// ECDSA P-256 certificate for other.example.com.
 pub fn other_cert() -> Vec<u8> {
     pem_cert(include_str!("../tests/data/other-cert.pem"))

@@ -103,7 +103,7 @@ pub struct SignArgs {
     /// The domain's certificate (PEM); its SHA-256 goes into the record.
     #[arg(long)]
     cert: PathBuf,
-    /// The certificate's private key (PKCS#8 PEM, ECDSA P-256 or Ed25519).
+    /// The certificate's private key (PKCS#8 PEM, Ed25519, ECDSA P-256 or P-384, or RSA 2048-4096).
     #[arg(long)]
     cert_key: PathBuf,
     /// Host name the record is for.
@@ -176,7 +176,7 @@ pub struct InitArgs {
     /// The domain's certificate (PEM); copied into the store.
     #[arg(long)]
     cert: PathBuf,
-    /// Its private key (PKCS#8 PEM, ECDSA P-256 or Ed25519); copied with mode 0600.
+    /// Its private key (PKCS#8 PEM, Ed25519, ECDSA P-256 or P-384, or RSA 2048-4096); copied with mode 0600.
     #[arg(long)]
     cert_key: PathBuf,
     #[command(flatten)]

@@ -135,7 +135,7 @@ pub struct VerifierInitArgs {
     /// Certificate (PEM) covering the name; its key signs the records.
     #[arg(long)]
     cert: PathBuf,
-    /// The certificate's PKCS#8 private key (ECDSA P-256 or Ed25519).
+    /// The certificate's PKCS#8 private key (Ed25519, ECDSA P-256 or P-384, or RSA 2048-4096).
     #[arg(long)]
     cert_key: PathBuf,
     /// S: how long each key signs before the next takes over.

@@ -1,8 +1,9 @@
 //! Several sites on one gateway (issue 13 item 2), with clients nobody here
 //! wrote: curl and `openssl s_client` pick each site's certificate by
 //! server name (ECDSA P-256 from `zrtt keys cert`, RSA 2048 and ECDSA P-384
-//! made by openssl), `zrtt get` reaches the second site over zrtt with its
-//! own key, each request reaches its site's backend, and a request for a
+//! made by openssl, which also sign those sites' key records), `zrtt get`
+//! reaches every site over zrtt with its own key, each request reaches its
+//! site's backend, and a request for a
 //! host no site serves, or for another site than the connection was opened
 //! for, gets 421.
 
@@ -105,46 +106,48 @@ fn one_gateway_serves_three_sites_each_with_its_certificate_keys_and_backend() {
     let dir = tmp.path();
     // Site a: zrtt's own certificate (ca.pem signs it), key k1.
     key_and_record(dir, "a.example");
-    // Site b: an RSA certificate for TLS; its zrtt key's record signed by
-    // a certificate zrtt made for the name (in b/).
+    // Site b: an RSA certificate, which also signs its key record
+    // (RSASSA-PSS); site c: ECDSA P-384, the same.
     openssl_cert(dir, "b-rsa", "b.example", &["-newkey", "rsa:2048"]);
-    std::fs::create_dir(dir.join("b")).unwrap();
-    ok(
-        dir,
-        &["keys", "cert", "--name", "b.example", "--out-dir", "b"],
-    );
-    ok(dir, &["keys", "generate", "--out", "k2.key"]);
-    ok(
-        dir,
-        &[
-            "keys",
-            "sign",
-            "--key",
-            "k2.key",
-            "--cert",
-            "b/cert.pem",
-            "--cert-key",
-            "b/cert.key",
-            "--name",
-            "b.example",
-            "--out",
-            "k2.rec",
-        ],
-    );
-    // Site c: TLS only, ECDSA P-384.
     openssl_cert(
         dir,
         "c-p384",
         "c.example",
         &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-384"],
     );
+    for (k, cert, name) in [("k2", "b-rsa", "b.example"), ("k3", "c-p384", "c.example")] {
+        let (key, rec) = (format!("{k}.key"), format!("{k}.rec"));
+        let (pem, pkey) = (format!("{cert}.pem"), format!("{cert}.key"));
+        ok(dir, &["keys", "generate", "--out", &key]);
+        ok(
+            dir,
+            &[
+                "keys",
+                "sign",
+                "--key",
+                &key,
+                "--cert",
+                &pem,
+                "--cert-key",
+                &pkey,
+                "--name",
+                name,
+                "--out",
+                &rec,
+            ],
+        );
+    }
+    let show = ok(dir, &["keys", "show", "k2.rec"]);
+    assert!(show.contains("rsa-pss-sha256"), "{show}");
     let (ba, bb, bc) = (
         backend_saying("site a"),
         backend_saying("site b"),
         backend_saying("site c"),
     );
     let site_b = format!("cert=b-rsa.pem,cert-key=b-rsa.key,key=k2.key,record=k2.rec,backend={bb}");
-    let site_c = format!("cert=c-p384.pem,cert-key=c-p384.key,alias=c.example,backend={bc}");
+    let site_c = format!(
+        "cert=c-p384.pem,cert-key=c-p384.key,key=k3.key,record=k3.rec,alias=www.c.example,backend={bc}"
+    );
     let mut child = Command::new(env!("CARGO_BIN_EXE_zrtt"))
         .args([
             "gateway",
@@ -220,7 +223,8 @@ fn one_gateway_serves_three_sites_each_with_its_certificate_keys_and_backend() {
     // The replay filter refuses flights stamped in the gateway's first seconds.
     std::thread::sleep(std::time::Duration::from_secs(3));
     for (name, rec, cert, want) in [
-        ("b.example", "k2.rec", "b/cert.pem", "site b"),
+        ("b.example", "k2.rec", "b-rsa.pem", "site b"),
+        ("c.example", "k3.rec", "c-p384.pem", "site c"),
         ("a.example", "k1.rec", "cert.pem", "site a"),
     ] {
         let out = zrtt(

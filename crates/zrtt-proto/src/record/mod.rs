@@ -129,6 +129,12 @@ pub enum SignatureAlgorithm {
     EcdsaP256Sha256 = 1,
     /// Ed25519 (RFC 8032), 64-byte signature.
     Ed25519 = 2,
+    /// ECDSA over P-384 with SHA-384, DER-encoded signature.
+    EcdsaP384Sha384 = 3,
+    /// RSASSA-PSS with SHA-256 (MGF1 SHA-256, salt of 32 bytes; as TLS 1.3's
+    /// `rsa_pss_rsae_sha256`), from an RSA key of 2048 to 4096 bits; the
+    /// signature is as long as the modulus.
+    RsaPssSha256 = 4,
 }
 
 impl SignatureAlgorithm {
@@ -137,6 +143,8 @@ impl SignatureAlgorithm {
         match v {
             1 => Some(Self::EcdsaP256Sha256),
             2 => Some(Self::Ed25519),
+            3 => Some(Self::EcdsaP384Sha384),
+            4 => Some(Self::RsaPssSha256),
             _ => None,
         }
     }
@@ -146,6 +154,8 @@ impl SignatureAlgorithm {
         match self {
             Self::EcdsaP256Sha256 => "ecdsa-p256-sha256",
             Self::Ed25519 => "ed25519",
+            Self::EcdsaP384Sha384 => "ecdsa-p384-sha384",
+            Self::RsaPssSha256 => "rsa-pss-sha256",
         }
     }
 
@@ -153,6 +163,8 @@ impl SignatureAlgorithm {
         match self {
             Self::EcdsaP256Sha256 => 72,
             Self::Ed25519 => 64,
+            Self::EcdsaP384Sha384 => 104,
+            Self::RsaPssSha256 => 512,
         }
     }
 
@@ -160,6 +172,8 @@ impl SignatureAlgorithm {
         match self {
             Self::EcdsaP256Sha256 => webpki::ring::ECDSA_P256_SHA256,
             Self::Ed25519 => webpki::ring::ED25519,
+            Self::EcdsaP384Sha384 => webpki::ring::ECDSA_P384_SHA384,
+            Self::RsaPssSha256 => webpki::ring::RSA_PSS_2048_8192_SHA256_LEGACY_KEY,
         }
     }
 }

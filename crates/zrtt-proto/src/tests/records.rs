@@ -30,6 +30,16 @@ fn ecdsa_and_ed25519_records_verify() {
             testing::ed25519_signer(),
             SignatureAlgorithm::Ed25519,
         ),
+        (
+            testing::p384_cert(),
+            testing::p384_signer(),
+            SignatureAlgorithm::EcdsaP384Sha384,
+        ),
+        (
+            testing::rsa_cert(),
+            testing::rsa_signer(),
+            SignatureAlgorithm::RsaPssSha256,
+        ),
     ] {
         let rec = testing::body(&key, &cert)
             .sign(&signer, &sys_rng())
@@ -39,6 +49,33 @@ fn ecdsa_and_ed25519_records_verify() {
         assert_eq!(decoded, rec);
         let v = decoded.verify(&cert, "WWW.Example.COM.", now()).unwrap();
         assert_eq!(v.body().public_key, *key.public());
+        // Every encoding carries it.
+        let txt = crate::record::encodings::decode_txt_text(
+            crate::record::encodings::txt_text(&rec).as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(txt, rec);
+        // A signature from another key, or over other bytes, is refused.
+        let mut forged = rec.clone();
+        let last = forged.signature.len() - 1;
+        forged.signature[last] ^= 1;
+        assert!(matches!(
+            forged.verify(&cert, "www.example.com", now()),
+            Err(RecordError::BadSignature)
+        ));
+        let other = if alg == SignatureAlgorithm::RsaPssSha256 {
+            testing::p384_cert()
+        } else {
+            testing::rsa_cert()
+        };
+        let mut body = testing::body(&key, &other);
+        body.cert_sha256 = crate::record::sha256(&other);
+        let wrong = KeyRecord {
+            body,
+            sig_alg: alg,
+            signature: rec.signature.clone(),
+        };
+        assert!(wrong.verify(&other, "www.example.com", now()).is_err());
     }
 }
 
