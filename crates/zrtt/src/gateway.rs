@@ -26,9 +26,11 @@ pub struct GatewayArgs {
     /// Address to listen on (zrtt and TLS 1.3 share it).
     #[arg(long, default_value = "0.0.0.0:443")]
     listen: SocketAddr,
-    /// The HTTP/1.1 backend, e.g. 127.0.0.1:8080.
+    /// The backend: `ADDR:PORT`, `HOST:PORT` (resolved at each new
+    /// connection), or `unix:/PATH`; HTTP/1.1, or HTTP/2 over cleartext
+    /// with an `h2c://` (`h2c+unix:/PATH`) prefix.
     #[arg(long)]
-    backend: SocketAddr,
+    backend: zrtt_net::gateway::Backend,
     /// Key store (from `zrtt keys init`): semi-static keys, their records and
     /// the certificate. Re-read every --refresh, so rotations by `zrtt dns`
     /// or `zrtt keys rotate` take effect without a restart.
@@ -316,7 +318,7 @@ fn keystore_keys(ks: &mut KeyStore, rotate: bool) -> Result<Vec<ServerKey>> {
 /// from its key store, re-read) and certificate files.
 struct LoadedSite {
     names: Vec<String>,
-    backend: SocketAddr,
+    backend: zrtt_net::gateway::Backend,
     store: Option<KeyStore>,
     file_keys: Vec<ServerKey>,
     cert: PathBuf,
@@ -331,7 +333,7 @@ impl LoadedSite {
         record_files: &[PathBuf],
         cert: Option<&Path>,
         cert_key: Option<&Path>,
-        backend: SocketAddr,
+        backend: zrtt_net::gateway::Backend,
         aliases: &[String],
         rotate: bool,
     ) -> Result<Self> {
@@ -537,7 +539,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         &a.records,
         a.cert.as_deref(),
         a.cert_key.as_deref(),
-        a.backend,
+        a.backend.clone(),
         &[],
         a.rotate,
     )?];
@@ -548,7 +550,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
             &spec.records,
             spec.cert.as_deref(),
             spec.cert_key.as_deref(),
-            spec.backend,
+            spec.backend.clone(),
             &spec.aliases,
             a.rotate,
         )?;
@@ -579,7 +581,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         .iter()
         .map(|s| zrtt_net::gateway::Site {
             names: s.names.clone(),
-            backend: s.backend,
+            backend: s.backend.clone(),
         })
         .collect();
     let tokens = token_keys(&a, sites[0].store.as_ref())?;
@@ -636,7 +638,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
     let verifier_policy = provenance(&a, &runtime)?;
     // The replay filter's restart guard starts now, after every lookup:
     // as late as possible before the listener is bound (docs/PROTOCOL.md §7).
-    let mut cfg = GatewayConfig::new(shared_keys.clone(), tls, a.backend)?;
+    let mut cfg = GatewayConfig::new(shared_keys.clone(), tls, a.backend.clone())?;
     let replay_path =
         replay_state::location(a.replay_state.as_deref(), a.keystore.as_deref(), a.listen);
     // --check-config runs beside a serving gateway: it must not take the

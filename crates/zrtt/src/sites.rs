@@ -3,7 +3,6 @@
 //! line's `--keystore`/`--key`, `--cert` and `--backend` are the default
 //! site.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
 
@@ -12,8 +11,8 @@ use std::str::FromStr;
 /// (TLS only when none), plus `alias=NAME` for more names; comma-separated.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SiteSpec {
-    /// The site's HTTP/1.1 backend.
-    pub backend: SocketAddr,
+    /// The site's backend (as `--backend`).
+    pub backend: zrtt_net::gateway::Backend,
     /// Its key store (keys, records, certificate).
     pub keystore: Option<PathBuf>,
     /// Its certificate chain (PEM) without a key store.
@@ -48,9 +47,7 @@ impl FromStr for SiteSpec {
             };
             match k {
                 "backend" => {
-                    let a = v
-                        .parse()
-                        .map_err(|_| format!("backend {v:?}: use ADDR:PORT"))?;
+                    let a = v.parse().map_err(|e| format!("backend: {e}"))?;
                     if backend.replace(a).is_some() {
                         return Err("backend given twice".into());
                     }
@@ -111,7 +108,7 @@ mod tests {
         for (bad, why) in [
             ("keystore=/ks", "needs backend"),
             ("backend=1.2.3.4:80", "needs keystore"),
-            ("backend=x,keystore=/k", "use ADDR:PORT"),
+            ("backend=x,keystore=/k", "use HOST:PORT"),
             ("backend=1.2.3.4:80,keystore=/k,cert=c", "no cert"),
             (
                 "backend=1.2.3.4:80,cert=c,cert-key=k,key=k1",

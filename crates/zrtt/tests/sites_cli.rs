@@ -258,3 +258,104 @@ fn one_gateway_serves_three_sites_each_with_its_certificate_keys_and_backend() {
         assert!(text.contains("0rtt"), "{name} over zrtt: {text}");
     }
 }
+
+/// Backends by Unix socket, by host name and over h2c, with nginx as the
+/// backend (issue 13 item 4): each site's requests reach nginx over its
+/// transport and HTTP version, which nginx reports back.
+#[test]
+fn backends_by_unix_socket_host_name_and_h2c_reach_nginx() {
+    if !have("curl") || !have("nginx") {
+        eprintln!("backends_by_unix_socket_host_name_and_h2c: skipped: needs curl and nginx (scripts/install-deps.sh)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    key_and_record(dir, "a.example");
+    openssl_cert(dir, "b", "b.example", &["-newkey", "rsa:2048"]);
+    openssl_cert(dir, "c", "c.example", &["-newkey", "rsa:2048"]);
+    let tcp_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let d = dir.display();
+    let conf = format!(
+        "daemon off;\nmaster_process off;\npid {d}/nginx.pid;\nerror_log {d}/error.log info;\n\
+events {{ worker_connections 64; }}\n\
+http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
+  server {{ listen unix:{d}/h1.sock; location / {{ return 200 \"unix $server_protocol $host\"; }} }}\n\
+  server {{ listen unix:{d}/h2.sock http2; location / {{ return 200 \"unix $server_protocol $host\"; }} }}\n\
+  server {{ listen 127.0.0.1:{tcp_port} http2; location / {{ return 200 \"tcp $server_protocol $host\"; }} }}\n\
+}}\n"
+    );
+    std::fs::write(dir.join("nginx.conf"), conf).unwrap();
+    let _nginx = Guard(
+        Command::new("nginx")
+            .args(["-p", &d.to_string(), "-c", &format!("{d}/nginx.conf"), "-e"])
+            .arg(format!("{d}/error.log"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !(dir.join("h2.sock").exists()
+        && std::net::TcpStream::connect(("127.0.0.1", tcp_port)).is_ok())
+    {
+        assert!(std::time::Instant::now() < deadline, "nginx did not start");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let site_b = format!("cert=b.pem,cert-key=b.key,alias=b.example,backend=h2c+unix:{d}/h2.sock");
+    let site_c =
+        format!("cert=c.pem,cert-key=c.key,alias=c.example,backend=h2c://localhost:{tcp_port}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zrtt"))
+        .args(["gateway", "--listen", "127.0.0.1:0", "--backend"])
+        .arg(format!("unix:{d}/h1.sock"))
+        .args([
+            "--key",
+            "k1.key",
+            "--record",
+            "k1.rec",
+            "--cert",
+            "cert.pem",
+            "--cert-key",
+            "cert.key",
+            "--site",
+            &site_b,
+            "--site",
+            &site_c,
+        ])
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _gw = Guard(child);
+    let port: u16 = line
+        .trim()
+        .strip_prefix("listening ")
+        .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
+        .unwrap_or_else(|| panic!("no listening line: {line:?}"))
+        .port();
+    let (body, code) = curl(dir, port, "a.example", "ca.pem", &[]);
+    assert_eq!(
+        (body.as_str(), code.as_str()),
+        ("unix HTTP/1.1 a.example", "200")
+    );
+    let (body, code) = curl(dir, port, "b.example", "b.pem", &[]);
+    assert_eq!(
+        (body.as_str(), code.as_str()),
+        ("unix HTTP/2.0 b.example", "200"),
+        "{}",
+        std::fs::read_to_string(dir.join("error.log")).unwrap_or_default()
+    );
+    let (body, code) = curl(dir, port, "c.example", "c.pem", &["--http1.1"]);
+    assert_eq!(
+        (body.as_str(), code.as_str()),
+        ("tcp HTTP/2.0 c.example", "200")
+    );
+}

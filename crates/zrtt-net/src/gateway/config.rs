@@ -1,7 +1,6 @@
 //! What a gateway serves and how: keys, TLS, backend, replay filter,
 //! admission (proofs of address, limits), time bounds.
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -84,8 +83,8 @@ pub struct GatewayConfig {
     pub keys: Arc<RwLock<ServerConfig>>,
     /// TLS with the certificate that signs the key records.
     pub tls: Arc<rustls::ServerConfig>,
-    /// The HTTP/1.1 backend.
-    pub backend: SocketAddr,
+    /// The default site's backend.
+    pub backend: super::Backend,
     /// Host names served (the key records' and certificate's names);
     /// requests for any other host get 421 Misdirected Request. Empty:
     /// every host is passed to the backend.
@@ -135,7 +134,7 @@ impl GatewayConfig {
     pub fn new(
         keys: Arc<RwLock<ServerConfig>>,
         tls: Arc<rustls::ServerConfig>,
-        backend: SocketAddr,
+        backend: impl Into<super::Backend>,
     ) -> Result<Self> {
         let rng = ring::rand::SystemRandom::new();
         let clock: fn() -> UnixTime = crate::client::system_clock;
@@ -143,7 +142,7 @@ impl GatewayConfig {
         Ok(Self {
             keys,
             tls,
-            backend,
+            backend: backend.into(),
             server_names: Vec::new(),
             sites: Vec::new(),
             replay: Arc::new(Mutex::new(replay)),

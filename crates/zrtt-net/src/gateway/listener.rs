@@ -7,9 +7,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use zrtt_proto::admission::Admission;
@@ -49,26 +46,23 @@ impl Gateway {
                  (set it to 3 in this network namespace)"
             );
         }
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(cfg.timeouts.backend_connect));
-        connector.set_nodelay(true);
-        let backend = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(60))
-            .pool_timer(TokioTimer::new())
-            .build(connector);
         let sites = super::sites::Sites::new(
             super::Site {
                 names: cfg.server_names.clone(),
-                backend: cfg.backend,
+                backend: cfg.backend.clone(),
             },
             &cfg.sites,
         );
+        let backends = std::iter::once(&cfg.backend)
+            .chain(cfg.sites.iter().map(|s| &s.backend))
+            .map(|b| super::backend::client(b, cfg.timeouts.backend_connect))
+            .collect();
         let shared = Arc::new(Shared {
             admission: Arc::new(Admission::new(cfg.admission.clone(), Instant::now())),
             sites,
             cfg,
             metrics: Arc::new(Metrics::default()),
-            backend,
+            backends,
             active: AtomicUsize::new(0),
             shutdown: tokio::sync::watch::Sender::new(false),
         });

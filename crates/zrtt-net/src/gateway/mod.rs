@@ -17,6 +17,8 @@
 //! - [`gate`]: whether the TCP handshake has completed (`TCP_INFO`);
 //! - `tls`: the TLS path on the same port;
 //! - `relay`: the HTTP relay to the backend (early-data marking, 425);
+//! - `backend`: the backends (address, host name or Unix socket; HTTP/1.1
+//!   or h2c) and their pooled clients;
 //! - `sites`: which site (names, backend) a request and a connection are
 //!   for, when one gateway serves several;
 //! - `upgrade`: upgraded connections (WebSocket) relayed both ways until
@@ -33,6 +35,7 @@
 //! [`ServerConfig::accept`]: zrtt_proto::handshake::ServerConfig::accept
 
 mod access_log;
+mod backend;
 pub mod certs;
 pub mod config;
 mod early_answer;
@@ -48,11 +51,10 @@ mod upgrade;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
 use zrtt_proto::admission::Admission;
 
 pub use crate::http::Body;
+pub use backend::{Backend, BackendTarget};
 pub use certs::{load_certified_key, ReloadableCert, SniCerts};
 pub use config::{
     new_replay_filter, shared_trust_policy, tls_server_config, tls_server_config_with,
@@ -67,7 +69,8 @@ struct Shared {
     cfg: GatewayConfig,
     admission: Arc<Admission>,
     metrics: Arc<Metrics>,
-    backend: Client<HttpConnector, Body>,
+    /// One pooled client per site, in the sites' order.
+    backends: Vec<backend::BackendClient>,
     sites: sites::Sites,
     active: AtomicUsize,
     /// `true` once the gateway stops (upgraded streams then get the grace).

@@ -281,13 +281,33 @@ async fn forward(shared: &Arc<Shared>, ctx: &ConnCtx, req: Request<Incoming>) ->
             );
         }
     }
-    let backend = shared.sites.get(site).backend;
+    let backend = &shared.sites.get(site).backend;
+    if backend.h2c && upgrade.is_some() {
+        return text_response(
+            StatusCode::NOT_IMPLEMENTED,
+            "upgrades need an HTTP/1.1 backend",
+        );
+    }
     let path = parts
         .uri
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .to_owned();
-    let Ok(uri) = hyper::Uri::try_from(format!("http://{backend}{path}")) else {
+    // The connector reaches the site's backend whatever the URI says; its
+    // authority is the request's (an h2c backend reads it as :authority).
+    let authority = parts
+        .uri
+        .authority()
+        .map(|a| a.as_str().to_owned())
+        .or_else(|| {
+            parts
+                .headers
+                .get(hyper::header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| "localhost".to_owned());
+    let Ok(uri) = hyper::Uri::try_from(format!("http://{authority}{path}")) else {
         return text_response(StatusCode::BAD_REQUEST, "bad request target");
     };
     let mut headers = parts.headers.clone();
@@ -305,6 +325,11 @@ async fn forward(shared: &Arc<Shared>, ctx: &ConnCtx, req: Request<Incoming>) ->
         {
             headers.insert(hyper::header::HOST, v);
         }
+    }
+    // To an h2c backend the host travels as :authority (the URI's), and a
+    // Host field beside it is a duplicate some servers refuse (nginx: 400).
+    if backend.h2c {
+        headers.remove(hyper::header::HOST);
     }
     // An early request may have to be sent twice (425): keep its body.
     let (mut body, saved): (Body, Option<Bytes>) = if early {
@@ -333,7 +358,7 @@ async fn forward(shared: &Arc<Shared>, ctx: &ConnCtx, req: Request<Incoming>) ->
         let sent = std::time::Instant::now();
         let resp = match tokio::time::timeout(
             shared.cfg.timeouts.backend_response,
-            shared.backend.request(breq),
+            shared.backends[site].request(breq),
         )
         .await
         {

@@ -7,7 +7,7 @@
 //! another site gets 421 Misdirected Request (RFC 9110 §15.5.20), as a
 //! connection coalesced across certificates would in HTTP/2.
 
-use std::net::SocketAddr;
+use super::Backend;
 
 /// One site: the names it answers for and where its requests go.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -15,8 +15,8 @@ pub struct Site {
     /// Host names (lowercase, no trailing dot); empty only for a default
     /// site that takes every name.
     pub names: Vec<String>,
-    /// Its HTTP/1.1 backend.
-    pub backend: SocketAddr,
+    /// Its backend.
+    pub backend: Backend,
 }
 
 impl Site {
@@ -63,7 +63,7 @@ mod tests {
     fn site(names: &[&str], port: u16) -> Site {
         Site {
             names: names.iter().map(|s| (*s).to_owned()).collect(),
-            backend: SocketAddr::from(([127, 0, 0, 1], port)),
+            backend: std::net::SocketAddr::from(([127, 0, 0, 1], port)).into(),
         }
     }
 
@@ -77,7 +77,7 @@ mod tests {
         assert_eq!(s.route(Some("WWW.B.example.")), Some(1));
         assert_eq!(s.route(Some("c.example")), None);
         assert_eq!(s.route(None), None);
-        assert_eq!(s.get(1).backend.port(), 2);
+        assert_eq!(s.get(1).backend.to_string(), "127.0.0.1:2");
     }
 
     #[test]

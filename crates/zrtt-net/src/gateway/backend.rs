@@ -1,0 +1,277 @@
+//! Where a site's requests go: a backend by address, host name or Unix
+//! socket, spoken to in HTTP/1.1 or HTTP/2 over cleartext (h2c, prior
+//! knowledge), through one pooled client per site (keep-alive; idle
+//! connections kept 60 s). A host name is resolved at each new
+//! connection, so a changed DNS answer takes effect without a restart.
+
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::str::FromStr;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper::Uri;
+use hyper_util::client::legacy::connect::{Connected, Connection};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpStream, UnixStream};
+
+use super::Body;
+
+/// A backend: where it listens and which HTTP it speaks.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Backend {
+    /// Where to connect.
+    pub target: BackendTarget,
+    /// HTTP/2 over cleartext with prior knowledge (RFC 9113 §3.3) instead
+    /// of HTTP/1.1.
+    pub h2c: bool,
+}
+
+/// Where a backend listens.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum BackendTarget {
+    /// A TCP address, or a host name and port (resolved at each connect).
+    Tcp {
+        /// IP address or host name.
+        host: String,
+        /// Port.
+        port: u16,
+    },
+    /// A Unix domain socket.
+    Unix(PathBuf),
+}
+
+impl Backend {
+    /// HTTP/1.1 to `target`.
+    pub fn http1(target: BackendTarget) -> Self {
+        Self { target, h2c: false }
+    }
+}
+
+impl From<SocketAddr> for Backend {
+    fn from(a: SocketAddr) -> Self {
+        Self::http1(BackendTarget::Tcp {
+            host: a.ip().to_string(),
+            port: a.port(),
+        })
+    }
+}
+
+impl FromStr for Backend {
+    type Err = String;
+
+    /// `ADDR:PORT`, `HOST:PORT`, `unix:/PATH`, each optionally after
+    /// `h2c://` (`h2c://HOST:PORT`, `h2c+unix:/PATH`).
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (h2c, rest) = if let Some(r) = s.strip_prefix("h2c://") {
+            (true, r)
+        } else if let Some(r) = s.strip_prefix("h2c+") {
+            (true, r)
+        } else if let Some(r) = s.strip_prefix("http://") {
+            (false, r)
+        } else {
+            (false, s)
+        };
+        let target = if let Some(path) = rest.strip_prefix("unix:") {
+            if !path.starts_with('/') {
+                return Err(format!("{s:?}: a Unix socket path must be absolute"));
+            }
+            BackendTarget::Unix(PathBuf::from(path))
+        } else if let Ok(a) = rest.parse::<SocketAddr>() {
+            BackendTarget::Tcp {
+                host: a.ip().to_string(),
+                port: a.port(),
+            }
+        } else {
+            let (host, port) = rest
+                .rsplit_once(':')
+                .ok_or_else(|| format!("{s:?}: use HOST:PORT, ADDR:PORT or unix:/PATH"))?;
+            let port = port
+                .parse::<u16>()
+                .map_err(|_| format!("{s:?}: bad port {port:?}"))?;
+            let valid = !host.is_empty()
+                && host.len() <= 253
+                && host
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_');
+            if !valid {
+                return Err(format!("{s:?}: {host:?} is not a host name"));
+            }
+            BackendTarget::Tcp {
+                host: host.to_ascii_lowercase(),
+                port,
+            }
+        };
+        Ok(Self { target, h2c })
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.h2c {
+            f.write_str(match self.target {
+                BackendTarget::Tcp { .. } => "h2c://",
+                BackendTarget::Unix(_) => "h2c+",
+            })?;
+        }
+        match &self.target {
+            BackendTarget::Tcp { host, port } if host.contains(':') => write!(f, "[{host}]:{port}"),
+            BackendTarget::Tcp { host, port } => write!(f, "{host}:{port}"),
+            BackendTarget::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+/// A connection to a backend.
+#[derive(Debug)]
+pub(super) enum BackendStream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Connection for BackendStream {
+    fn connected(&self) -> Connected {
+        Connected::new()
+    }
+}
+
+impl AsyncRead for BackendStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Self::Unix(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for BackendStream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, b: &[u8]) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Self::Tcp(s) => Pin::new(s).poll_write(cx, b),
+            Self::Unix(s) => Pin::new(s).poll_write(cx, b),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Self::Unix(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Self::Unix(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
+/// Connects every request's connection to one backend, whatever the URI.
+#[derive(Clone, Debug)]
+pub(super) struct Connector {
+    target: BackendTarget,
+    timeout: Duration,
+}
+
+impl tower_service::Service<Uri> for Connector {
+    type Response = TokioIo<BackendStream>;
+    type Error = io::Error;
+    type Future = Pin<Box<dyn Future<Output = io::Result<Self::Response>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Uri) -> Self::Future {
+        let (target, limit) = (self.target.clone(), self.timeout);
+        Box::pin(async move {
+            let connect = async {
+                match &target {
+                    BackendTarget::Tcp { host, port } => {
+                        let s = TcpStream::connect((host.as_str(), *port)).await?;
+                        s.set_nodelay(true)?;
+                        Ok(BackendStream::Tcp(s))
+                    }
+                    BackendTarget::Unix(p) => {
+                        Ok(BackendStream::Unix(UnixStream::connect(p).await?))
+                    }
+                }
+            };
+            match tokio::time::timeout(limit, connect).await {
+                Ok(r) => r.map(TokioIo::new),
+                Err(_) => Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "connecting to the backend timed out",
+                )),
+            }
+        })
+    }
+}
+
+/// The pooled client of one backend.
+pub(super) type BackendClient = Client<Connector, Body>;
+
+/// A pooled client for `backend`, connecting within `connect_timeout`.
+pub(super) fn client(backend: &Backend, connect_timeout: Duration) -> BackendClient {
+    let connector = Connector {
+        target: backend.target.clone(),
+        timeout: connect_timeout,
+    };
+    let mut b = Client::builder(TokioExecutor::new());
+    b.pool_idle_timeout(Duration::from_secs(60))
+        .pool_timer(TokioTimer::new())
+        .timer(TokioTimer::new());
+    if backend.h2c {
+        b.http2_only(true);
+    }
+    b.build(connector)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn backends_parse_and_print_back() {
+        for s in [
+            "127.0.0.1:8080",
+            "[::1]:80",
+            "app.internal:8080",
+            "unix:/run/app.sock",
+            "h2c://app.internal:9000",
+            "h2c+unix:/run/grpc.sock",
+        ] {
+            let b: Backend = s.parse().unwrap();
+            assert_eq!(b.to_string(), s);
+        }
+        let b: Backend = "h2c://10.0.0.1:9000".parse().unwrap();
+        assert!(b.h2c);
+        assert_eq!(
+            Backend::from(SocketAddr::from(([127, 0, 0, 1], 1))),
+            "127.0.0.1:1".parse().unwrap()
+        );
+        for bad in [
+            "app",
+            "app:x",
+            "unix:run/app.sock",
+            "a b:80",
+            ":80",
+            "h2c://",
+        ] {
+            assert!(bad.parse::<Backend>().is_err(), "{bad}");
+        }
+    }
+}
