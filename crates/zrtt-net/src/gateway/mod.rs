@@ -19,6 +19,8 @@
 //! - `relay`: the HTTP relay to the backend (early-data marking, 425);
 //! - `upgrade`: upgraded connections (WebSocket) relayed both ways until
 //!   idle;
+//! - [`replay_store`]: the replay store a fleet shares (Redis), checked
+//!   in `first_flight` after the local filter accepted a flight;
 //! - [`metrics`]: counters and their text exposition.
 //!
 //! **Gating** (docs/PROTOCOL.md §8): a reply goes out before the TCP
@@ -39,6 +41,7 @@ pub mod gate;
 mod listener;
 pub mod metrics;
 mod relay;
+pub mod replay_store;
 mod tls;
 mod upgrade;
 
@@ -57,6 +60,7 @@ pub use config::{
 };
 pub use listener::Gateway;
 pub use metrics::{serve_metrics, Metrics, Readiness};
+pub use replay_store::{ReplayStore, ReplayStoreConfig, StoreAddress};
 
 /// What every connection of one gateway shares.
 struct Shared {
