@@ -300,6 +300,13 @@ impl ReplayStore {
         lock(&self.state).conn.is_some()
     }
 
+    /// Whether a flight stamped now would be checked (connected, and past
+    /// the guard of the last failure or connection).
+    pub fn checking(&self) -> bool {
+        self.connected()
+            && (self.clock)().as_millis() > self.guard_ms.load(Ordering::SeqCst)
+    }
+
     async fn connect_loop(self: Arc<Self>) {
         let mut wait = RETRY_MIN;
         let mut failures = 0u32;
