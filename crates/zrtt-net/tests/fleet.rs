@@ -577,6 +577,16 @@ async fn measure_store_check_and_accept_rate() {
     let s = ReplayStore::new(ReplayStoreConfig::new(single(&redis)), system_clock).unwrap();
     s.connect();
     until_checking(&[&s]).await;
+    let used = |r: &Redis| -> i64 {
+        r.cli(&["INFO", "memory"])
+            .lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let before = used(&redis);
     let n = 20_000;
     let mut times = Vec::with_capacity(n);
     let mut late = 0;
@@ -591,6 +601,11 @@ async fn measure_store_check_and_accept_rate() {
         }
     }
     times.sort();
+    println!(
+        "redis memory: {} bytes per recorded flight ({} keys)",
+        (used(&redis) - before) / n as i64,
+        redis.cli(&["DBSIZE"])
+    );
     println!(
         "store check, sequential, {n}: p50 {:?} p99 {:?} max {:?}; {late} not Fresh (deadline 1 ms)",
         percentile(&times, 0.5),

@@ -257,6 +257,18 @@ impl ReplayStore {
     /// background, and refuses (`NotConnected`) until connected.
     pub fn new(cfg: ReplayStoreConfig, clock: fn() -> UnixTime) -> Result<Arc<Self>> {
         let bad = |e: redis::RedisError| Error::Config(format!("replay store: {e}"));
+        // Braces would make a Redis Cluster hash tag: every key on one node.
+        if cfg.prefix.is_empty()
+            || cfg
+                .prefix
+                .chars()
+                .any(|c| c == '{' || c == '}' || c.is_whitespace() || c.is_control())
+        {
+            return Err(Error::Config(format!(
+                "replay store prefix {:?}: needs at least one character, no braces or spaces",
+                cfg.prefix
+            )));
+        }
         let backend = match &cfg.address {
             StoreAddress::Single(url) => Backend::Single(redis::Client::open(url.as_str()).map_err(bad)?),
             StoreAddress::Cluster(nodes) => Backend::Cluster(
