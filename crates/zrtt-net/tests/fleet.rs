@@ -313,7 +313,10 @@ async fn a_flight_replayed_to_another_gateway_of_the_fleet_is_refused() {
     assert_eq!(keys_in.lines().count(), 1, "{keys_in}");
     let ttl: u64 = redis.cli(&["PTTL", keys_in.trim()]).parse().unwrap();
     assert!(ttl > 0 && ttl <= 12_000, "{ttl}");
-    assert!(a.metrics.render().contains("zrtt_gateway_replay_store_check_seconds_count 1"));
+    assert!(a
+        .metrics
+        .render()
+        .contains("zrtt_gateway_replay_store_check_seconds_count 1"));
     a.stop().await;
     b.stop().await;
 }
@@ -398,7 +401,10 @@ async fn a_slow_or_lost_store_refuses_busy_and_tls_serves_until_it_is_back() {
     // Down: Busy, and the library client gets its answer over TLS.
     redis.kill();
     let (_hs, f) = flight(&env.records[0], ONCE);
-    assert_eq!(answer(env.addr, &f).await, Answer::Reject(RejectReason::Busy));
+    assert_eq!(
+        answer(env.addr, &f).await,
+        Answer::Reject(RejectReason::Busy)
+    );
     assert_eq!(client_get(&env).await, Mode::TlsFallback);
     assert!(env.metric("replay_store_unavailable") >= 3);
     let accepted = env.metric("zrtt_accepted");
@@ -494,7 +500,10 @@ async fn a_redis_cluster_shares_replays_and_a_lost_node_fails_safe() {
     let (mut dead_busy, mut served, mut busy) = (0, 0, 0);
     let start = Instant::now();
     while dead_busy < 3 {
-        assert!(start.elapsed() < PATIENCE, "no flight hashed to the dead node");
+        assert!(
+            start.elapsed() < PATIENCE,
+            "no flight hashed to the dead node"
+        );
         let (_hs, f) = flight(&a.records[0], ONCE);
         let key = store_key(sa.config(), &f);
         let slot: u16 = live.cli(&["CLUSTER", "KEYSLOT", &key]).parse().unwrap();

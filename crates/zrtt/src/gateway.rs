@@ -41,27 +41,8 @@ pub struct GatewayArgs {
     /// at once. Never share one file between gateways.
     #[arg(long)]
     replay_state: Option<PathBuf>,
-    /// Share replay state with the other gateways holding these keys
-    /// (docs/FLEET.md): `redis://[user:password@]host:port[/db]`, or a
-    /// Redis Cluster as `redis+cluster://host:port,host:port,...`. Each
-    /// first flight the local filter accepts is recorded there (SET NX):
-    /// one recorded before, by any gateway, is refused as a replay; one the
-    /// store cannot vouch for (slow, down, restarted) is refused Busy and
-    /// the client falls back to TLS.
-    #[arg(long, value_name = "URL")]
-    replay_store: Option<String>,
-    /// Longest wait for the replay store's answer before refusing the
-    /// flight Busy: e.g. 500us, 1ms, 0.002s (a number alone: milliseconds).
-    #[arg(long, default_value_t = ShortDuration(replay_store::DEFAULT_TIMEOUT))]
-    replay_store_timeout: ShortDuration,
-    /// Clock skew allowed between the gateways sharing the replay store
-    /// (keep their clocks within it with NTP): keys live 12 s plus this.
-    #[arg(long, default_value_t = ShortDuration(replay_store::DEFAULT_SKEW))]
-    replay_store_skew: ShortDuration,
-    /// First part of every replay store key; gateways sharing keys (a
-    /// site) use the same, other sites sharing the store their own.
-    #[arg(long, default_value = replay_store::DEFAULT_PREFIX)]
-    replay_store_prefix: String,
+    #[command(flatten)]
+    store: Box<ReplayStoreArgs>,
     /// With --keystore: create and retire keys on schedule in this process too.
     #[arg(long, requires = "keystore")]
     rotate: bool,
@@ -188,6 +169,33 @@ pub struct GatewayArgs {
     workers: Option<usize>,
 }
 
+/// The replay store shared by a fleet (docs/FLEET.md).
+#[derive(Args, Debug)]
+struct ReplayStoreArgs {
+    /// Share replay state with the other gateways holding these keys
+    /// (docs/FLEET.md): `redis://[user:password@]host:port[/db]`, or a
+    /// Redis Cluster as `redis+cluster://host:port,host:port,...`. Each
+    /// first flight the local filter accepts is recorded there (SET NX):
+    /// one recorded before, by any gateway, is refused as a replay; one the
+    /// store cannot vouch for (slow, down, restarted) is refused Busy and
+    /// the client falls back to TLS.
+    #[arg(long, value_name = "URL")]
+    replay_store: Option<String>,
+    /// Longest wait for the replay store's answer before refusing the
+    /// flight Busy: e.g. 500us, 1ms, 0.002s (a number alone: milliseconds).
+    #[arg(long, default_value_t = ShortDuration(replay_store::DEFAULT_TIMEOUT), value_parser = parse_store_timeout)]
+    replay_store_timeout: ShortDuration,
+    /// Clock skew allowed between the gateways sharing the replay store
+    /// (keep their clocks within it with NTP): keys live 12 s plus this;
+    /// with its unit (5s, 1500ms).
+    #[arg(long, default_value_t = ShortDuration(replay_store::DEFAULT_SKEW))]
+    replay_store_skew: ShortDuration,
+    /// First part of every replay store key; gateways sharing keys (a
+    /// site) use the same, other sites sharing the store their own.
+    #[arg(long, default_value = replay_store::DEFAULT_PREFIX)]
+    replay_store_prefix: String,
+}
+
 /// Provenance verifier keys from DNS (docs/PROVENANCE.md).
 #[derive(Args, Debug)]
 struct VerifierDnsArgs {
@@ -224,8 +232,8 @@ struct VerifierDnsArgs {
     verifier_refresh: Duration,
 }
 
-/// A duration of a few milliseconds or seconds: `500us`, `1ms`, `1.5ms`,
-/// `2s`; a number alone is milliseconds.
+/// A duration of a few milliseconds or seconds, with its unit: `500us`,
+/// `1ms`, `1.5ms`, `2s`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ShortDuration(pub Duration);
 
@@ -236,7 +244,7 @@ impl std::str::FromStr for ShortDuration {
         let t = s.trim();
         let (num, unit) = match t.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
             Some(i) => (&t[..i], &t[i..]),
-            None => (t, "ms"),
+            None => (t, ""),
         };
         let scale = match unit {
             "us" => 1e-6,
@@ -256,14 +264,22 @@ impl std::str::FromStr for ShortDuration {
 impl std::fmt::Display for ShortDuration {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let us = self.0.as_micros();
-        if us % 1_000_000 == 0 {
+        if us.is_multiple_of(1_000_000) {
             write!(f, "{}s", us / 1_000_000)
-        } else if us % 1000 == 0 {
+        } else if us.is_multiple_of(1000) {
             write!(f, "{}ms", us / 1000)
         } else {
             write!(f, "{us}us")
         }
     }
+}
+
+/// `--replay-store-timeout`: a [`ShortDuration`], or a number of milliseconds.
+fn parse_store_timeout(s: &str) -> std::result::Result<ShortDuration, String> {
+    if !s.trim().is_empty() && s.trim().bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return format!("{}ms", s.trim()).parse();
+    }
+    s.parse()
 }
 
 /// A network in CIDR form, or one address (`/32`, `/128`).
@@ -538,7 +554,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         || !trusted.is_empty()
         || !a.verifiers.is_empty()
         || !a.verifier_dns.verifier_names.is_empty();
-    if answers_early && a.replay_store.is_none() {
+    if answers_early && a.store.replay_store.is_none() {
         // docs/PROTOCOL.md §7: a flight replayed to another gateway of a
         // fleet is accepted there once more; answered early, each replay
         // reflects up to the pre-handshake budget.
@@ -589,18 +605,18 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
     // snapshot a stopping one leaves.
     let replay = replay_state::load(replay_path.as_deref().filter(|_| !a.check_config))?;
     cfg.replay = replay.clone();
-    if let Some(url) = &a.replay_store {
+    if let Some(url) = &a.store.replay_store {
         let address: StoreAddress = url.parse()?;
         let mut store = ReplayStoreConfig::new(address);
-        store.prefix = a.replay_store_prefix.clone();
-        store.timeout = a.replay_store_timeout.0;
-        store.skew = a.replay_store_skew.0;
+        store.prefix = a.store.replay_store_prefix.clone();
+        store.timeout = a.store.replay_store_timeout.0;
+        store.skew = a.store.replay_store_skew.0;
         tracing::info!(
             "replay store {:?}: keys {}:*, kept {:?}, answer within {}",
             store.address,
             store.prefix,
             store.ttl(),
-            a.replay_store_timeout
+            a.store.replay_store_timeout
         );
         cfg.replay_store = Some(ReplayStore::new(store, cfg.clock)?);
     }
@@ -753,7 +769,19 @@ mod tests {
     #[test]
     fn short_durations() {
         let d = |s: &str| s.parse::<ShortDuration>().map(|d| d.0);
-        assert_eq!(d("1"), Ok(Duration::from_millis(1)), "a number is ms");
+        assert!(
+            d("5").is_err(),
+            "a unit is needed (a skew of 5 is not 5 ms)"
+        );
+        assert_eq!(
+            parse_store_timeout("1").map(|d| d.0),
+            Ok(Duration::from_millis(1)),
+            "a deadline alone is ms"
+        );
+        assert_eq!(
+            parse_store_timeout("2s").map(|d| d.0),
+            Ok(Duration::from_secs(2))
+        );
         assert_eq!(d("1ms"), Ok(Duration::from_millis(1)));
         assert_eq!(d("1.5ms"), Ok(Duration::from_micros(1500)));
         assert_eq!(d("500us"), Ok(Duration::from_micros(500)));

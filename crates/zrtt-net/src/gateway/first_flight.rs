@@ -17,8 +17,8 @@ use zrtt_proto::ReplayError;
 
 use super::early_answer::{EarlyAnswer, EarlyCtl, EarlyUse, Grant, TokenIssue};
 use super::gate::Gate;
-use super::replay_store::StoreVerdict;
 use super::listener::SourceSlot;
+use super::replay_store::StoreVerdict;
 use super::{lock, relay, Metrics, Shared};
 use crate::error::{Error, Result};
 
@@ -117,9 +117,7 @@ async fn check_store(
             accepted.timestamp,
         )
         .await;
-    m.latency
-        .replay_store
-        .observe(t0.elapsed().as_secs_f64());
+    m.latency.replay_store.observe(t0.elapsed().as_secs_f64());
     let error = match verdict {
         StoreVerdict::Fresh => return None,
         StoreVerdict::Replayed => {

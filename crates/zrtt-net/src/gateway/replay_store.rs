@@ -215,7 +215,7 @@ impl fmt::Display for Unavailable {
 
 enum Backend {
     Single(redis::Client),
-    Cluster(ClusterClient),
+    Cluster(Box<ClusterClient>),
 }
 
 #[derive(Clone)]
@@ -270,8 +270,10 @@ impl ReplayStore {
             )));
         }
         let backend = match &cfg.address {
-            StoreAddress::Single(url) => Backend::Single(redis::Client::open(url.as_str()).map_err(bad)?),
-            StoreAddress::Cluster(nodes) => Backend::Cluster(
+            StoreAddress::Single(url) => {
+                Backend::Single(redis::Client::open(url.as_str()).map_err(bad)?)
+            }
+            StoreAddress::Cluster(nodes) => Backend::Cluster(Box::new(
                 ClusterClient::builder(nodes.iter().map(String::as_str))
                     // Errors must reach the guard, not be retried away.
                     .retries(0)
@@ -279,7 +281,7 @@ impl ReplayStore {
                     .response_timeout(CONNECT_TIMEOUT)
                     .build()
                     .map_err(bad)?,
-            ),
+            )),
         };
         Ok(Arc::new(Self {
             cfg,
@@ -315,8 +317,7 @@ impl ReplayStore {
     /// Whether a flight stamped now would be checked (connected, and past
     /// the guard of the last failure or connection).
     pub fn checking(&self) -> bool {
-        self.connected()
-            && (self.clock)().as_millis() > self.guard_ms.load(Ordering::SeqCst)
+        self.connected() && (self.clock)().as_millis() > self.guard_ms.load(Ordering::SeqCst)
     }
 
     async fn connect_loop(self: Arc<Self>) {
@@ -364,9 +365,9 @@ impl ReplayStore {
 
     /// Refuse every flight stamped up to `now + max_future + skew`.
     fn raise_guard(&self) {
-        let until = (self.clock)().as_millis().saturating_add(millis(
-            self.cfg.window.max_future + self.cfg.skew,
-        ));
+        let until = (self.clock)()
+            .as_millis()
+            .saturating_add(millis(self.cfg.window.max_future + self.cfg.skew));
         self.guard_ms.fetch_max(until, Ordering::SeqCst);
     }
 
