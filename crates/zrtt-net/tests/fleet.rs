@@ -108,7 +108,9 @@ impl Redis {
         if self.cluster {
             cmd.args(["--cluster-enabled", "yes"])
                 .args(["--cluster-config-file", "nodes.conf"])
-                .args(["--cluster-node-timeout", "3000"]);
+                .args(["--cluster-node-timeout", "3000"])
+                // The other nodes keep serving their slots when one is lost.
+                .args(["--cluster-require-full-coverage", "no"]);
         }
         let child = cmd
             .stdout(Stdio::null())
@@ -395,8 +397,10 @@ async fn a_slow_or_lost_store_refuses_busy_and_tls_serves_until_it_is_back() {
     stop("-CONT", redis.pid());
     assert_eq!(refused, Answer::Reject(RejectReason::Busy));
     assert_eq!(env.metric("replay_store_unavailable"), 1);
+    // (Had redis-rs given up on the late answer, that error raised the
+    // guard and flights are refused Busy a little longer.)
     until_checking(&[&s]).await;
-    assert_eq!(until_served(&env).await, 0);
+    until_served(&env).await;
 
     // Down: Busy, and the library client gets its answer over TLS.
     redis.kill();
