@@ -30,8 +30,9 @@
 //! them can be vouched for), later ones are checked as usual. For one
 //! server, connections are this module's own (a multiplexed connection,
 //! replaced only here, so no reconnection goes unnoticed); for a cluster,
-//! redis-rs reconnects by itself and the guard relies on it surfacing the
-//! failure as an error (retries are off for that reason), docs/FLEET.md.
+//! redis-rs reconnects and re-reads the slot map by itself; with retries
+//! off and RESP2 it does so only after a command failed, and every failed
+//! command reaches the guard (docs/FLEET.md says what this relies on).
 //!
 //! Checks never hold the replay filter's lock: the command runs in a task
 //! of its own (so a late answer or error is still seen after the deadline
@@ -275,8 +276,13 @@ impl ReplayStore {
             }
             StoreAddress::Cluster(nodes) => Backend::Cluster(Box::new(
                 ClusterClient::builder(nodes.iter().map(String::as_str))
-                    // Errors must reach the guard, not be retried away.
+                    // Errors must reach the guard, not be retried away
+                    // (with retries, redis-rs follows MOVED and reconnects
+                    // to a restarted or promoted node unseen) ...
                     .retries(0)
+                    // ... and no reconnection without a failed command
+                    // (RESP3 disconnect pushes trigger one).
+                    .use_protocol(redis::ProtocolVersion::RESP2)
                     .connection_timeout(CONNECT_TIMEOUT)
                     .response_timeout(CONNECT_TIMEOUT)
                     .build()
