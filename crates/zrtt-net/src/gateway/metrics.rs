@@ -340,6 +340,19 @@ mod tests {
             m.snapshot().iter().find(|(n, _)| *n == "requests"),
             Some(&("requests", 2))
         );
+        // The shared replay store's (docs/FLEET.md).
+        Metrics::inc(&m.replay_store_unavailable);
+        m.latency.replay_store.observe(0.0003);
+        let text = m.render();
+        for want in [
+            "# HELP zrtt_gateway_replay_store_replays First flights the local filter",
+            "\nzrtt_gateway_replay_store_replays_total 0\n",
+            "\nzrtt_gateway_replay_store_unavailable_total 1\n",
+            "# TYPE zrtt_gateway_replay_store_check_seconds histogram",
+            "zrtt_gateway_replay_store_check_seconds_bucket{le=\"0.0004\"} 1",
+        ] {
+            assert!(text.contains(want), "{want} in {text}");
+        }
     }
 
     #[test]
