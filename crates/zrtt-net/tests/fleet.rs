@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
+use std::io::Write as _;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use zrtt_net::client::{system_clock, Mode};
@@ -425,6 +426,47 @@ async fn a_slow_or_lost_store_refuses_busy_and_tls_serves_until_it_is_back() {
     env.stop().await;
 }
 
+/// A Redis Cluster of three masters, each serving a third of the slots.
+async fn cluster(root: &Path) -> Vec<Redis> {
+    let nodes: Vec<Redis> = (0..3).map(|_| Redis::start(root, true)).collect();
+    let mut create = Command::new("redis-cli");
+    create.args(["--cluster", "create"]);
+    for n in &nodes {
+        create.arg(n.node());
+    }
+    let out = create
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    until_cluster_ok(&nodes).await;
+    nodes
+}
+
+async fn until_cluster_ok(nodes: &[Redis]) {
+    let start = Instant::now();
+    while !nodes
+        .iter()
+        .all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+    {
+        assert!(start.elapsed() < PATIENCE, "cluster never ok");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn cluster_address(nodes: &[Redis]) -> StoreAddress {
+    format!(
+        "redis+cluster://{}",
+        nodes.iter().map(Redis::node).collect::<Vec<_>>().join(",")
+    )
+    .parse()
+    .unwrap()
+}
+
 /// The slot ranges a cluster node serves (from `CLUSTER NODES`).
 fn own_slots(node: &Redis) -> Vec<(u16, u16)> {
     let nodes = node.cli(&["CLUSTER", "NODES"]);
@@ -445,35 +487,8 @@ async fn a_redis_cluster_shares_replays_and_a_lost_node_fails_safe() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let mut nodes: Vec<Redis> = (0..3).map(|_| Redis::start(tmp.path(), true)).collect();
-    let mut create = Command::new("redis-cli");
-    create.args(["--cluster", "create"]);
-    for n in &nodes {
-        create.arg(n.node());
-    }
-    let out = create
-        .args(["--cluster-replicas", "0", "--cluster-yes"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let start = Instant::now();
-    while !nodes
-        .iter()
-        .all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"))
-    {
-        assert!(start.elapsed() < PATIENCE, "cluster never ok");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let address: StoreAddress = format!(
-        "redis+cluster://{}",
-        nodes.iter().map(Redis::node).collect::<Vec<_>>().join(",")
-    )
-    .parse()
-    .unwrap();
+    let mut nodes = cluster(tmp.path()).await;
+    let address = cluster_address(&nodes);
     let (sa, sb) = (store(address.clone()), store(address));
     let (backend, seen) = start_backend().await;
     let keys = vec![record("zrtt fleet key", 16384)];
@@ -539,6 +554,143 @@ async fn a_redis_cluster_shares_replays_and_a_lost_node_fails_safe() {
     assert_eq!(a.metric("zrtt_accepted"), 6 + served);
     // TLS still serves.
     assert_eq!(client_get(&a).await, Mode::TlsFallback);
+    a.stop().await;
+    b.stop().await;
+}
+
+/// A fresh flight whose store key hashes into `slots`, and that key.
+fn flight_in(
+    rec: &KeyRecord,
+    cfg: &ReplayStoreConfig,
+    node: &Redis,
+    slots: &[(u16, u16)],
+) -> (Vec<u8>, String) {
+    loop {
+        let (_hs, f) = flight(rec, ONCE);
+        let key = store_key(cfg, &f);
+        let slot: u16 = node.cli(&["CLUSTER", "KEYSLOT", &key]).parse().unwrap();
+        if slots.iter().any(|(lo, hi)| (*lo..=*hi).contains(&slot)) {
+            return (f, key);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_that_lost_a_flight_does_not_let_its_replay_run() {
+    // Redis replication is asynchronous: a replica promoted after its
+    // master died may lack the master's last writes. Here it certainly
+    // does (the replica is cut off just before the flight is recorded);
+    // the guard must keep the lost flight from being served again.
+    if !redis_installed() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut nodes = cluster(tmp.path()).await;
+    let master_id = nodes[0].cli(&["CLUSTER", "MYID"]);
+    let replica = Redis::start(tmp.path(), true);
+    let out = Command::new("redis-cli")
+        .args(["--cluster", "add-node", &replica.node(), &nodes[1].node()])
+        .args(["--cluster-slave", "--cluster-master-id", &master_id])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let start = Instant::now();
+    while !replica
+        .cli(&["INFO", "replication"])
+        .contains("master_link_status:up")
+    {
+        assert!(start.elapsed() < PATIENCE, "replica never in sync");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let address = cluster_address(&nodes);
+    let (sa, sb) = (store(address.clone()), store(address));
+    let (backend, seen) = start_backend().await;
+    let keys = vec![record("zrtt fleet key", 16384)];
+    let a = gateway(&keys, backend, Some(sa.clone())).await;
+    let b = gateway(&keys, backend, Some(sb.clone())).await;
+    until_checking(&[&sa, &sb]).await;
+    let slots = own_slots(&nodes[0]);
+    let (f, key) = flight_in(&a.records[0], sa.config(), &nodes[1], &slots);
+
+    // The replica cut off (and unable to come back: a password it lacks),
+    // the flight recorded on the master only, the master lost at once.
+    let mut cli = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &nodes[0].port.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // One connection: it stays authenticated after the password is set.
+    cli.stdin
+        .take()
+        .unwrap()
+        .write_all(b"CONFIG SET requirepass zrtt-test\nCLIENT KILL TYPE replica\n")
+        .unwrap();
+    let out = cli.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "OK\n1");
+    let recorded = Instant::now();
+    assert_eq!(answer(a.addr, &f).await, Answer::Reply);
+    nodes[0].kill();
+    assert_eq!(replica.cli(&["CLUSTER", "FAILOVER", "TAKEOVER"]), "OK");
+    let start = Instant::now();
+    while !replica
+        .cli(&["INFO", "replication"])
+        .contains("role:master")
+    {
+        assert!(start.elapsed() < PATIENCE, "no failover");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        replica.cli(&["GET", &key]),
+        "",
+        "the promoted replica lost the flight"
+    );
+
+    // B has not seen the lost flight. Its first check of another flight on
+    // that slot fails (the master is gone): Busy, and the guard is raised.
+    let (other, _) = flight_in(&b.records[0], sb.config(), &nodes[1], &slots);
+    assert_eq!(
+        answer(b.addr, &other).await,
+        Answer::Reject(RejectReason::Busy)
+    );
+    // B routes the slot to the promoted replica and serves fresh flights...
+    let start = Instant::now();
+    loop {
+        let (fresh, _) = flight_in(&b.records[0], sb.config(), &nodes[1], &slots);
+        match answer(b.addr, &fresh).await {
+            Answer::Reply => break,
+            Answer::Reject(RejectReason::Busy) => {}
+            other => panic!("{other:?}"),
+        }
+        assert!(start.elapsed() < PATIENCE, "B never served again");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        replica.cli(&["DBSIZE"]),
+        "1",
+        "the fresh flight, on the new master"
+    );
+    // ... but not the lost one, though neither the store nor B's own
+    // filter has it: the guard.
+    let again = answer(b.addr, &f).await;
+    assert_ne!(again, Answer::Reply, "a lost flight served twice");
+    if recorded.elapsed() < Duration::from_secs(9) {
+        // Still inside the window: refused by the guard, not the clock.
+        assert_eq!(again, Answer::Reject(RejectReason::Busy));
+    } else {
+        eprintln!("slow machine: the flight left its window first ({again:?})");
+    }
+    assert_eq!(b.metric("replay_store_replays"), 0);
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen.len(),
+        2,
+        "the lost flight once (on A), the fresh one once: {seen:?}"
+    );
     a.stop().await;
     b.stop().await;
 }
