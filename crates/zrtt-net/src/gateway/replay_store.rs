@@ -180,6 +180,7 @@ impl ReplayStoreConfig {
 
 /// What the store said about a flight.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StoreVerdict {
     /// Recorded now: nobody had recorded it.
     Fresh,
@@ -191,6 +192,7 @@ pub enum StoreVerdict {
 
 /// Why the store could not vouch for a flight.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Unavailable {
     /// No connection to the store (connecting in the background).
     NotConnected,
@@ -269,6 +271,11 @@ impl ReplayStore {
                 "replay store prefix {:?}: needs at least one character, no braces or spaces",
                 cfg.prefix
             )));
+        }
+        if cfg.timeout.is_zero() {
+            return Err(Error::Config(
+                "replay store timeout: must be more than zero".into(),
+            ));
         }
         let backend = match &cfg.address {
             StoreAddress::Single(url) => {
@@ -477,6 +484,22 @@ mod tests {
         assert!(!shown.contains("secret"), "{shown}");
         for bad in ["rediss://h:1", "h:1", "redis+cluster://", "memcached://h:1"] {
             assert!(bad.parse::<StoreAddress>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn settings_are_checked_without_connecting() {
+        let mut cfg = ReplayStoreConfig::new(StoreAddress::Single("redis://127.0.0.1:1".into()));
+        assert!(ReplayStore::new(cfg.clone(), crate::client::system_clock).is_ok());
+        cfg.timeout = Duration::ZERO;
+        assert!(ReplayStore::new(cfg.clone(), crate::client::system_clock).is_err());
+        cfg.timeout = DEFAULT_TIMEOUT;
+        for bad in ["", "{www}", "a b"] {
+            cfg.prefix = bad.into();
+            assert!(
+                ReplayStore::new(cfg.clone(), crate::client::system_clock).is_err(),
+                "{bad:?}"
+            );
         }
     }
 
