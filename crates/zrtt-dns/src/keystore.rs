@@ -80,6 +80,10 @@ pub struct Policy {
     /// Provenance certificates needed for an answer before the TCP handshake.
     #[serde(rename = "quorum")]
     pub provenance_quorum: u8,
+    /// Provenance verifiers (DNS names) the records name, so clients can
+    /// fetch certificates from them (only with a quorum).
+    #[serde(default)]
+    pub verifiers: Vec<String>,
 }
 
 impl Default for Policy {
@@ -92,6 +96,7 @@ impl Default for Policy {
             aeads: vec![Aead::ChaChaPoly, Aead::AesGcm],
             flags: RecordFlags::default(),
             provenance_quorum: 0,
+            verifiers: Vec::new(),
         }
     }
 }
@@ -135,6 +140,28 @@ impl Policy {
         }
         if self.aeads.len() == 2 && self.aeads[0] == self.aeads[1] {
             return bad("aeads lists the same algorithm twice".into());
+        }
+        if self.verifiers.len() > record::MAX_ADVERTISED_VERIFIERS {
+            return bad(format!(
+                "verifiers names {} verifiers; records name at most {}",
+                self.verifiers.len(),
+                record::MAX_ADVERTISED_VERIFIERS
+            ));
+        }
+        if !self.verifiers.is_empty() && self.provenance_quorum == 0 {
+            return bad(
+                "verifiers named with quorum = 0 (the records would accept no certificates)".into(),
+            );
+        }
+        for (i, v) in self.verifiers.iter().enumerate() {
+            if record::validate_name(v).is_err() {
+                return bad(format!(
+                    "verifier {v:?} is not a lowercase DNS name without a trailing dot"
+                ));
+            }
+            if self.verifiers[..i].contains(v) {
+                return bad(format!("verifier {v} named twice"));
+            }
         }
         Ok(())
     }
@@ -188,6 +215,7 @@ impl Engine for Policy {
             aeads: self.aeads.clone(),
             flags: self.flags,
             provenance_quorum: self.provenance_quorum,
+            verifiers: self.verifiers.clone(),
             name: k.name.to_owned(),
             cert_sha256: record::sha256(k.cert_der),
         }
@@ -239,6 +267,13 @@ impl Engine for Policy {
         if self.flags.issues_tokens() {
             flags.push("\"tokens\"");
         }
+        let verifiers = if self.verifiers.is_empty() {
+            "# verifiers = [\"pv1.example.net\"]   # provenance verifiers the records name\n"
+                .to_owned()
+        } else {
+            let names: Vec<String> = self.verifiers.iter().map(|v| format!("\"{v}\"")).collect();
+            format!("verifiers = [{}]\n", names.join(", "))
+        };
         let rotation = match self.rotation_period {
             Some(r) => format!("rotation = {}\n", r.as_secs()),
             None => format!(
@@ -255,7 +290,8 @@ impl Engine for Policy {
              max_early_data = {}\n\
              aeads = [{}]\n\
              flags = [{}]\n\
-             quorum = {}\n",
+             quorum = {}\n\
+             {verifiers}",
             self.lifetime.as_secs(),
             self.record_ttl.as_secs(),
             self.max_early_data_bytes,

@@ -90,6 +90,12 @@ impl<S> ChannelStream<S> {
         &self.io
     }
 
+    /// The underlying stream, giving up the channel (records queued but
+    /// not written are lost).
+    pub fn into_inner(self) -> S {
+        self.io
+    }
+
     /// Seal a record of `kind` and queue it.
     pub fn queue_record(&mut self, kind: RecordKind, body: &[u8]) -> io::Result<()> {
         self.channel

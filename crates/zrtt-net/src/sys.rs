@@ -40,6 +40,9 @@ pub struct TcpInfo {
     pub rtt_us: u32,
     /// Segments sent and not yet acknowledged (`tcpi_unacked`).
     pub unacked: u32,
+    /// Segments carrying data sent so far, retransmissions included
+    /// (`tcpi_data_segs_out`, Linux 4.6+).
+    pub data_segs_out: u32,
 }
 
 impl TcpInfo {
@@ -93,6 +96,7 @@ pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<TcpInfo> {
         options: info.tcpi_options,
         rtt_us: info.tcpi_rtt,
         unacked: info.tcpi_unacked,
+        data_segs_out: info.tcpi_data_segs_out,
     })
 }
 
@@ -119,4 +123,10 @@ pub fn register(
     // the same file description and returns the same number from
     // `as_raw_fd` for as long as it is owned, and the `AsyncFd` owns it.
     unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, interest) }.map_err(Into::into)
+}
+
+/// The process's effective user id.
+pub fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
 }

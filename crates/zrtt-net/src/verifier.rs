@@ -36,6 +36,11 @@ use crate::error::{Error, Result};
 
 pub use crate::client::ProvenanceStore;
 
+/// The port a provenance verifier serves on (`zrtt verifier serve`'s
+/// default), and where a client reaches a verifier that a key record names
+/// (at the name's address).
+pub const VERIFIER_PORT: u16 = 4480;
+
 const MAGIC: &[u8; 4] = b"ZPV1";
 const MAX_REQUEST: usize = 4 + 32 + 4 + 1 + 98;
 

@@ -369,3 +369,57 @@ async fn one_address_cannot_hold_more_than_its_share_of_connections() {
     }
     env.stop().await;
 }
+
+#[tokio::test]
+async fn a_confirmation_arriving_after_the_answer_does_not_reset_the_connection() {
+    // The gateway answers early and closes before the client's confirmation
+    // (sent one round trip after the Reply) arrives. Closing with that data
+    // unread would make the kernel reset the connection, and on a lossy
+    // path the reset can overtake the answer's last segments: the client
+    // sees "connection reset" for a request that ran. The gateway keeps
+    // reading after its close (lingering close) instead.
+    let env = start_gateway(GatewayOpts {
+        trusted: trusted_loopback(),
+        ..Default::default()
+    })
+    .await;
+    let (mut c, hs) = Raw::send(
+        env.addr,
+        &env.records[0],
+        b"GET /a HTTP/1.1\r\nHost: www.example.com\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    // The Reply carries the answer's first bytes (a proven address).
+    let mut answer = loop {
+        if let Ok(Some((frame, used))) = read_frame(&c.buf, Expect::ReplyOrReject) {
+            let r = hs.handle_reply(&frame).unwrap();
+            c.channel = Some(r.channel);
+            c.buf.drain(..used);
+            break r.data;
+        }
+        assert!(c.fill().await, "closed before the Reply");
+    };
+    answer.extend(c.read_to_close().await);
+    assert_eq!(count(&answer, "HTTP/1.1 200"), 1);
+    c.until_closed().await;
+    // Late confirmation, then the end of our side. A lingering gateway
+    // reads both and the connection ends cleanly; a gateway that closed
+    // with the confirmation unread (or arriving after its close) resets it.
+    c.confirm().await;
+    c.tcp.shutdown().await.unwrap();
+    let closed = async {
+        use std::os::fd::AsFd;
+        while zrtt_net::sys::tcp_info(c.tcp.as_fd()).unwrap().state != zrtt_net::sys::state::CLOSE {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(PATIENCE, closed)
+        .await
+        .expect("the connection neither closed nor was reset");
+    let error = socket2::SockRef::from(&c.tcp).take_error().unwrap();
+    assert!(
+        error.is_none(),
+        "the late confirmation was answered with a reset: {error:?}"
+    );
+    env.stop().await;
+}

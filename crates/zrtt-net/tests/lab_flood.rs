@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use zrtt_lab::{Lab, Topology};
-use zrtt_net::client::{ClientConfig, Mode};
+use zrtt_net::client::{ClientConfig, ConnInfo, Mode};
 use zrtt_proto::handshake::{ClientHandshake, ClientParams};
 use zrtt_proto::record::VerifiedKeyRecord;
 
@@ -71,20 +71,14 @@ fn rss_kib() -> u64 {
 }
 
 /// Fresh NK flights in SYNs from random nonexistent lab addresses.
-fn flood(record: &VerifiedKeyRecord, gateway: SocketAddr) -> u64 {
-    use socket2::{Domain, Protocol, SockAddr, Socket, Type};
-    let SocketAddr::V4(gw) = gateway else {
-        panic!("IPv4 lab")
-    };
-    let raw = Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::from(255))).unwrap();
-    let to = SockAddr::from(gateway);
+/// A few hundred distinct valid flights, reused round robin: building one
+/// costs more than sending it. Each is fresh to the gateway's replay filter
+/// only once; the rest are replays, refused after decryption, which is what
+/// a flood of recorded flights costs the gateway.
+fn valid_flights(record: &VerifiedKeyRecord) -> Vec<Vec<u8>> {
     let rng = ring::rand::SystemRandom::new();
     let request = format!("GET / HTTP/1.1\r\nHost: {HOST}\r\n\r\n");
-    // A few hundred distinct flights, reused round robin: building one
-    // costs more than sending it. Each is fresh to the gateway's replay
-    // filter only once; the rest are replays, refused after decryption,
-    // which is what a flood of recorded flights costs the gateway.
-    let flights: Vec<Vec<u8>> = (0..256)
+    (0..256)
         .map(|_| {
             let now = zrtt_net::client::system_clock();
             ClientHandshake::start(
@@ -97,7 +91,38 @@ fn flood(record: &VerifiedKeyRecord, gateway: SocketAddr) -> u64 {
             .unwrap()
             .1
         })
-        .collect();
+        .collect()
+}
+
+/// What costs an attacker no cryptography: the first two bytes of a first
+/// flight (a frame whose rest never comes), a flight-sized frame of random
+/// bytes (fails to decrypt), and the first bytes of a TLS record.
+fn garbage_flights(valid: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    for (i, f) in valid.iter().enumerate() {
+        let mut g = f.clone();
+        match i % 3 {
+            0 => g.truncate(2),
+            1 => {
+                // Keep the frame header, scramble the Noise message.
+                for (j, b) in g.iter_mut().enumerate().skip(16) {
+                    *b ^= (j as u8).wrapping_mul(151).wrapping_add(i as u8) | 1;
+                }
+            }
+            _ => g = vec![0x16, 0x03, 0x01, 0x02, 0x00, 0x01],
+        }
+        out.push(g);
+    }
+    out
+}
+
+fn flood(flights: &[Vec<u8>], gateway: SocketAddr) -> u64 {
+    use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+    let SocketAddr::V4(gw) = gateway else {
+        panic!("IPv4 lab")
+    };
+    let raw = Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::from(255))).unwrap();
+    let to = SockAddr::from(gateway);
     let start = Instant::now();
     let mut sent = 0u64;
     let budget = SYNS_PER_SEC * FLOOD.as_secs();
@@ -174,22 +199,111 @@ fn lab_spoofed_syn_flood_leaves_legitimate_clients_served() {
             .map(|(_, v)| v)
             .unwrap()
     };
-    let counters = [
-        "TCPFastOpenPassive",
-        "TCPFastOpenListenOverflow",
-        "TCPFastOpenPassiveFail",
-        "ListenOverflows",
-        "ListenDrops",
-        "TCPReqQFullDrop",
-        "SyncookiesSent",
-        "TCPFastOpenActiveFail",
-    ];
-    let before = tcp_ext(&lab, "server", &counters);
+    let record = VerifiedKeyRecord::dangerous_assume_verified(records[0].clone());
+    let valid = valid_flights(&record);
+    let garbage = garbage_flights(&valid);
     let rss_before = rss_kib();
+    let mut rss_peak = rss_before;
+    for (label, flights) in [("valid flights", valid), ("garbage", garbage)] {
+        eprintln!("== flood of {label}");
+        let early_before = metric("zrtt_answered_early");
+        let (results, delta) = phase(&lab, gateway, &records, flights);
+        rss_peak = rss_peak.max(rss_kib());
+        for name in [
+            "connections",
+            "zrtt_flights",
+            "zrtt_accepted",
+            "zrtt_answered_early",
+            "zrtt_answered_gated",
+            "gate_timeouts",
+            "zrtt_silent_drops",
+            "zrtt_forced_gating",
+            "zrtt_busy",
+        ] {
+            eprintln!("gateway {name}: {}", metric(name));
+        }
+        let mut answered = 0;
+        for (i, r) in results.iter().enumerate() {
+            match r {
+                Ok((resp, info)) => {
+                    eprintln!(
+                        "legitimate request {i}: {} {:?} syn data acked {} round trips {}",
+                        resp[0].0, info.mode, info.syn_data_acked, info.round_trips
+                    );
+                    if resp[0].0 == 200 {
+                        answered += 1;
+                    }
+                }
+                Err(e) => eprintln!("legitimate request {i}: failed: {e}"),
+            }
+        }
+        assert_eq!(
+            answered, 10,
+            "{label}: every legitimate request answered during the flood"
+        );
+        // The spoofed connections each hold a Fast Open place only while
+        // the gateway looks at them (the gate timeout for a valid flight or
+        // a partial frame, nothing for one that fails to decrypt): the
+        // gateway resets them, so 2,000 per second fill at most 6,000 of
+        // the 8,192 places and the client's SYN data is still taken.
+        for (i, r) in results.iter().enumerate() {
+            let (_, info) = r.as_ref().unwrap();
+            assert!(
+                info.syn_data_acked,
+                "{label}: request {i}: Fast Open data ignored"
+            );
+        }
+        assert_eq!(delta[1], 0, "{label}: Fast Open queue overflowed");
+        assert_eq!(delta[6], 0, "{label}: SYN cookies sent");
+        // Nothing went to a spoofed source: every early answer is the client's.
+        let early_legit = results
+            .iter()
+            .filter(|r| r.as_ref().is_ok_and(|(_, i)| i.mode == Mode::ZrttEarly))
+            .count() as u64;
+        assert_eq!(metric("zrtt_answered_early") - early_before, early_legit);
+    }
+    eprintln!(
+        "test process memory: {} MiB before, {} MiB at most during the floods",
+        rss_before / 1024,
+        rss_peak / 1024
+    );
+    // At most 8,192 pending connections, a few tens of KiB each.
+    assert!(
+        rss_peak < rss_before + 512 * 1024,
+        "memory grew by {} MiB",
+        (rss_peak - rss_before) / 1024
+    );
+    let _ = stop_tx.send(());
+    server.join();
+    lab.down().unwrap();
+}
 
-    // The legitimate client: ten fetches, one every 500 ms, from the flood's
-    // first second on.
-    let c_records = records.clone();
+const COUNTERS: [&str; 8] = [
+    "TCPFastOpenPassive",
+    "TCPFastOpenListenOverflow",
+    "TCPFastOpenPassiveFail",
+    "ListenOverflows",
+    "ListenDrops",
+    "TCPReqQFullDrop",
+    "SyncookiesSent",
+    "TCPFastOpenActiveFail",
+];
+
+type Fetched = Result<(Vec<(u16, String)>, ConnInfo), String>;
+
+/// One flood of `flights` from spoofed sources while a legitimate client
+/// fetches ten times; the server kernel's counters' growth ([`COUNTERS`]),
+/// measured after the gateway let the spoofed connections go.
+fn phase(
+    lab: &Lab,
+    gateway: SocketAddr,
+    records: &[zrtt_proto::record::KeyRecord],
+    flights: Vec<Vec<u8>>,
+) -> (Vec<Fetched>, Vec<u64>) {
+    let before = tcp_ext(lab, "server", &COUNTERS);
+    // The legitimate client: ten fetches, one every 500 ms, from the
+    // flood's first second on.
+    let c_records = records.to_vec();
     let legit = lab
         .spawn_in_host("client", move || {
             std::thread::sleep(Duration::from_millis(800));
@@ -203,12 +317,10 @@ fn lab_spoofed_syn_flood_leaves_legitimate_clients_served() {
             out
         })
         .unwrap();
-    let record = VerifiedKeyRecord::dangerous_assume_verified(records[0].clone());
     let sent = lab
-        .in_host("attacker", move || flood(&record, gateway))
+        .in_host("attacker", move || flood(&flights, gateway))
         .unwrap();
     let results = legit.join();
-    let rss_peak = rss_kib();
     let syn_recv = || {
         let mut cmd = lab.command("server", "ss").unwrap();
         cmd.args(["-Htan", "state", "syn-recv"]);
@@ -220,79 +332,15 @@ fn lab_spoofed_syn_flood_leaves_legitimate_clients_served() {
         "server sockets in SYN-RECV at the end of the flood: {}",
         syn_recv()
     );
-    eprintln!(
-        "open descriptors of the test process: {}",
-        std::fs::read_dir("/proc/self/fd").unwrap().count()
-    );
     // The gateway lets spoofed connections go after its gate timeout (3 s).
     std::thread::sleep(Duration::from_secs(5));
-    let after = tcp_ext(&lab, "server", &counters);
+    let after = tcp_ext(lab, "server", &COUNTERS);
     eprintln!("server sockets in SYN-RECV 5 s later: {}", syn_recv());
-
-    eprintln!("flood: {sent} spoofed SYNs with flights in {FLOOD:?}");
+    eprintln!("flood: {sent} spoofed SYNs in {FLOOD:?}");
     eprintln!("hub: {:?}", lab.hub_stats());
-    for (i, name) in counters.iter().enumerate() {
-        eprintln!("server TcpExt {name}: +{}", after[i] - before[i]);
+    let delta: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    for (name, d) in COUNTERS.iter().zip(&delta) {
+        eprintln!("server TcpExt {name}: +{d}");
     }
-    for name in [
-        "connections",
-        "zrtt_flights",
-        "zrtt_accepted",
-        "zrtt_answered_early",
-        "zrtt_answered_gated",
-        "gate_timeouts",
-        "zrtt_silent_drops",
-        "zrtt_forced_gating",
-        "zrtt_busy",
-    ] {
-        eprintln!("gateway {name}: {}", metric(name));
-    }
-    eprintln!(
-        "test process memory: {} MiB before, {} MiB at the end of the flood",
-        rss_before / 1024,
-        rss_peak / 1024
-    );
-    let mut answered = 0;
-    for (i, r) in results.iter().enumerate() {
-        match r {
-            Ok((resp, info)) => {
-                eprintln!(
-                    "legitimate request {i}: {} {:?} syn data acked {} round trips {}",
-                    resp[0].0, info.mode, info.syn_data_acked, info.round_trips
-                );
-                if resp[0].0 == 200 {
-                    answered += 1;
-                }
-            }
-            Err(e) => eprintln!("legitimate request {i}: failed: {e}"),
-        }
-    }
-    assert_eq!(
-        answered, 10,
-        "every legitimate request answered during the flood"
-    );
-    // The spoofed connections each hold a Fast Open place for the gate
-    // timeout only (the gateway resets them): 2,000 per second fill 6,000
-    // of the 8,192 places, so the client's SYN data is still taken.
-    for (i, r) in results.iter().enumerate() {
-        let (_, info) = r.as_ref().unwrap();
-        assert!(info.syn_data_acked, "request {i}: Fast Open data ignored");
-    }
-    assert_eq!(after[1] - before[1], 0, "Fast Open queue overflowed");
-    assert_eq!(after[6] - before[6], 0, "SYN cookies sent");
-    // Nothing went to a spoofed source: every early answer is the client's.
-    let early_legit = results
-        .iter()
-        .filter(|r| r.as_ref().is_ok_and(|(_, i)| i.mode == Mode::ZrttEarly))
-        .count() as u64;
-    assert_eq!(metric("zrtt_answered_early"), early_legit);
-    // At most 8,192 pending connections, a few tens of KiB each.
-    assert!(
-        rss_peak < rss_before + 512 * 1024,
-        "memory grew by {} MiB",
-        (rss_peak - rss_before) / 1024
-    );
-    let _ = stop_tx.send(());
-    server.join();
-    lab.down().unwrap();
+    (results, delta)
 }

@@ -129,6 +129,12 @@ impl BloomReplayFilter {
         }
     }
 
+    /// The latest time the filter has seen (its start, or the latest
+    /// `now` of a flight check).
+    pub fn latest(&self) -> UnixTime {
+        self.max_now
+    }
+
     /// Bytes of memory the filter uses when both buckets are live.
     pub fn memory_bytes(&self) -> u64 {
         2 * self.m_bits.div_ceil(64) * 8

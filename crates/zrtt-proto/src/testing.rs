@@ -180,6 +180,7 @@ pub fn body(key: &X25519KeyPair, cert: &[u8]) -> RecordBody {
         aeads: vec![Aead::ChaChaPoly, Aead::AesGcm],
         flags: RecordFlags::from_bits(RecordFlags::ISSUES_TOKENS).unwrap(),
         provenance_quorum: 0,
+        verifiers: Vec::new(),
         name: NAME.to_owned(),
         cert_sha256: sha256(cert),
     }

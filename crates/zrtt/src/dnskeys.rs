@@ -76,6 +76,22 @@ impl ClientFlags {
         Ok(Some(dir.join("tokens")))
     }
 
+    /// `--no-state`: keep nothing between runs.
+    pub fn no_state(&self) -> bool {
+        self.no_state
+    }
+
+    /// Where provenance certificates live when no `--provenance-state` is
+    /// given: `provenance` next to the default token state; `None` with
+    /// `--no-state` or `--token-state` (an explicit state file names no
+    /// directory to keep others in) or when no home directory is known.
+    pub fn provenance_state(&self) -> std::io::Result<Option<PathBuf>> {
+        if self.no_state || self.token_state.is_some() {
+            return Ok(None);
+        }
+        Ok(self.token_state()?.map(|t| t.with_file_name("provenance")))
+    }
+
     /// Set these choices on a client config.
     pub fn apply(&self, cfg: &mut zrtt_net::client::ClientConfig) {
         cfg.fast_open = !self.no_fast_open;

@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use zrtt_net::gateway::replay_store::{self, ReplayStore, ReplayStoreConfig, StoreAddress};
 use zrtt_net::gateway::{
-    load_certified_key, tls_server_config_with, Gateway, GatewayConfig, ReloadableCert,
+    load_certified_key, tls_server_config_with, Gateway, GatewayConfig, ReloadableCert, SniCerts,
 };
 use zrtt_net::tfo::ListenOptions;
 use zrtt_proto::admission::{AdmissionConfig, IpNet, TokenKey, TokenKeyRing, TokenKeys};
@@ -36,13 +36,24 @@ pub struct GatewayArgs {
     #[arg(long, conflicts_with_all = ["keys", "records", "cert", "cert_key"])]
     keystore: Option<PathBuf>,
     /// Keep the replay filter across restarts in this file (default:
-    /// `replay-<address>_<port>.state` in the key store): written when the
-    /// gateway stops, read and removed at start, so a restart answers early
-    /// at once. Never share one file between gateways.
+    /// `replay-<host>-<address>_<port>.state` in the key store): written
+    /// when the gateway stops, read and removed at start, so a restart
+    /// answers early at once. Restored only by the same host and address,
+    /// and only if no other gateway started with the file since (counter
+    /// in `<file>.gen`).
     #[arg(long)]
     replay_state: Option<PathBuf>,
     #[command(flatten)]
     store: Box<ReplayStoreArgs>,
+    /// A further site on this gateway (repeatable): `backend=ADDR:PORT`
+    /// and `keystore=DIR`, or `cert=FILE,cert-key=FILE` with
+    /// `key=FILE,record=FILE` pairs; `alias=NAME` adds names. TLS picks the
+    /// certificate by server name (SNI), zrtt by the key a flight was
+    /// encrypted to, and requests go to the backend of their Host's site
+    /// (421 for a host no site serves, or one of another site than the
+    /// connection's). The flags above are the default site.
+    #[arg(long = "site", value_name = "SPEC")]
+    sites: Vec<crate::sites::SiteSpec>,
     /// With --keystore: create and retire keys on schedule in this process too.
     #[arg(long, requires = "keystore")]
     rotate: bool,
@@ -346,24 +357,24 @@ fn store_token_keys(dir: &Path, schedule: TokenSchedule) -> Result<TokenKeys> {
     )?)
 }
 
-fn server_keys(a: &GatewayArgs) -> Result<ServerConfig> {
+fn server_keys(key_files: &[PathBuf], record_files: &[PathBuf]) -> Result<Vec<ServerKey>> {
     let mut records = Vec::new();
-    for p in &a.records {
+    for p in record_files {
         records.extend(keys::load_records(p)?);
     }
     let mut out = Vec::new();
-    for p in &a.keys {
+    for p in key_files {
         let key = keys::read_key(p)?;
         let Some(rec) = records.iter().find(|r| &r.body.public_key == key.public()) else {
             bail!("{}: no --record file holds this key's record", p.display());
         };
         out.push(ServerKey::new(rec.clone(), key)?);
     }
-    Ok(ServerConfig::new(out)?)
+    Ok(out)
 }
 
 /// Keys from a key store at `now`, rotating first when asked.
-fn keystore_keys(ks: &mut KeyStore, rotate: bool) -> Result<ServerConfig> {
+fn keystore_keys(ks: &mut KeyStore, rotate: bool) -> Result<Vec<ServerKey>> {
     ks.reload_if_changed()?;
     if rotate {
         let report = ks.rotate(util::now(), &ring::rand::SystemRandom::new())?;
@@ -378,7 +389,91 @@ fn keystore_keys(ks: &mut KeyStore, rotate: bool) -> Result<ServerConfig> {
             ks.dir().display()
         );
     }
-    Ok(ServerConfig::new(keys)?)
+    Ok(keys)
+}
+
+/// One site as served: its names, backend, keys (from files, fixed, or
+/// from its key store, re-read) and certificate files.
+struct LoadedSite {
+    names: Vec<String>,
+    backend: SocketAddr,
+    store: Option<KeyStore>,
+    file_keys: Vec<ServerKey>,
+    cert: PathBuf,
+    cert_key: PathBuf,
+}
+
+impl LoadedSite {
+    #[allow(clippy::too_many_arguments)]
+    fn load(
+        keystore: Option<&Path>,
+        key_files: &[PathBuf],
+        record_files: &[PathBuf],
+        cert: Option<&Path>,
+        cert_key: Option<&Path>,
+        backend: SocketAddr,
+        aliases: &[String],
+        rotate: bool,
+    ) -> Result<Self> {
+        let mut site = match keystore {
+            Some(dir) => {
+                let mut ks = KeyStore::open(dir)?;
+                keystore_keys(&mut ks, rotate)?;
+                Self {
+                    names: vec![ks.name().to_owned()],
+                    backend,
+                    cert: ks.cert_pem_path(),
+                    cert_key: ks.cert_key_path(),
+                    store: Some(ks),
+                    file_keys: Vec::new(),
+                }
+            }
+            None => {
+                let file_keys = server_keys(key_files, record_files)?;
+                let mut names: Vec<String> = Vec::new();
+                for k in &file_keys {
+                    if !names.contains(&k.record.body.name) {
+                        names.push(k.record.body.name.clone());
+                    }
+                }
+                Self {
+                    names,
+                    backend,
+                    store: None,
+                    file_keys,
+                    cert: cert.map(Path::to_path_buf).unwrap_or_default(),
+                    cert_key: cert_key.map(Path::to_path_buf).unwrap_or_default(),
+                }
+            }
+        };
+        for a in aliases {
+            if !site.names.contains(a) {
+                site.names.push(a.clone());
+            }
+        }
+        if site.names.is_empty() {
+            bail!("a site without keys needs alias=NAME (the names it serves)");
+        }
+        Ok(site)
+    }
+
+    /// The site's keys now (its key store re-read, rotated when asked).
+    fn keys(&mut self, rotate: bool) -> Result<Vec<ServerKey>> {
+        match &mut self.store {
+            Some(ks) => keystore_keys(ks, rotate),
+            None => Ok(self.file_keys.clone()),
+        }
+    }
+}
+
+/// Every site's keys in one zrtt configuration (key ids must differ
+/// across sites: a flight's key id selects its site).
+fn all_keys(sites: &mut [LoadedSite], rotate: bool) -> Result<ServerConfig> {
+    let mut keys = Vec::new();
+    for s in sites.iter_mut() {
+        keys.extend(s.keys(rotate)?);
+    }
+    ServerConfig::new(keys).context("the sites' keys")
 }
 
 type VerifierPolicy = (
@@ -516,35 +611,58 @@ fn next_lookup(every: Duration, failed: bool) -> Duration {
 }
 
 pub fn run(a: GatewayArgs) -> Result<ExitCode> {
-    let mut store = a.keystore.as_deref().map(KeyStore::open).transpose()?;
-    let (keys, cert_path, cert_key_path, names) = match store.as_mut() {
-        Some(ks) => (
-            keystore_keys(ks, a.rotate)?,
-            ks.cert_pem_path(),
-            ks.cert_key_path(),
-            vec![ks.name().to_owned()],
-        ),
-        None => {
-            let keys = server_keys(&a)?;
-            let mut names: Vec<String> = keys
-                .keys()
-                .iter()
-                .map(|k| k.record.body.name.clone())
-                .collect();
-            names.dedup();
-            (
-                keys,
-                a.cert.clone().unwrap_or_default(),
-                a.cert_key.clone().unwrap_or_default(),
-                names,
-            )
+    let mut sites = vec![LoadedSite::load(
+        a.keystore.as_deref(),
+        &a.keys,
+        &a.records,
+        a.cert.as_deref(),
+        a.cert_key.as_deref(),
+        a.backend,
+        &[],
+        a.rotate,
+    )?];
+    for spec in &a.sites {
+        let site = LoadedSite::load(
+            spec.keystore.as_deref(),
+            &spec.keys,
+            &spec.records,
+            spec.cert.as_deref(),
+            spec.cert_key.as_deref(),
+            spec.backend,
+            &spec.aliases,
+            a.rotate,
+        )?;
+        for n in &site.names {
+            if sites.iter().any(|s| s.names.contains(n)) {
+                bail!("--site: {n} is served by two sites");
+            }
         }
-    };
-    // The TLS certificate, replaced when its files change (reload.rs).
-    zrtt_dns::keyfile::check_private_mode(&cert_key_path)?;
-    let served_cert = ReloadableCert::new(load_certified_key(&cert_path, &cert_key_path)?);
-    let tls = tls_server_config_with(served_cert.clone())?;
-    let tokens = token_keys(&a, store.as_ref())?;
+        sites.push(site);
+    }
+    let keys = all_keys(&mut sites, false)?;
+    // The TLS certificates (by server name), each replaced when its files
+    // change (reload.rs).
+    let mut certs = Vec::new();
+    for s in &sites {
+        zrtt_dns::keyfile::check_private_mode(&s.cert_key)?;
+        let served = ReloadableCert::new(load_certified_key(&s.cert, &s.cert_key)?);
+        certs.push((s.names.clone(), served, s.cert.clone(), s.cert_key.clone()));
+    }
+    let tls = tls_server_config_with(SniCerts::new(
+        certs
+            .iter()
+            .map(|(n, c, _, _)| (n.clone(), c.clone()))
+            .collect(),
+    )?)?;
+    let names = sites[0].names.clone();
+    let other_sites: Vec<zrtt_net::gateway::Site> = sites[1..]
+        .iter()
+        .map(|s| zrtt_net::gateway::Site {
+            names: s.names.clone(),
+            backend: s.backend,
+        })
+        .collect();
+    let tokens = token_keys(&a, sites[0].store.as_ref())?;
     let trusted = a
         .trusted
         .iter()
@@ -603,8 +721,11 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         replay_state::location(a.replay_state.as_deref(), a.keystore.as_deref(), a.listen);
     // --check-config runs beside a serving gateway: it must not take the
     // snapshot a stopping one leaves.
-    let replay = replay_state::load(replay_path.as_deref().filter(|_| !a.check_config))?;
-    cfg.replay = replay.clone();
+    let replay = replay_state::load(
+        replay_path.as_deref().filter(|_| !a.check_config),
+        &replay_state::owner(a.listen),
+    )?;
+    cfg.replay = replay.filter.clone();
     if let Some(url) = &a.store.replay_store {
         let address: StoreAddress = url.parse()?;
         let mut store = ReplayStoreConfig::new(address);
@@ -622,6 +743,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
     }
     cfg.admission = admission;
     cfg.server_names = names;
+    cfg.sites = other_sites;
     cfg.provenance = verifier_policy.as_ref().map(|(policy, _)| policy.clone());
     cfg.listen = listen;
     cfg.timeouts.gate = a.gate_timeout;
@@ -681,37 +803,46 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
             }))
         });
         let hup = reload::sighup();
-        let cert_watch = tokio::spawn(reload::watch_certificate(
-            served_cert,
-            cert_path.clone(),
-            cert_key_path.clone(),
-            a.refresh,
-            hup.clone(),
-            stop_rx.clone(),
-        ));
+        let cert_watch: Vec<_> = certs
+            .into_iter()
+            .map(|(_, served, cert, key)| {
+                tokio::spawn(reload::watch_certificate(
+                    served,
+                    cert,
+                    key,
+                    a.refresh,
+                    hup.clone(),
+                    stop_rx.clone(),
+                ))
+            })
+            .collect();
         // Token keys from the store are re-read with the keys.
         let store_tokens = token_ring.filter(|_| a.token_key.is_none());
-        let refresher = store
-            .map(|ks| -> Result<_> {
+        let refresher = sites
+            .iter()
+            .any(|s| s.store.is_some())
+            .then(|| -> Result<_> {
                 let mut rx = stop_rx.clone();
                 let (rotate, every) = (a.rotate, a.refresh);
                 let schedule = TokenSchedule::new(a.token_rotation, a.token_lifetime)?;
                 Ok(tokio::spawn(async move {
-                    let ks = Arc::new(Mutex::new(ks));
+                    let sites = Arc::new(Mutex::new(sites));
                     loop {
                         tokio::select! {
                             _ = rx.changed() => return,
                             _ = tokio::time::sleep(every) => {}
                             () = hup.notified() => {}
                         }
-                        let ks = ks.clone();
+                        let sites = sites.clone();
                         let with_tokens = store_tokens.is_some();
                         let fresh = tokio::task::spawn_blocking(move || {
-                            let mut ks = ks.lock().unwrap_or_else(|p| p.into_inner());
-                            let keys = keystore_keys(&mut ks, rotate)?;
-                            let tokens = with_tokens
-                                .then(|| store_token_keys(ks.dir(), schedule))
-                                .transpose()?;
+                            let mut sites = sites.lock().unwrap_or_else(|p| p.into_inner());
+                            let keys = all_keys(&mut sites, rotate)?;
+                            // Token keys: the default site's store.
+                            let tokens = match (&sites[0].store, with_tokens) {
+                                (Some(ks), true) => Some(store_token_keys(ks.dir(), schedule)?),
+                                _ => None,
+                            };
                             anyhow::Ok((keys, tokens))
                         })
                         .await;
@@ -745,7 +876,9 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
             }
         }
         let _ = admin_stop.send(());
-        let _ = cert_watch.await;
+        for w in cert_watch {
+            let _ = w.await;
+        }
         if let Some(r) = refresher {
             let _ = r.await;
         }

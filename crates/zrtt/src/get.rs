@@ -69,9 +69,14 @@ pub struct GetArgs {
     /// Do not look up key records in DNS (TLS unless --record is given).
     #[arg(long)]
     no_dns: bool,
-    /// Provenance state from `zrtt verifier fetch`: certificates for this host's
-    /// address (and their static key) let a gateway that trusts the
-    /// verifiers answer before the TCP handshake completes.
+    /// Provenance state (from `zrtt verifier fetch`, or learned): certificates
+    /// for this host's address (and their static key) let a gateway that
+    /// trusts the verifiers answer before the TCP handshake completes.
+    /// Default `provenance` in the state directory (see --token-state;
+    /// none with --no-state). When a key record names verifiers and the
+    /// state holds no valid certificates, `get` fetches some from them
+    /// after the response (port 4480 of the names' addresses; --resolve
+    /// NAME:4480:ADDR applies), so the next first contact is proven.
     #[arg(long, alias = "pv-state")]
     provenance_state: Option<PathBuf>,
     /// After the transfer print FORMAT: %{time_namelookup} %{time_connect}
@@ -332,11 +337,23 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
         Err(e) => return fail(1, e.to_string()),
     };
     a.flags.apply(&mut cfg);
-    if let Some(p) = &a.provenance_state {
-        let store = zrtt_net::verifier::ProvenanceStore::load(p)
-            .map_err(|e| Failure(77, format!("{}: {e}", p.display())))?;
-        cfg.provenance = Some(Arc::new(store));
-    }
+    let pv_path = match &a.provenance_state {
+        Some(p) => Some(p.clone()),
+        None => a
+            .flags
+            .provenance_state()
+            .map_err(|e| Failure(23, format!("creating the state directory: {e}")))?,
+    };
+    let provenance = match &pv_path {
+        Some(p) => {
+            let store = zrtt_net::verifier::ProvenanceStore::load(p)
+                .map_err(|e| Failure(77, format!("{}: {e}", p.display())))?;
+            let store = Arc::new(store);
+            cfg.provenance = Some(store.clone());
+            Some((p.clone(), store))
+        }
+        None => None,
+    };
     let token_state = a
         .flags
         .token_state()
@@ -489,6 +506,9 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
             tracing::warn!("saving {}: {e}", p.display());
         }
     }
+    if let (Some((p, store)), Some(i)) = (&provenance, &info) {
+        learn_provenance(a, p, store, i).await;
+    }
 
     if let Some(fmt) = &a.write_out {
         let secs = |d: Duration| format!("{:.6}", d.as_secs_f64());
@@ -530,4 +550,68 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
         return fail(22, format!("HTTP status {status}"));
     }
     Ok(0)
+}
+
+/// After a zrtt contact whose key record names provenance verifiers: if the
+/// state holds no valid certificates for this local address, fetch some
+/// from those verifiers (at most 3 s; failures are only reported with -v)
+/// and save them, so the next first contact with any gateway that trusts
+/// them is answered before the TCP handshake completes.
+async fn learn_provenance(
+    a: &GetArgs,
+    path: &std::path::Path,
+    store: &zrtt_net::verifier::ProvenanceStore,
+    info: &ConnInfo,
+) {
+    let Some(local) = info.local_addr.map(|l| l.ip()) else {
+        return;
+    };
+    if info.verifiers.is_empty() || !store.needs_refresh(local, util::now()) {
+        return;
+    }
+    let mut addrs = Vec::new();
+    for name in &info.verifiers {
+        match resolve_verifier(a, name).await {
+            Some(addr) => addrs.push(addr),
+            None if a.verbose => eprintln!("* verifier {name}: could not resolve it"),
+            None => {}
+        }
+    }
+    let rng = ring::rand::SystemRandom::new();
+    let fetch = store.refresh(local, &addrs, 86_400, Duration::from_secs(3), &rng);
+    match tokio::time::timeout(Duration::from_secs(3), fetch).await {
+        Ok(Ok(report)) => {
+            if a.verbose {
+                for (v, r) in &report {
+                    match r {
+                        Ok(d) => eprintln!("* verifier {v}: certificate for {local}, valid {d} s"),
+                        Err(e) => eprintln!("* verifier {v}: {e}"),
+                    }
+                }
+            }
+            if let Err(e) = store.save(path) {
+                tracing::warn!("saving {}: {e}", path.display());
+            }
+        }
+        Ok(Err(e)) => tracing::info!("provenance certificates: {e}"),
+        Err(_) => tracing::info!("provenance certificates: no answer within 3 s"),
+    }
+}
+
+/// A verifier's address: `--resolve NAME:4480:ADDR`, else the system's
+/// resolver.
+async fn resolve_verifier(a: &GetArgs, name: &str) -> Option<SocketAddr> {
+    for r in &a.resolve {
+        let mut it = r.splitn(3, ':');
+        if let (Some(h), Some(p), Some(ad)) = (it.next(), it.next(), it.next()) {
+            if h.eq_ignore_ascii_case(name) && p.parse() == Ok(zrtt_net::verifier::VERIFIER_PORT) {
+                let ip: IpAddr = ad.trim_matches(['[', ']']).parse().ok()?;
+                return Some(SocketAddr::new(ip, zrtt_net::verifier::VERIFIER_PORT));
+            }
+        }
+    }
+    tokio::net::lookup_host((name, zrtt_net::verifier::VERIFIER_PORT))
+        .await
+        .ok()?
+        .next()
 }

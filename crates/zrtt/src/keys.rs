@@ -144,6 +144,12 @@ pub struct RecordPolicyArgs {
     /// Provenance certificates needed for an answer before the TCP handshake (0 = none accepted).
     #[arg(long, default_value_t = 0)]
     quorum: u8,
+    /// A provenance verifier (DNS name, repeatable, at most 4) the records
+    /// name, so that clients can fetch certificates from it after a first
+    /// contact (needs --quorum 1 or more; the gateway must trust it, e.g.
+    /// `zrtt gateway --verifier-name`).
+    #[arg(long = "verifier-name", value_name = "NAME")]
+    verifier_names: Vec<String>,
 }
 
 impl RecordPolicyArgs {
@@ -388,6 +394,11 @@ fn init(a: InitArgs) -> Result<ExitCode> {
         aeads: aeads_of(&p.aead),
         flags: p.flags(),
         provenance_quorum: p.quorum,
+        verifiers: p
+            .verifier_names
+            .iter()
+            .map(|n| record::normalize_name(n))
+            .collect(),
     };
     let mut ks = KeyStore::init(&a.keystore, &a.name, &a.cert, &a.cert_key, policy)?;
     println!(
@@ -514,6 +525,11 @@ fn sign(a: SignArgs) -> Result<ExitCode> {
         aeads: aeads_of(&p.aead),
         flags: p.flags(),
         provenance_quorum: p.quorum,
+        verifiers: p
+            .verifier_names
+            .iter()
+            .map(|n| record::normalize_name(n))
+            .collect(),
         name: name.clone(),
         cert_sha256: record::sha256(&cert),
     };
@@ -580,7 +596,11 @@ pub fn describe(r: &KeyRecord) -> String {
         aeads.join(", "),
         if b.flags.client_auth_required() { "required" } else { "not required" },
         if b.flags.issues_tokens() { "yes" } else { "no" },
-        if b.provenance_quorum == 0 { "not accepted".to_owned() } else { format!("{} certificate(s) needed", b.provenance_quorum) },
+        match (b.provenance_quorum, b.verifiers.is_empty()) {
+            (0, _) => "not accepted".to_owned(),
+            (q, true) => format!("{q} certificate(s) needed"),
+            (q, false) => format!("{q} certificate(s) needed; verifiers: {}", b.verifiers.join(", ")),
+        },
         hex(&b.cert_sha256),
         r.sig_alg.name(),
         r.signature.len(),

@@ -18,6 +18,7 @@ mod logging;
 mod proxy;
 mod reload;
 mod replay_state;
+mod sites;
 mod util;
 mod verifier;
 

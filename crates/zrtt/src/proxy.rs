@@ -63,6 +63,9 @@ pub struct ProxyArgs {
     /// Provenance state (from `zrtt verifier fetch`): certificates for this host's
     /// address let gateways that trust the verifiers answer first flights
     /// before the TCP handshake completes. Saved back after refreshes.
+    /// Without it (and without --no-state) certificates are kept in memory.
+    /// Either way the proxy also fetches certificates from the verifiers
+    /// that origins' key records name (port 4480 of the names' addresses).
     #[arg(long, alias = "pv-state")]
     provenance_state: Option<PathBuf>,
     /// Provenance verifiers to refresh certificates from in the background
@@ -115,7 +118,7 @@ pub fn run(a: ProxyArgs) -> Result<ExitCode> {
     a.flags.apply(&mut client);
     let verifier_store = match &a.provenance_state {
         Some(p) => Some(Arc::new(zrtt_net::verifier::ProvenanceStore::load(p)?)),
-        None if !a.verifiers.is_empty() => {
+        None if !a.verifiers.is_empty() || !a.flags.no_state() => {
             Some(Arc::new(zrtt_net::verifier::ProvenanceStore::new()))
         }
         None => None,
@@ -170,7 +173,7 @@ pub fn run(a: ProxyArgs) -> Result<ExitCode> {
             println!("sidecar {addr} -> https://{}:{}", m.host, m.port);
         }
         println!("listening {}", proxy.local_addr()?);
-        if let (Some(store), false) = (verifier_store, a.verifiers.is_empty()) {
+        if let Some(store) = verifier_store {
             tokio::spawn(refresh_provenance(
                 store,
                 a.verifiers.clone(),
@@ -216,13 +219,24 @@ async fn refresh_provenance(
 ) {
     let rng = ring::rand::SystemRandom::new();
     loop {
-        let local = std::net::UdpSocket::bind(("0.0.0.0", 0))
-            .and_then(|s| s.connect(verifiers[0]).and_then(|()| s.local_addr()))
-            .map(|a| a.ip());
-        if let Ok(local) = local {
+        // The configured verifiers, and those origins' records named.
+        let mut all = verifiers.clone();
+        for name in store.named() {
+            match tokio::net::lookup_host((name.as_str(), zrtt_net::verifier::VERIFIER_PORT)).await
+            {
+                Ok(mut it) => all.extend(it.next().filter(|a| !all.contains(a))),
+                Err(e) => tracing::debug!("verifier {name}: {e}"),
+            }
+        }
+        let local = all.first().map(|v| {
+            std::net::UdpSocket::bind(("0.0.0.0", 0))
+                .and_then(|s| s.connect(v).and_then(|()| s.local_addr()))
+                .map(|a| a.ip())
+        });
+        if let Some(Ok(local)) = local {
             if store.needs_refresh(local, zrtt_net::client::system_clock()) {
                 match store
-                    .refresh(local, &verifiers, 86_400, Duration::from_secs(5), &rng)
+                    .refresh(local, &all, 86_400, Duration::from_secs(5), &rng)
                     .await
                 {
                     Ok(report) => {

@@ -63,7 +63,7 @@ pub enum VerifierCommand {
     /// by the completed handshake before anything is read or signed.
     Serve {
         /// Address to listen on.
-        #[arg(long, default_value = "0.0.0.0:4480")]
+        #[arg(long, default_value_t = SocketAddr::from(([0, 0, 0, 0], zrtt_net::verifier::VERIFIER_PORT)))]
         listen: SocketAddr,
         /// Verifier key (from `zrtt verifier keygen`); gateways trust it with
         /// `--verifier HEX`.

@@ -36,10 +36,12 @@ fn wait_listening(addr: &str) {
 
 /// A gateway on free ports with `extra` flags; its listen and admin addresses.
 fn gateway(dir: &Path, extra: &[&str]) -> (Guard, String, String) {
-    let (gw, admin) = (
-        format!("127.0.0.1:{}", free_port()),
-        format!("127.0.0.1:{}", free_port()),
-    );
+    gateway_on(dir, &format!("127.0.0.1:{}", free_port()), extra)
+}
+
+/// A gateway listening on `gw`.
+fn gateway_on(dir: &Path, gw: &str, extra: &[&str]) -> (Guard, String, String) {
+    let (gw, admin) = (gw.to_string(), format!("127.0.0.1:{}", free_port()));
     let backend = backend().to_string();
     let mut args = vec![
         "gateway",
@@ -244,7 +246,8 @@ fn a_restart_keeps_the_replay_filter_and_accepts_flights_at_once() {
     assert!(state.exists(), "saved at shutdown");
     assert_eq!(mode(&state), 0o600);
 
-    let (_second, gw, admin) = gateway(dir, &args);
+    // The same gateway (host and listen address) starts again.
+    let (_second, gw, admin) = gateway_on(dir, &gw, &args);
     assert!(!state.exists(), "read once, then removed");
     get(dir, &gw, "k1.rec", &["--no-state"]);
     assert_eq!(counter(&admin, "zrtt_accepted"), 1);
@@ -253,4 +256,99 @@ fn a_restart_keeps_the_replay_filter_and_accepts_flights_at_once() {
         0,
         "no restart refusal"
     );
+}
+
+/// A key record names the provenance verifiers its gateway trusts (issue 12
+/// item 4): after a first contact `zrtt get` fetches certificates from them
+/// into its default state, and its next first contact (no token: a state
+/// holding only the certificates) is proven by them.
+#[test]
+fn a_client_learns_the_verifiers_a_record_names_and_is_proven_next_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    key_and_record(dir, HOST);
+    ok(
+        dir,
+        &[
+            "keys",
+            "sign",
+            "--key",
+            "k1.key",
+            "--cert",
+            "cert.pem",
+            "--cert-key",
+            "cert.key",
+            "--name",
+            HOST,
+            "--quorum",
+            "1",
+            "--verifier-name",
+            "pv1.example.net",
+            "--out",
+            "pv.rec",
+        ],
+    );
+    let show = ok(dir, &["keys", "show", "pv.rec"]);
+    assert!(show.contains("verifiers: pv1.example.net"), "{show}");
+    let keygen = ok(dir, &["verifier", "keygen", "--out", "pv.key"]);
+    let pv_hex = keygen
+        .lines()
+        .find_map(|l| l.strip_prefix("public key:"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    // The verifier at port 4480 (the port a named verifier is reached at),
+    // on a loopback address of its own.
+    let n = std::process::id();
+    let pv_ip = format!(
+        "127.{}.{}.{}",
+        100 + n % 100,
+        (n >> 8) % 250 + 1,
+        n % 250 + 1
+    );
+    let pv = format!("{pv_ip}:4480");
+    let _pv = Guard(
+        Command::new(env!("CARGO_BIN_EXE_zrtt"))
+            .args(["verifier", "serve", "--listen", &pv, "--key", "pv.key"])
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_listening(&pv);
+    let (_gw, gw, admin) = gateway(
+        dir,
+        &[
+            "--key",
+            "k1.key",
+            "--record",
+            "pv.rec",
+            "--cert",
+            "cert.pem",
+            "--cert-key",
+            "cert.key",
+            "--verifier",
+            &pv_hex,
+            "--quorum",
+            "1",
+        ],
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let resolve = format!("--resolve=pv1.example.net:4480:{pv_ip}");
+
+    // First contact: not proven; afterwards the state holds a certificate.
+    get(dir, &gw, "pv.rec", &[&resolve]);
+    assert_eq!(counter(&admin, "provenance_accepted"), 0);
+    let state = dir.join(".state/zrtt/provenance");
+    let text = std::fs::read_to_string(&state).unwrap();
+    assert!(text.lines().any(|l| l.starts_with("127.0.0.1 ")), "{text}");
+    assert_eq!(mode(&state), 0o600);
+
+    // Next first contact (the token state removed): proven by the certificate.
+    std::fs::remove_file(dir.join(".state/zrtt/tokens")).unwrap();
+    get(dir, &gw, "pv.rec", &[&resolve]);
+    assert_eq!(counter(&admin, "provenance_accepted"), 1);
+    assert_eq!(counter(&admin, "tokens_accepted"), 0);
+    assert_eq!(counter(&admin, "provenance_refused"), 0);
 }

@@ -210,6 +210,7 @@ pub(crate) fn load_signer(
         aeads: vec![Aead::ChaChaPoly],
         flags: RecordFlags::default(),
         provenance_quorum: 0,
+        verifiers: Vec::new(),
         name: name.to_owned(),
         cert_sha256: record::sha256(&cert_der),
     };

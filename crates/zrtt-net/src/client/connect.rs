@@ -94,6 +94,10 @@ pub struct ConnInfo {
     pub round_trips: u32,
     /// The local address of the final connection.
     pub local_addr: Option<SocketAddr>,
+    /// The provenance verifiers the key record used names (zrtt only):
+    /// certificates from them would prove this client's address to the
+    /// server on a first contact ([`crate::verifier::ProvenanceStore`]).
+    pub verifiers: Vec<String>,
 }
 
 /// A host name and the address to reach it at.
@@ -503,6 +507,13 @@ async fn attempt_zrtt(
         rtt,
         round_trips: reply_rts + u32::from(!early),
         local_addr,
+        verifiers: {
+            let named = &rec.body().verifiers;
+            if let Some(store) = cfg.provenance.as_ref().filter(|_| !named.is_empty()) {
+                store.note_named(named);
+            }
+            named.clone()
+        },
     };
     Ok(Attempt::Done(Conn::Zrtt(Box::new(stream)), info))
 }
@@ -567,6 +578,7 @@ async fn tls_send(ready: TlsReady, request: &[u8]) -> Result<(Conn, ConnInfo)> {
         rtt,
         round_trips: 3,
         local_addr,
+        verifiers: Vec::new(),
     };
     Ok((Conn::Tls(Box::new(tls)), info))
 }

@@ -151,6 +151,9 @@ pub struct ProvenanceStore {
     by_local: Mutex<HashMap<IpAddr, (X25519KeyPair, Vec<Certificate>)>>,
     /// The verifier id of the certificate each verifier last issued.
     issued_by: Mutex<HashMap<SocketAddr, u32>>,
+    /// Verifiers (DNS names) that key records of servers this client
+    /// contacted name ([`Self::note_named`]).
+    named: Mutex<std::collections::BTreeSet<String>>,
 }
 
 /// Prefix of the state file lines that record which verifier issued which
@@ -161,6 +164,24 @@ impl ProvenanceStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Remember the verifiers a server's key record names (the client's
+    /// connection does this after every zrtt contact), for a refresh loop
+    /// to fetch certificates from ([`Self::named`]); at most 16 kept.
+    pub fn note_named(&self, names: &[String]) {
+        let mut n = lock(&self.named);
+        for name in names {
+            if n.len() >= 16 {
+                break;
+            }
+            n.insert(name.clone());
+        }
+    }
+
+    /// The verifier names noted so far ([`Self::note_named`]).
+    pub fn named(&self) -> Vec<String> {
+        lock(&self.named).iter().cloned().collect()
     }
 
     /// Obtain (or refresh) certificates for `local` from every verifier in

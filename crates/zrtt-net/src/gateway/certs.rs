@@ -40,6 +40,39 @@ impl ResolvesServerCert for ReloadableCert {
     }
 }
 
+/// Certificates by server name (SNI) for a gateway serving several
+/// sites: the first site's certificate answers a ClientHello without a
+/// server name or with a name no site has (nginx's default server); each
+/// stays replaceable ([`ReloadableCert`]).
+#[derive(Debug)]
+pub struct SniCerts {
+    sites: Vec<(Vec<String>, Arc<ReloadableCert>)>,
+}
+
+impl SniCerts {
+    /// `sites`: each site's names and certificate, the default first.
+    pub fn new(sites: Vec<(Vec<String>, Arc<ReloadableCert>)>) -> Result<Arc<Self>> {
+        if sites.is_empty() {
+            return Err(Error::Config("no certificate".into()));
+        }
+        Ok(Arc::new(Self { sites }))
+    }
+}
+
+impl ResolvesServerCert for SniCerts {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let name = hello.server_name().map(|n| n.trim_end_matches('.'));
+        let site = name
+            .and_then(|n| {
+                self.sites
+                    .iter()
+                    .find(|(names, _)| names.iter().any(|s| s.eq_ignore_ascii_case(n)))
+            })
+            .unwrap_or(&self.sites[0]);
+        Some(site.1.current())
+    }
+}
+
 /// A chain and key as TLS serves them, checked: at least one certificate,
 /// a key the provider can sign with, and the key matching the first
 /// certificate.

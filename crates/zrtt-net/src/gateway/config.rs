@@ -90,6 +90,10 @@ pub struct GatewayConfig {
     /// requests for any other host get 421 Misdirected Request. Empty:
     /// every host is passed to the backend.
     pub server_names: Vec<String>,
+    /// Further sites (names and backend each; their keys are in `keys`,
+    /// their certificates in `tls`, e.g. [`super::SniCerts`]); `backend`
+    /// and `server_names` are the default site (docs/GATEWAY.md, Sites).
+    pub sites: Vec<super::Site>,
     /// Replay filter shared by every connection (and every gateway that
     /// shares the keys and answers early: docs/PROTOCOL.md §7).
     pub replay: Arc<Mutex<dyn ReplayFilter>>,
@@ -146,6 +150,7 @@ impl GatewayConfig {
             tls,
             backend,
             server_names: Vec::new(),
+            sites: Vec::new(),
             replay: Arc::new(Mutex::new(replay)),
             replay_store: None,
             admission: AdmissionConfig::default(),
@@ -184,7 +189,7 @@ pub fn tls_server_config(
 /// [`tls_server_config`] serving the certificate `cert` holds at each
 /// handshake (replace it to renew without a restart).
 pub fn tls_server_config_with(
-    cert: Arc<super::certs::ReloadableCert>,
+    cert: Arc<dyn rustls::server::ResolvesServerCert>,
 ) -> Result<Arc<rustls::ServerConfig>> {
     let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),

@@ -5,9 +5,9 @@
 //! [`zrtt_proto::admission`]).
 
 use std::net::SocketAddr;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -22,7 +22,11 @@ use super::replay_store::StoreVerdict;
 use super::{lock, relay, Metrics, Shared};
 use crate::error::{Error, Result};
 
-async fn read_first_flight(tcp: &mut TcpStream, limit: Duration) -> Result<(Vec<u8>, usize)> {
+async fn read_first_flight(
+    tcp: &mut TcpStream,
+    fd: &OwnedFd,
+    t: &super::Timeouts,
+) -> Result<(Vec<u8>, usize)> {
     let mut buf = Vec::with_capacity(2048);
     let read = async {
         loop {
@@ -42,9 +46,9 @@ async fn read_first_flight(tcp: &mut TcpStream, limit: Duration) -> Result<(Vec<
             buf.extend_from_slice(&chunk[..n]);
         }
     };
-    let used = tokio::time::timeout(limit, read)
+    let used = super::gate::read_within(fd.as_fd(), t.gate, t.first_flight, read)
         .await
-        .map_err(|_| Error::Timeout("first flight"))??;
+        .ok_or(Error::Timeout("first flight"))??;
     Ok((buf, used))
 }
 
@@ -145,7 +149,7 @@ pub(super) async fn serve(
 ) -> Result<()> {
     let m = &shared.metrics;
     let t = shared.cfg.timeouts;
-    let (buf, used) = match read_first_flight(&mut tcp, t.first_flight).await {
+    let (buf, used) = match read_first_flight(&mut tcp, &gate_fd, &t).await {
         Ok(v) => v,
         Err(e) => {
             Metrics::inc(&m.zrtt_silent_drops);
@@ -165,16 +169,24 @@ pub(super) async fn serve(
         return Ok(());
     }
     let now = (shared.cfg.clock)();
-    let result = {
+    let (result, bound) = {
         let keys = shared.cfg.keys.read().unwrap_or_else(|p| p.into_inner());
         let mut replay = lock(&shared.cfg.replay);
-        keys.accept(
+        let result = keys.accept(
             &frame,
             Transport::Tcp,
             now,
             &mut *replay,
             shared.cfg.rng.as_ref(),
-        )
+        );
+        // The site the flight was encrypted for: its key record's name.
+        let bound = result.as_ref().ok().and_then(|a| {
+            keys.keys()
+                .iter()
+                .find(|k| k.record.body.key_id == a.header.key_id)
+                .map(|k| k.record.body.name.clone())
+        });
+        (result, bound)
     };
     let accepted = match result {
         Ok(a) => match check_store(shared, &a, now).await {
@@ -267,6 +279,7 @@ pub(super) async fn serve(
         slot,
         relay::Protocol::Http1,
         "zrtt",
+        bound,
     )
     .await;
     Ok(())

@@ -56,6 +56,11 @@ impl Gate {
         })
     }
 
+    /// The connection's socket.
+    pub(super) fn socket(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.get_ref().as_fd()
+    }
+
     /// Time since the gate was made, near the connection's start.
     pub fn age(&self) -> Duration {
         self.created.elapsed()
@@ -126,4 +131,28 @@ impl Gate {
             }
         }
     }
+}
+
+/// Run `read` (reading a first flight or a ClientHello) for at most `limit`,
+/// but give up after `gate` if the TCP handshake of `fd` still has not
+/// completed: the rest of a partial first flight or ClientHello from a
+/// source that never completes its handshake cannot come, and waiting
+/// longer only holds a place in the listener's Fast Open queue (a flood of
+/// spoofed SYNs carrying a partial frame would otherwise hold each place
+/// for `limit`). `None` when either bound expired.
+pub(super) async fn read_within<F: std::future::Future>(
+    fd: std::os::fd::BorrowedFd<'_>,
+    gate: Duration,
+    limit: Duration,
+    read: F,
+) -> Option<F::Output> {
+    let mut read = std::pin::pin!(read);
+    let first = gate.min(limit);
+    if let Ok(v) = tokio::time::timeout(first, read.as_mut()).await {
+        return Some(v);
+    }
+    if sys::tcp_info(fd).is_ok_and(|i| i.state == state::SYN_RECV) {
+        return None;
+    }
+    tokio::time::timeout(limit - first, read).await.ok()
 }

@@ -56,8 +56,16 @@ impl Gateway {
             .pool_idle_timeout(Duration::from_secs(60))
             .pool_timer(TokioTimer::new())
             .build(connector);
+        let sites = super::sites::Sites::new(
+            super::Site {
+                names: cfg.server_names.clone(),
+                backend: cfg.backend,
+            },
+            &cfg.sites,
+        );
         let shared = Arc::new(Shared {
             admission: Arc::new(Admission::new(cfg.admission.clone(), Instant::now())),
+            sites,
             cfg,
             metrics: Arc::new(Metrics::default()),
             backend,
@@ -178,22 +186,35 @@ impl Drop for SourceSlot {
     }
 }
 
-/// The last descriptor of a connection: if its TCP handshake never
-/// completed (a spoofed or vanished source), closing it resets it
-/// (`SO_LINGER` 0) instead of leaving the kernel to retransmit its SYN-ACK
-/// for a minute. That also frees its place in the listener's Fast Open
-/// queue at once, which a plain close does not: a flood of spoofed SYNs
-/// with data then holds each place for the gate timeout, not for the
-/// kernel's whole SYN-ACK retry period (docs/GATEWAY.md, Kernel settings).
-struct AbortIfUnfinished(std::os::fd::OwnedFd);
+/// The last descriptor of a connection: closing it resets the connection
+/// when its TCP handshake never completed and nothing was sent on it
+/// ([`reset_if_unanswered`]): a spoofed or vanished source, a malformed or
+/// undecryptable flight, a ClientHello that was never answered.
+struct ResetIfUnanswered(std::os::fd::OwnedFd);
 
-impl Drop for AbortIfUnfinished {
+impl Drop for ResetIfUnanswered {
     fn drop(&mut self) {
-        let unfinished = crate::sys::tcp_info(self.0.as_fd())
-            .is_ok_and(|i| i.state == crate::sys::state::SYN_RECV);
-        if unfinished {
-            let _ = socket2::SockRef::from(&self.0).set_linger(Some(Duration::ZERO));
-        }
+        reset_if_unanswered(self.0.as_fd());
+    }
+}
+
+/// Make closing `fd` reset the connection (`SO_LINGER` 0) if its TCP
+/// handshake never completed and nothing was sent or queued on it, instead
+/// of leaving the kernel to retransmit its SYN-ACK for a minute. That also
+/// frees its place in the listener's Fast Open queue at once, which a plain
+/// close does not: a flood of spoofed SYNs with data (valid flights or
+/// garbage) then holds each place only as long as the gateway looks at it
+/// (docs/GATEWAY.md, Kernel settings). A connection that sent anything (an
+/// early answer to a proven address) is never reset here: a reset could cut
+/// that answer before the client acknowledged it.
+pub(super) fn reset_if_unanswered(fd: std::os::fd::BorrowedFd<'_>) {
+    let unanswered = crate::sys::tcp_info(fd).is_ok_and(|i| {
+        i.state == crate::sys::state::SYN_RECV
+            && i.data_segs_out == 0
+            && crate::sys::send_queue_bytes(fd).is_ok_and(|q| q == 0)
+    });
+    if unanswered {
+        let _ = socket2::SockRef::from(&fd).set_linger(Some(Duration::ZERO));
     }
 }
 
@@ -233,7 +254,7 @@ async fn handle(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
             return;
         }
     };
-    let _abort = AbortIfUnfinished(abort_fd);
+    let _reset = ResetIfUnanswered(abort_fd);
     match first[0] {
         FRAME_FIRST_FLIGHT => {
             if let Err(e) = first_flight::serve(&shared, tcp, peer, gate_fd, active, slot).await {

@@ -17,6 +17,8 @@
 //! - [`gate`]: whether the TCP handshake has completed (`TCP_INFO`);
 //! - `tls`: the TLS path on the same port;
 //! - `relay`: the HTTP relay to the backend (early-data marking, 425);
+//! - `sites`: which site (names, backend) a request and a connection are
+//!   for, when one gateway serves several;
 //! - `upgrade`: upgraded connections (WebSocket) relayed both ways until
 //!   idle;
 //! - [`replay_store`]: the replay store a fleet shares (Redis), checked
@@ -42,6 +44,7 @@ mod listener;
 pub mod metrics;
 mod relay;
 pub mod replay_store;
+mod sites;
 mod tls;
 mod upgrade;
 
@@ -53,7 +56,7 @@ use hyper_util::client::legacy::Client;
 use zrtt_proto::admission::Admission;
 
 pub use crate::http::Body;
-pub use certs::{load_certified_key, ReloadableCert};
+pub use certs::{load_certified_key, ReloadableCert, SniCerts};
 pub use config::{
     new_replay_filter, shared_trust_policy, tls_server_config, tls_server_config_with,
     GatewayConfig, SharedTrustPolicy, Timeouts,
@@ -61,6 +64,7 @@ pub use config::{
 pub use listener::Gateway;
 pub use metrics::{serve_metrics, Metrics, Readiness};
 pub use replay_store::{ReplayStore, ReplayStoreConfig, StoreAddress};
+pub use sites::Site;
 
 /// What every connection of one gateway shares.
 struct Shared {
@@ -68,6 +72,7 @@ struct Shared {
     admission: Arc<Admission>,
     metrics: Arc<Metrics>,
     backend: Client<HttpConnector, Body>,
+    sites: sites::Sites,
     active: AtomicUsize,
     /// `true` once the gateway stops (upgraded streams then get the grace).
     shutdown: tokio::sync::watch::Sender<bool>,

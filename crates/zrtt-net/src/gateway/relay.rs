@@ -68,6 +68,9 @@ struct ConnCtx {
     slot: Arc<SourceSlot>,
     /// The first response head was counted (first-answer histogram).
     answered: AtomicBool,
+    /// The name the connection was opened for (TLS server name, or the
+    /// zrtt key record's name): requests for another site get 421.
+    bound: Option<String>,
 }
 
 /// The HTTP version a client connection speaks: ALPN decides on TLS;
@@ -98,6 +101,7 @@ pub(super) async fn serve_http<S>(
     slot: Arc<SourceSlot>,
     protocol: Protocol,
     transport: &'static str,
+    bound: Option<String>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -109,6 +113,7 @@ pub(super) async fn serve_http<S>(
         early: ctl,
         slot,
         answered: AtomicBool::new(false),
+        bound,
     });
     let svc = hyper::service::service_fn(move |req| {
         let shared = shared.clone();
@@ -204,13 +209,9 @@ fn forwarding_fields(headers: &mut hyper::HeaderMap, peer: SocketAddr) {
     }
 }
 
-/// Whether the request is for a name this gateway serves (`names` empty:
-/// any). The authority comes from the request target or `Host`.
-fn serves_host(names: &[String], parts: &hyper::http::request::Parts) -> bool {
-    if names.is_empty() {
-        return true;
-    }
-    let authority = parts
+/// The host a request is for: from the request target, else `Host`.
+fn request_host(parts: &hyper::http::request::Parts) -> Option<String> {
+    parts
         .uri
         .authority()
         .map(|a| a.host().to_owned())
@@ -221,11 +222,7 @@ fn serves_host(names: &[String], parts: &hyper::http::request::Parts) -> bool {
                 .and_then(|h| h.to_str().ok())
                 .and_then(|h| h.parse::<hyper::http::uri::Authority>().ok())
                 .map(|a| a.host().to_owned())
-        });
-    authority.is_some_and(|h| {
-        let h = h.trim_end_matches('.');
-        names.iter().any(|n| n.eq_ignore_ascii_case(h))
-    })
+        })
 }
 
 fn full(b: Bytes) -> Body {
@@ -268,18 +265,29 @@ async fn forward(shared: &Arc<Shared>, ctx: &ConnCtx, req: Request<Incoming>) ->
         // A reverse proxy opens no tunnels.
         return text_response(StatusCode::METHOD_NOT_ALLOWED, "CONNECT is not served here");
     }
-    if !serves_host(&shared.cfg.server_names, &parts) {
+    let Some(site) = shared.sites.route(request_host(&parts).as_deref()) else {
         return text_response(
             StatusCode::MISDIRECTED_REQUEST,
             "this gateway does not serve that host",
         );
+    };
+    // A connection opened for one site (its certificate or its key)
+    // carries no request for another.
+    if let Some(bound) = &ctx.bound {
+        if shared.sites.route(Some(bound)).is_some_and(|b| b != site) {
+            return text_response(
+                StatusCode::MISDIRECTED_REQUEST,
+                "this connection was opened for another site",
+            );
+        }
     }
+    let backend = shared.sites.get(site).backend;
     let path = parts
         .uri
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .to_owned();
-    let Ok(uri) = hyper::Uri::try_from(format!("http://{}{}", shared.cfg.backend, path)) else {
+    let Ok(uri) = hyper::Uri::try_from(format!("http://{backend}{path}")) else {
         return text_response(StatusCode::BAD_REQUEST, "bad request target");
     };
     let mut headers = parts.headers.clone();
@@ -425,13 +433,21 @@ mod tests {
             }
             b.body(()).unwrap().into_parts().0
         };
-        let names = vec!["www.example.com".to_owned()];
-        assert!(serves_host(&names, &req("/", Some("www.example.com"))));
-        assert!(serves_host(&names, &req("/", Some("WWW.Example.com.:443"))));
-        assert!(serves_host(&names, &req("https://www.example.com/x", None)));
-        assert!(!serves_host(&names, &req("/", Some("evil.example"))));
-        assert!(!serves_host(&names, &req("/", None)));
-        assert!(serves_host(&[], &req("/", Some("anything"))));
+        let site = |names: &[&str]| super::super::Site {
+            names: names.iter().map(|n| (*n).to_owned()).collect(),
+            backend: "127.0.0.1:1".parse().unwrap(),
+        };
+        let sites = super::super::sites::Sites::new(site(&["www.example.com"]), &[]);
+        let serves = |r| sites.route(request_host(&r).as_deref()).is_some();
+        assert!(serves(req("/", Some("www.example.com"))));
+        assert!(serves(req("/", Some("WWW.Example.com.:443"))));
+        assert!(serves(req("https://www.example.com/x", None)));
+        assert!(!serves(req("/", Some("evil.example"))));
+        assert!(!serves(req("/", None)));
+        let any = super::super::sites::Sites::new(site(&[]), &[]);
+        assert!(any
+            .route(request_host(&req("/", Some("anything"))).as_deref())
+            .is_some());
     }
 
     #[test]

@@ -287,12 +287,12 @@ fn decode_name(r: &mut Reader<'_>) -> Result<String, InvalidMessage> {
 // ------------------------------------------------------------------------ TXT
 
 /// The TXT text of one record: `v=zrtt1 id=.. pk=.. nb=.. na=.. ed=.. ae=..
-/// fl=.. q=.. n=.. cs=.. sa=.. sg=..`, fields in this order, each once.
+/// fl=.. q=.. pv=.. n=.. cs=.. sa=.. sg=..`, fields in this order, each once.
 pub fn txt_text(rec: &KeyRecord) -> String {
     let b = &rec.body;
     let aeads: Vec<String> = b.aeads.iter().map(|a| (*a as u8).to_string()).collect();
     format!(
-        "{TXT_PREFIX} id={:08x} pk={} nb={} na={} ed={} ae={} fl={} q={} n={} cs={} sa={} sg={}",
+        "{TXT_PREFIX} id={:08x} pk={} nb={} na={} ed={} ae={} fl={} q={} pv={} n={} cs={} sa={} sg={}",
         b.key_id,
         B64.encode(b.public_key),
         b.not_before,
@@ -301,6 +301,7 @@ pub fn txt_text(rec: &KeyRecord) -> String {
         aeads.join(","),
         b.flags.bits(),
         b.provenance_quorum,
+        b.verifiers.join(","),
         b.name,
         B64.encode(b.cert_sha256),
         rec.sig_alg as u8,
@@ -466,6 +467,10 @@ pub fn decode_txt_text(text: &[u8]) -> Result<KeyRecord, RecordError> {
     let flags = RecordFlags::from_bits(dec::<u16>(f.field("fl")?)?)
         .ok_or(InvalidMessage::InvalidField("undefined flag bits set"))?;
     let provenance_quorum = dec::<u8>(f.field("q")?)?;
+    let verifiers = match f.field("pv")? {
+        "" => Vec::new(),
+        list => list.split(',').map(str::to_owned).collect(),
+    };
     let name = f.field("n")?.to_owned();
     let cert_sha256 = b64_array::<32>(f.field("cs")?)?;
     let (sig_alg, signature) = f.signature()?;
@@ -479,6 +484,7 @@ pub fn decode_txt_text(text: &[u8]) -> Result<KeyRecord, RecordError> {
         aeads,
         flags,
         provenance_quorum,
+        verifiers,
         name,
         cert_sha256,
     };

@@ -43,6 +43,8 @@ pub const RECORD_VERSION: u8 = 1;
 pub const MAX_RECORD_LEN: usize = 1024;
 /// Most records one record list may carry.
 pub const MAX_RECORDS_PER_LIST: usize = 8;
+/// Most provenance verifiers a key record names.
+pub const MAX_ADVERTISED_VERIFIERS: usize = 4;
 /// Longest validity a client accepts in a record (7 days, as RFC 9345
 /// delegated credentials), so a stolen certificate key cannot mint records
 /// that outlive revocation by years.
@@ -182,6 +184,12 @@ pub struct RecordBody {
     /// Provenance certificates needed for an answer before the TCP handshake
     /// completes; 0 means the server accepts no provenance certificates.
     pub provenance_quorum: u8,
+    /// DNS names of provenance verifiers whose certificates the server
+    /// accepts (at most [`MAX_ADVERTISED_VERIFIERS`], only with a quorum):
+    /// a client that holds no certificates from them may fetch some after
+    /// this first contact, so its next first contact is proven
+    /// (docs/PROVENANCE.md). Empty: the server names none.
+    pub verifiers: Vec<String>,
     /// The host name the record is for: lowercase, no trailing dot.
     pub name: String,
     /// SHA-256 of the DER certificate whose key signs the record.
@@ -199,6 +207,7 @@ impl fmt::Debug for RecordBody {
             .field("aeads", &self.aeads)
             .field("flags", &self.flags)
             .field("provenance_quorum", &self.provenance_quorum)
+            .field("verifiers", &self.verifiers)
             .field("name", &self.name)
             .field("cert_sha256", &hex(&self.cert_sha256))
             .finish()
@@ -358,6 +367,10 @@ impl RecordKind for RecordBody {
         }
         out.put_u16(self.flags.bits());
         out.put_u8(self.provenance_quorum);
+        out.put_u8(self.verifiers.len() as u8);
+        for v in &self.verifiers {
+            out.put_vec_u8(v.as_bytes());
+        }
         out.put_vec_u8(self.name.as_bytes());
         out.extend_from_slice(&self.cert_sha256);
     }
@@ -377,6 +390,14 @@ impl RecordKind for RecordBody {
         let flags = RecordFlags::from_bits(r.u16()?)
             .ok_or(InvalidMessage::InvalidField("undefined flag bits set"))?;
         let provenance_quorum = r.u8()?;
+        let n = r.u8()? as usize;
+        if n > MAX_ADVERTISED_VERIFIERS {
+            return Err(InvalidMessage::InvalidField("too many verifiers"));
+        }
+        let mut verifiers = Vec::with_capacity(n);
+        for _ in 0..n {
+            verifiers.push(decode_name_field(r)?);
+        }
         let name = decode_name_field(r)?;
         let cert_sha256 = r.array()?;
         Ok(Self {
@@ -388,6 +409,7 @@ impl RecordKind for RecordBody {
             aeads,
             flags,
             provenance_quorum,
+            verifiers,
             name,
             cert_sha256,
         })
@@ -443,6 +465,20 @@ impl RecordBody {
         }
         if self.aeads.len() == 2 && self.aeads[0] == self.aeads[1] {
             return Err(InvalidMessage::InvalidField("duplicate aead"));
+        }
+        if self.verifiers.len() > MAX_ADVERTISED_VERIFIERS {
+            return Err(InvalidMessage::InvalidField("too many verifiers"));
+        }
+        if !self.verifiers.is_empty() && self.provenance_quorum == 0 {
+            return Err(InvalidMessage::InvalidField(
+                "verifiers named but no certificates accepted (quorum 0)",
+            ));
+        }
+        for (i, v) in self.verifiers.iter().enumerate() {
+            validate_name(v)?;
+            if self.verifiers[..i].contains(v) {
+                return Err(InvalidMessage::InvalidField("duplicate verifier"));
+            }
         }
         Ok(())
     }

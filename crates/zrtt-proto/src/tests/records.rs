@@ -307,19 +307,28 @@ fn arb_body() -> impl Strategy<Value = RecordBody> {
         any::<u8>(),
         "[a-z0-9]{1,20}(\\.[a-z0-9_-]{1,30}){0,4}",
         any::<[u8; 32]>(),
+        prop::collection::vec("[a-z0-9]{1,10}\\.[a-z]{2,5}", 0..=4),
     )
         .prop_map(
-            |(key_id, public_key, nb, life, ed, aeads, fl, q, name, cs)| RecordBody {
-                key_id,
-                public_key,
-                not_before: nb,
-                not_after: nb + life,
-                max_early_data_bytes: ed,
-                aeads,
-                flags: RecordFlags::from_bits(fl).unwrap(),
-                provenance_quorum: q,
-                name,
-                cert_sha256: cs,
+            |(key_id, public_key, nb, life, ed, aeads, fl, q, name, cs, mut verifiers)| {
+                verifiers.sort();
+                verifiers.dedup();
+                if q == 0 {
+                    verifiers.clear();
+                }
+                RecordBody {
+                    key_id,
+                    public_key,
+                    not_before: nb,
+                    not_after: nb + life,
+                    max_early_data_bytes: ed,
+                    aeads,
+                    flags: RecordFlags::from_bits(fl).unwrap(),
+                    provenance_quorum: q,
+                    verifiers,
+                    name,
+                    cert_sha256: cs,
+                }
             },
         )
 }

@@ -40,6 +40,11 @@ impl Drop for Guard {
 
 /// An HTTP/1.1 backend answering `ok` to every request.
 pub fn backend() -> SocketAddr {
+    backend_saying("ok")
+}
+
+/// An HTTP/1.1 backend answering `body` to every request.
+pub fn backend_saying(body: &'static str) -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     std::thread::spawn(move || {
@@ -55,7 +60,10 @@ pub fn backend() -> SocketAddr {
                     buf.extend_from_slice(&chunk[..n]);
                     while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
                         buf.drain(..end + 4);
-                        let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
+                        let head =
+                            format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len());
+                        let _ = s.write_all(head.as_bytes());
+                        let _ = s.write_all(body.as_bytes());
                     }
                 }
             });

@@ -62,13 +62,20 @@ pub(super) async fn serve(
     let ctl = Arc::new(EarlyCtl::default());
     let mut tls = EarlyTls::new(tcp, conn, gate.clone(), m.clone(), ctl.clone());
     tls.finish_within(t.gate);
-    match tokio::time::timeout(t.first_flight, tls.read_client_hello()).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => {
+    let hello = super::gate::read_within(
+        gate.socket(),
+        t.gate,
+        t.first_flight,
+        tls.read_client_hello(),
+    )
+    .await;
+    match hello {
+        Some(Ok(())) => {}
+        Some(Err(e)) => {
             tracing::debug!("TLS {peer}: {e}");
             return;
         }
-        Err(_) => return,
+        None => return,
     }
     let resumed = tls.connection().handshake_kind() == Some(rustls::HandshakeKind::Resumed);
     if resumed {
@@ -127,6 +134,7 @@ pub(super) async fn serve(
             tls.serve_early_request();
         }
     }
+    let bound = tls.connection().server_name().map(str::to_owned);
     relay::serve_http(
         shared.clone(),
         tls,
@@ -137,6 +145,7 @@ pub(super) async fn serve(
         slot,
         protocol,
         "tls",
+        bound,
     )
     .await;
 }

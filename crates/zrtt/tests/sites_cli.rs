@@ -1,0 +1,256 @@
+//! Several sites on one gateway (issue 13 item 2), with clients nobody here
+//! wrote: curl and `openssl s_client` pick each site's certificate by
+//! server name (ECDSA P-256 from `zrtt keys cert`, RSA 2048 and ECDSA P-384
+//! made by openssl), `zrtt get` reaches the second site over zrtt with its
+//! own key, each request reaches its site's backend, and a request for a
+//! host no site serves, or for another site than the connection was opened
+//! for, gets 421.
+
+mod common;
+use common::*;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// A self-signed certificate for `name` made by openssl with `newkey`
+/// (e.g. `rsa:2048`, `ec` with `-pkeyopt`), in `<stem>.pem` and `<stem>.key`.
+fn openssl_cert(dir: &Path, stem: &str, name: &str, newkey: &[&str]) {
+    let st = Command::new("openssl")
+        .args(["req", "-x509", "-nodes", "-days", "2", "-subj"])
+        .arg(format!("/CN={name}"))
+        .arg("-addext")
+        .arg(format!("subjectAltName=DNS:{name}"))
+        .args(newkey)
+        .args([
+            "-keyout",
+            &format!("{stem}.key"),
+            "-out",
+            &format!("{stem}.pem"),
+        ])
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success(), "openssl req for {name}");
+    let st = Command::new("chmod")
+        .args(["600", &format!("{stem}.key")])
+        .current_dir(dir)
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+/// curl to `https://<name>:<port>/` with `ca`; `(body, http code)`.
+fn curl(dir: &Path, port: u16, name: &str, ca: &str, extra: &[&str]) -> (String, String) {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--cacert", ca, "--resolve"])
+        .arg(format!("{name}:{port}:127.0.0.1"))
+        .args(extra)
+        .args(["-w", "\n%{http_code}"])
+        .arg(format!("https://{name}:{port}/"))
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "curl {name}: {text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (body, code) = text.rsplit_once('\n').unwrap();
+    (body.to_owned(), code.to_owned())
+}
+
+/// The key size openssl s_client reports for the certificate served to `sni`.
+fn served_key(dir: &Path, port: u16, sni: &str) -> String {
+    let mut child = Command::new("openssl")
+        .args([
+            "s_client",
+            "-connect",
+            &format!("127.0.0.1:{port}"),
+            "-servername",
+            sni,
+        ])
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines()
+        .find_map(|l| l.strip_prefix("Server public key is "))
+        .unwrap_or_else(|| panic!("no key size in {text}"))
+        .to_owned()
+}
+
+#[test]
+fn one_gateway_serves_three_sites_each_with_its_certificate_keys_and_backend() {
+    if !have("curl") || !have("openssl") {
+        eprintln!("one_gateway_serves_three_sites: skipped: needs curl and openssl (scripts/install-deps.sh)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    // Site a: zrtt's own certificate (ca.pem signs it), key k1.
+    key_and_record(dir, "a.example");
+    // Site b: an RSA certificate for TLS; its zrtt key's record signed by
+    // a certificate zrtt made for the name (in b/).
+    openssl_cert(dir, "b-rsa", "b.example", &["-newkey", "rsa:2048"]);
+    std::fs::create_dir(dir.join("b")).unwrap();
+    ok(
+        dir,
+        &["keys", "cert", "--name", "b.example", "--out-dir", "b"],
+    );
+    ok(dir, &["keys", "generate", "--out", "k2.key"]);
+    ok(
+        dir,
+        &[
+            "keys",
+            "sign",
+            "--key",
+            "k2.key",
+            "--cert",
+            "b/cert.pem",
+            "--cert-key",
+            "b/cert.key",
+            "--name",
+            "b.example",
+            "--out",
+            "k2.rec",
+        ],
+    );
+    // Site c: TLS only, ECDSA P-384.
+    openssl_cert(
+        dir,
+        "c-p384",
+        "c.example",
+        &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-384"],
+    );
+    let (ba, bb, bc) = (
+        backend_saying("site a"),
+        backend_saying("site b"),
+        backend_saying("site c"),
+    );
+    let site_b = format!("cert=b-rsa.pem,cert-key=b-rsa.key,key=k2.key,record=k2.rec,backend={bb}");
+    let site_c = format!("cert=c-p384.pem,cert-key=c-p384.key,alias=c.example,backend={bc}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zrtt"))
+        .args([
+            "gateway",
+            "--listen",
+            "127.0.0.1:0",
+            "--backend",
+            &ba.to_string(),
+            "--key",
+            "k1.key",
+            "--record",
+            "k1.rec",
+            "--cert",
+            "cert.pem",
+            "--cert-key",
+            "cert.key",
+            "--site",
+            &site_b,
+            "--site",
+            &site_c,
+        ])
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _gw = Guard(child);
+    let port: u16 = line
+        .trim()
+        .strip_prefix("listening ")
+        .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
+        .unwrap_or_else(|| panic!("no listening line: {line:?}"))
+        .port();
+
+    // TLS: each name gets its certificate (curl verifies it) and its backend.
+    assert_eq!(
+        curl(dir, port, "a.example", "ca.pem", &[]),
+        ("site a".into(), "200".into())
+    );
+    assert_eq!(
+        curl(dir, port, "b.example", "b-rsa.pem", &[]),
+        ("site b".into(), "200".into())
+    );
+    assert_eq!(
+        curl(dir, port, "c.example", "c-p384.pem", &[]),
+        ("site c".into(), "200".into())
+    );
+    assert!(served_key(dir, port, "b.example").starts_with("2048"));
+    assert!(served_key(dir, port, "c.example").starts_with("384"));
+    // A host no site serves, and a request for site a on a connection
+    // opened for site b: 421.
+    let (_, code) = curl(
+        dir,
+        port,
+        "b.example",
+        "b-rsa.pem",
+        &["-H", "Host: z.example"],
+    );
+    assert_eq!(code, "421");
+    let (_, code) = curl(
+        dir,
+        port,
+        "b.example",
+        "b-rsa.pem",
+        &["-H", "Host: a.example"],
+    );
+    assert_eq!(code, "421");
+
+    // zrtt: site b's key reaches site b's backend, site a's key site a's.
+    // The replay filter refuses flights stamped in the gateway's first seconds.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    for (name, rec, cert, want) in [
+        ("b.example", "k2.rec", "b/cert.pem", "site b"),
+        ("a.example", "k1.rec", "cert.pem", "site a"),
+    ] {
+        let out = zrtt(
+            dir,
+            &[
+                "get",
+                "--zrtt-only",
+                "--no-state",
+                "-m",
+                "20s",
+                "--record",
+                rec,
+                "--cert",
+                cert,
+                "--cacert",
+                "ca.pem",
+                "--resolve",
+                &format!("{name}:{port}:127.0.0.1"),
+                "-w",
+                "%{zrtt_mode}",
+                &format!("https://{name}:{port}/"),
+            ],
+        );
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "zrtt get {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.starts_with(want), "{name}: {text}");
+        assert!(text.contains("0rtt"), "{name} over zrtt: {text}");
+    }
+}
