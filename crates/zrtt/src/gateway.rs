@@ -201,8 +201,8 @@ struct ReplayStoreArgs {
     /// with its unit (5s, 1500ms).
     #[arg(long, default_value_t = ShortDuration(replay_store::DEFAULT_SKEW))]
     replay_store_skew: ShortDuration,
-    /// First part of every replay store key; gateways sharing keys (a
-    /// site) use the same, other sites sharing the store their own.
+    /// First part of every replay store key: every gateway holding a given
+    /// key must use the same (the key id already keeps sites apart).
     #[arg(long, default_value = replay_store::DEFAULT_PREFIX)]
     replay_store_prefix: String,
 }

@@ -136,8 +136,8 @@ impl std::str::FromStr for StoreAddress {
 pub struct ReplayStoreConfig {
     /// Where the store is.
     pub address: StoreAddress,
-    /// The first part of every key: gateways that share keys (a site) must
-    /// use the same prefix; other sites may share the store with their own.
+    /// The first part of every key: every gateway holding a given key must
+    /// use the same prefix (the key id already keeps sites apart).
     pub prefix: String,
     /// Longest wait for the store's answer (then `Busy`).
     pub timeout: Duration,
