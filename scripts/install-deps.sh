@@ -20,6 +20,9 @@
 #                   relayed through the gateway's Upgrade support
 #   chromium        a browser loading a page with subresources over the
 #                   gateway's TLS path (HTTP/2), headless
+#   redis-server,   the fleet's shared replay store (docs/FLEET.md): one
+#   redis-tools     server and a 3-node Redis Cluster (redis-cli --cluster
+#                   create) in zrtt-net's tests/fleet.rs
 set -euo pipefail
 
 need=()
@@ -38,6 +41,8 @@ command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 command -v h2load >/dev/null 2>&1 || need+=(nghttp2-client)
 /usr/bin/python3 -c 'import websockets' >/dev/null 2>&1 || need+=(python3 python3-websockets)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
@@ -73,5 +78,6 @@ if [[ " ${need[*]} " == *" dnsperf "* ]]; then
   apt-get install -y -qq --no-install-recommends dnsperf >/dev/null ||
     echo "install-deps: dnsperf not available; the benchmark falls back to its own load generator" >&2
 fi
-# The Debian package starts a knotd service where an init system runs; the
-# tests start their own knotd on a free loopback port and do not need it.
+# The Debian packages start knotd and redis-server services where an init
+# system runs; the tests start their own on free loopback ports and do not
+# need them.

@@ -253,4 +253,9 @@ pub enum ReplayError {
     /// The filter's window is full; refusing keeps its false-positive bound.
     #[error("replay filter full for this window")]
     Full,
+    /// A replay store shared by several servers (docs/FLEET.md) could not
+    /// vouch for the flight: it did not answer in time, failed, or may have
+    /// lost what it recorded.
+    #[error("shared replay store unavailable")]
+    StoreUnavailable,
 }

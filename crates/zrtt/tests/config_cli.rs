@@ -72,6 +72,37 @@ fn a_gateway_runs_from_a_config_file_and_bad_ones_are_refused() {
     );
     std::fs::write(&conf, &good).unwrap();
 
+    // A fleet's shared replay store (docs/FLEET.md): checked, not contacted.
+    let with_store = good.replace(
+        "[dns]",
+        "replay_store = \"redis+cluster://10.0.0.1:7000,10.0.0.2:7000\"\nreplay_store_timeout = \"2ms\"\nreplay_store_prefix = \"www\"\n\n[dns]",
+    );
+    std::fs::write(&conf, &with_store).unwrap();
+    let out = ok(
+        dir,
+        &["gateway", "--config", "etc/zrtt.toml", "--check-config"],
+    );
+    assert_eq!(out.trim(), "configuration ok");
+    std::fs::write(
+        &conf,
+        with_store.replace("redis+cluster://", "memcached://"),
+    )
+    .unwrap();
+    let out = zrtt(
+        dir,
+        &["gateway", "--config", "etc/zrtt.toml", "--check-config"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("replay store \"memcached://"), "{err}");
+    std::fs::write(&conf, with_store.replace("\"2ms\"", "\"2 weeks\"")).unwrap();
+    let out = zrtt(
+        dir,
+        &["gateway", "--config", "etc/zrtt.toml", "--check-config"],
+    );
+    assert_eq!(out.status.code(), Some(2), "refused by the flag's parser");
+    std::fs::write(&conf, &good).unwrap();
+
     // Served from the file; --listen on the command line replaces its value.
     let mut child = Command::new(env!("CARGO_BIN_EXE_zrtt"))
         .args([

@@ -96,6 +96,10 @@ pub struct GatewayConfig {
     /// Replay filter shared by every connection (and every gateway that
     /// shares the keys and answers early: docs/PROTOCOL.md §7).
     pub replay: Arc<Mutex<dyn ReplayFilter>>,
+    /// A replay store shared with the other gateways of a fleet
+    /// (docs/FLEET.md), checked after the local filter accepted a flight;
+    /// `None`: the local filter alone.
+    pub replay_store: Option<Arc<super::replay_store::ReplayStore>>,
     /// Proofs of address and load limits (docs/PROTOCOL.md §8).
     pub admission: AdmissionConfig,
     /// Provenance verifiers whose certificates prove an address; `None`
@@ -119,6 +123,7 @@ impl std::fmt::Debug for GatewayConfig {
             .field("backend", &self.backend)
             .field("admission", &self.admission)
             .field("provenance", &self.provenance.is_some())
+            .field("replay_store", &self.replay_store)
             .field("timeouts", &self.timeouts)
             .finish_non_exhaustive()
     }
@@ -146,6 +151,7 @@ impl GatewayConfig {
             server_names: Vec::new(),
             sites: Vec::new(),
             replay: Arc::new(Mutex::new(replay)),
+            replay_store: None,
             admission: AdmissionConfig::default(),
             provenance: None,
             listen: ListenOptions::default(),

@@ -13,10 +13,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use zrtt_proto::admission::{Decision, FlightEvidence, ProvenanceOutcome, Withheld};
 use zrtt_proto::handshake::{encode_reject, read_frame, Expect, RejectReason, Transport};
+use zrtt_proto::ReplayError;
 
 use super::early_answer::{EarlyAnswer, EarlyCtl, EarlyUse, Grant, TokenIssue};
 use super::gate::Gate;
 use super::listener::SourceSlot;
+use super::replay_store::StoreVerdict;
 use super::{lock, relay, Metrics, Shared};
 use crate::error::{Error, Result};
 
@@ -100,6 +102,42 @@ fn record(m: &Metrics, d: &Decision, peer: SocketAddr) {
     }
 }
 
+/// With a shared replay store (docs/FLEET.md): record the flight the
+/// local filter accepted; the refusal to send if the store saw it before
+/// (`Replay`) or cannot vouch for it (`Busy`: fail safe). The replay
+/// filter's lock is not held here.
+async fn check_store(
+    shared: &Shared,
+    accepted: &zrtt_proto::handshake::Accepted,
+    now: zrtt_proto::UnixTime,
+) -> Option<zrtt_proto::handshake::Refusal> {
+    let store = shared.cfg.replay_store.as_ref()?;
+    let m = &shared.metrics;
+    let t0 = Instant::now();
+    let verdict = store
+        .check(
+            accepted.header.key_id,
+            &accepted.client_ephemeral,
+            accepted.timestamp,
+        )
+        .await;
+    m.latency.replay_store.observe(t0.elapsed().as_secs_f64());
+    let error = match verdict {
+        StoreVerdict::Fresh => return None,
+        StoreVerdict::Replayed => {
+            Metrics::inc(&m.replay_store_replays);
+            ReplayError::Replayed
+        }
+        StoreVerdict::Unavailable(why) => {
+            Metrics::inc(&m.replay_store_unavailable);
+            tracing::debug!("replay store: {why}");
+            ReplayError::StoreUnavailable
+        }
+    };
+    let keys = shared.cfg.keys.read().unwrap_or_else(|p| p.into_inner());
+    Some(keys.replay_refusal(error, now))
+}
+
 /// Serve one zrtt connection (`active` connections open, this one included).
 pub(super) async fn serve(
     shared: &Arc<Shared>,
@@ -151,7 +189,18 @@ pub(super) async fn serve(
         (result, bound)
     };
     let accepted = match result {
-        Ok(a) => a,
+        Ok(a) => match check_store(shared, &a, now).await {
+            None => a,
+            Some(refusal) => {
+                tracing::debug!("first flight from {peer} refused: {}", refusal.error);
+                if let Some(bytes) = refusal.reply {
+                    Metrics::inc(&m.zrtt_rejects_sent);
+                    let gate = Gate::new(gate_fd, false, t.gate)?;
+                    send_gated(&mut tcp, &gate, &bytes, m).await;
+                }
+                return Ok(());
+            }
+        },
         Err(refusal) => {
             tracing::debug!("first flight from {peer} refused: {}", refusal.error);
             match refusal.reply {

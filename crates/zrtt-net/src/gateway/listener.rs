@@ -95,6 +95,9 @@ impl Gateway {
     /// listening socket has its own accept loop (a task the runtime can
     /// run on any worker thread).
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<()> {
+        if let Some(store) = &self.shared.cfg.replay_store {
+            store.connect();
+        }
         let mut loops = JoinSet::new();
         for listener in self.listeners {
             loops.spawn(accept_loop(listener, self.shared.clone()));

@@ -129,6 +129,13 @@ counters! {
     provenance_overload,
     /// Certificates not checked because a soft load limit gated the flight anyway.
     provenance_skipped,
+    /// First flights the local filter accepted but the shared replay store
+    /// had recorded (a replay to another gateway of the fleet): Reject Replay.
+    replay_store_replays,
+    /// First flights refused Busy because the shared replay store could not
+    /// vouch for them (no answer in time, error, no connection, stamped
+    /// before its last failure): the fail-safe refusals.
+    replay_store_unavailable,
 }
 
 /// How a connection's first answer went: `path` is `zrtt` or `tls`,
@@ -148,6 +155,8 @@ pub struct Latency {
     pub backend: Histogram,
     /// From a connection's first bytes to its first response head, by path.
     pub first_answer: Family<AnswerLabels, Histogram>,
+    /// Shared replay store checks, until the answer or the deadline.
+    pub replay_store: Histogram,
 }
 
 fn buckets() -> impl Iterator<Item = f64> {
@@ -159,6 +168,8 @@ impl Default for Latency {
         Self {
             backend: Histogram::new(buckets()),
             first_answer: Family::new_with_constructor(|| Histogram::new(buckets())),
+            // 25 us doubling to about 0.1 s: the deadline is 1 ms by default.
+            replay_store: Histogram::new(exponential_buckets(0.000_025, 2.0, 13)),
         }
     }
 }
@@ -174,6 +185,11 @@ impl Latency {
             "first_answer_seconds",
             "From a connection's first bytes to its first response head, by path (zrtt or tls) and whether it was answered before the TCP handshake completed.",
             self.first_answer.clone(),
+        );
+        r.register(
+            "replay_store_check_seconds",
+            "Shared replay store checks (SET NX on Redis) of accepted first flights, until the answer or the deadline.",
+            self.replay_store.clone(),
         );
     }
 }
@@ -324,6 +340,19 @@ mod tests {
             m.snapshot().iter().find(|(n, _)| *n == "requests"),
             Some(&("requests", 2))
         );
+        // The shared replay store's (docs/FLEET.md).
+        Metrics::inc(&m.replay_store_unavailable);
+        m.latency.replay_store.observe(0.0003);
+        let text = m.render();
+        for want in [
+            "# HELP zrtt_gateway_replay_store_replays First flights the local filter",
+            "\nzrtt_gateway_replay_store_replays_total 0\n",
+            "\nzrtt_gateway_replay_store_unavailable_total 1\n",
+            "# TYPE zrtt_gateway_replay_store_check_seconds histogram",
+            "zrtt_gateway_replay_store_check_seconds_bucket{le=\"0.0004\"} 1",
+        ] {
+            assert!(text.contains(want), "{want} in {text}");
+        }
     }
 
     #[test]

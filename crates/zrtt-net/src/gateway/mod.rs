@@ -23,6 +23,8 @@
 //!   for, when one gateway serves several;
 //! - `upgrade`: upgraded connections (WebSocket) relayed both ways until
 //!   idle;
+//! - [`replay_store`]: the replay store a fleet shares (Redis), checked
+//!   in `first_flight` after the local filter accepted a flight;
 //! - [`metrics`]: counters and their text exposition.
 //!
 //! **Gating** (docs/PROTOCOL.md §8): a reply goes out before the TCP
@@ -44,6 +46,7 @@ pub mod gate;
 mod listener;
 pub mod metrics;
 mod relay;
+pub mod replay_store;
 mod sites;
 mod tls;
 mod upgrade;
@@ -62,6 +65,7 @@ pub use config::{
 };
 pub use listener::Gateway;
 pub use metrics::{serve_metrics, Metrics, Readiness};
+pub use replay_store::{ReplayStore, ReplayStoreConfig, StoreAddress};
 pub use sites::Site;
 
 /// What every connection of one gateway shares.

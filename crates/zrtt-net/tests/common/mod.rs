@@ -183,6 +183,8 @@ pub struct GatewayOpts {
     pub destinations: Option<zrtt_proto::admission::DestinationLimits>,
     /// Listen backlog and Fast Open queue (the defaults if `None`).
     pub queues: Option<(i32, i32)>,
+    /// A replay store shared with other gateways (tests/fleet.rs).
+    pub replay_store: Option<Arc<zrtt_net::gateway::ReplayStore>>,
 }
 
 impl Default for GatewayOpts {
@@ -204,6 +206,7 @@ impl Default for GatewayOpts {
             listeners: 1,
             destinations: None,
             queues: None,
+            replay_store: None,
         }
     }
 }
@@ -278,6 +281,7 @@ pub async fn start_gateway(opts: GatewayOpts) -> Env {
         cfg.provenance = Some(pv.policy);
     }
     cfg.timeouts = opts.timeouts;
+    cfg.replay_store = opts.replay_store;
     cfg.listen.listeners = opts.listeners;
     if let Some((backlog, fast_open)) = opts.queues {
         cfg.listen.backlog = backlog;

@@ -100,6 +100,27 @@ impl ServerConfig {
         }
     }
 
+    /// The refusal for a flight a replay check refused with `error`, as
+    /// [`Self::accept`] answers it: `Replay` for a replayed flight; `Busy`
+    /// when the check could not vouch for the flight (a full filter, a
+    /// restart guard, a shared replay store that did not answer); else
+    /// `TimestampSkew`. For checks made after `accept`, such as a fleet's
+    /// shared replay store (docs/FLEET.md).
+    pub fn replay_refusal(&self, error: ReplayError, now: UnixTime) -> Refusal {
+        let reason = match error {
+            ReplayError::Replayed => RejectReason::Replay,
+            // A full filter, a server that restarted moments ago and refuses
+            // what its predecessor might have accepted, or a shared store
+            // that cannot vouch for the flight: the client should fall back
+            // now and retry later, not fix its clock.
+            ReplayError::Full | ReplayError::BeforeFilterStart | ReplayError::StoreUnavailable => {
+                RejectReason::Busy
+            }
+            ReplayError::TooOld | ReplayError::InFuture => RejectReason::TimestampSkew,
+        };
+        self.reject(reason, error.into(), now)
+    }
+
     /// Check and decrypt a first flight received on `transport` at `now`.
     ///
     /// On refusal, [`Refusal::reply`] is the frame to send (subject to the
@@ -223,15 +244,7 @@ impl ServerConfig {
         }
         let timestamp = UnixTime::from_millis(ts_ms);
         if let Err(e) = replay.check_and_insert(header.key_id, &ephemeral, timestamp, now) {
-            let reason = match e {
-                ReplayError::Replayed => RejectReason::Replay,
-                // A full filter, or a server that restarted moments ago and
-                // refuses what its predecessor might have accepted: the
-                // client should fall back now and retry later, not fix its clock.
-                ReplayError::Full | ReplayError::BeforeFilterStart => RejectReason::Busy,
-                _ => RejectReason::TimestampSkew,
-            };
-            return Err(self.reject(reason, e.into(), now));
+            return Err(self.replay_refusal(e, now));
         }
         let client_static = noise.get_remote_static().and_then(|s| s.try_into().ok());
         Ok(Accepted {

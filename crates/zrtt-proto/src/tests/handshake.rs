@@ -129,6 +129,42 @@ fn ik_round_trip_reveals_client_static_to_server_only() {
 }
 
 #[test]
+fn replay_refusals_after_accept_answer_as_accept_does() {
+    // A check made after `accept` (a fleet's shared store) refuses with the
+    // frame `accept` would have sent for the same replay error.
+    let server = testing::vector_server();
+    let now = now();
+    for (err, want) in [
+        (ReplayError::Replayed, RejectReason::Replay),
+        (ReplayError::StoreUnavailable, RejectReason::Busy),
+        (ReplayError::Full, RejectReason::Busy),
+        (ReplayError::BeforeFilterStart, RejectReason::Busy),
+        (ReplayError::TooOld, RejectReason::TimestampSkew),
+    ] {
+        let refusal = server.replay_refusal(err, now);
+        assert_eq!(refusal.error, Error::Replay(err));
+        let reply = refusal.reply.unwrap();
+        let (frame, _) = read_frame(&reply, Expect::ReplyOrReject).unwrap().unwrap();
+        match frame {
+            Frame::Reject { reason, records } => {
+                assert_eq!(reason, want, "{err:?}");
+                assert!(records.is_empty(), "no retry records for {err:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // The same bytes as `accept`'s own refusal of a replay.
+    let mut f = filter();
+    let (_, flight) = first_flight(&ClientParams::default(), REQ, 9);
+    assert!(accept(&server, &flight, &mut f).is_ok());
+    let refusal = accept(&server, &flight, &mut f).unwrap_err();
+    assert_eq!(
+        refusal.reply,
+        server.replay_refusal(ReplayError::Replayed, now).reply
+    );
+}
+
+#[test]
 fn replayed_first_flight_is_refused() {
     let server = testing::vector_server();
     let mut f = filter();
