@@ -730,6 +730,11 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
     cfg.replay = replay.filter.clone();
     if let Some(url) = &a.store.replay_store {
         let address: StoreAddress = url.parse()?;
+        if matches!(address, StoreAddress::Cluster(_)) {
+            tracing::warn!(
+                "replay store on a Redis Cluster: a failover that lost recorded flights is guarded except for a race of about one slot-map refresh (docs/FLEET.md, Failures); where a replay must never run twice, use one Redis server without failover"
+            );
+        }
         let mut store = ReplayStoreConfig::new(address);
         store.prefix = a.store.replay_store_prefix.clone();
         store.timeout = a.store.replay_store_timeout.0;

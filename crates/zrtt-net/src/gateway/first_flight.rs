@@ -13,6 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use zrtt_proto::admission::{Decision, FlightEvidence, ProvenanceOutcome, Withheld};
 use zrtt_proto::handshake::{encode_reject, read_frame, Expect, RejectReason, Transport};
+use zrtt_proto::replay::ReplayFilter;
 use zrtt_proto::ReplayError;
 
 use super::early_answer::{EarlyAnswer, EarlyCtl, EarlyUse, Grant, TokenIssue};
@@ -138,6 +139,30 @@ async fn check_store(
     Some(keys.replay_refusal(error, now))
 }
 
+/// The shared replay filter, locked for each of its two calls only:
+/// `accept` decrypts between them (most of its cost) without holding the
+/// lock, so accepts on several cores run in parallel. Sound because
+/// `check_and_insert` checks and records atomically under the lock: of two
+/// copies of one flight decrypted at once, only one is recorded (the other
+/// is a replay); `seen` is only a pre-check that spares the decryption.
+struct PerCallLock<'a>(&'a std::sync::Mutex<dyn ReplayFilter>);
+
+impl ReplayFilter for PerCallLock<'_> {
+    fn seen(&self, key_id: u32, ephemeral: &[u8; 32]) -> bool {
+        lock(self.0).seen(key_id, ephemeral)
+    }
+
+    fn check_and_insert(
+        &mut self,
+        key_id: u32,
+        ephemeral: &[u8; 32],
+        timestamp: zrtt_proto::UnixTime,
+        now: zrtt_proto::UnixTime,
+    ) -> std::result::Result<(), ReplayError> {
+        lock(self.0).check_and_insert(key_id, ephemeral, timestamp, now)
+    }
+}
+
 /// Serve one zrtt connection (`active` connections open, this one included).
 pub(super) async fn serve(
     shared: &Arc<Shared>,
@@ -171,12 +196,12 @@ pub(super) async fn serve(
     let now = (shared.cfg.clock)();
     let (result, bound) = {
         let keys = shared.cfg.keys.read().unwrap_or_else(|p| p.into_inner());
-        let mut replay = lock(&shared.cfg.replay);
+        let mut replay = PerCallLock(&shared.cfg.replay);
         let result = keys.accept(
             &frame,
             Transport::Tcp,
             now,
-            &mut *replay,
+            &mut replay,
             shared.cfg.rng.as_ref(),
         );
         // The site the flight was encrypted for: its key record's name.

@@ -42,7 +42,7 @@
 //! [`ServerConfig::accept`]: zrtt_proto::handshake::ServerConfig::accept
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -63,6 +63,10 @@ pub const DEFAULT_PREFIX: &str = "zrtt";
 /// Connecting to a Redis node, and a command's own bound inside redis-rs
 /// (the check's deadline is far shorter; this only bounds late answers).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Most checks in flight at once; beyond it a flight is refused `Busy` at
+/// once (a stalled store must not pile up tasks: each lives up to
+/// `CONNECT_TIMEOUT`).
+pub const MAX_IN_FLIGHT: usize = 4096;
 /// Pause between two connection attempts, doubling up to `RETRY_MAX`.
 const RETRY_MIN: Duration = Duration::from_millis(20);
 const RETRY_MAX: Duration = Duration::from_secs(1);
@@ -203,6 +207,8 @@ pub enum Unavailable {
     /// Stamped before the store was last (re)connected or failed: it may
     /// have been recorded in what the store lost.
     Guard,
+    /// [`MAX_IN_FLIGHT`] checks are waiting for the store already.
+    Overloaded,
 }
 
 impl fmt::Display for Unavailable {
@@ -212,6 +218,7 @@ impl fmt::Display for Unavailable {
             Self::Timeout => f.write_str("no answer in time"),
             Self::Failed(e) => write!(f, "failed: {e}"),
             Self::Guard => f.write_str("flight stamped before the store's last failure"),
+            Self::Overloaded => f.write_str("too many checks waiting for the store"),
         }
     }
 }
@@ -242,6 +249,11 @@ pub struct ReplayStore {
     state: Mutex<ConnState>,
     /// Flights stamped at or before this (Unix ms) are refused.
     guard_ms: AtomicU64,
+    /// The latest time (Unix ms) the clock showed: the guard never moves
+    /// back with a clock stepped back.
+    latest_ms: AtomicU64,
+    /// Checks waiting for the store ([`MAX_IN_FLIGHT`]).
+    in_flight: AtomicUsize,
     clock: fn() -> UnixTime,
 }
 
@@ -301,6 +313,8 @@ impl ReplayStore {
             backend,
             state: Mutex::new(ConnState::default()),
             guard_ms: AtomicU64::new(0),
+            latest_ms: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
             clock,
         }))
     }
@@ -378,17 +392,26 @@ impl ReplayStore {
 
     /// Refuse every flight stamped up to `now + max_future + skew`.
     fn raise_guard(&self) {
-        let until = (self.clock)()
-            .as_millis()
+        let until = self
+            .now_ms()
             .saturating_add(millis(self.cfg.window.max_future + self.cfg.skew));
         self.guard_ms.fetch_max(until, Ordering::SeqCst);
+    }
+
+    /// The clock, never behind a time it showed before.
+    fn now_ms(&self) -> u64 {
+        let now = (self.clock)().as_millis();
+        self.latest_ms.fetch_max(now, Ordering::SeqCst).max(now)
     }
 
     /// A command of connection `generation` failed with `e`.
     fn failed(self: &Arc<Self>, generation: u64, e: &redis::RedisError) {
         self.raise_guard();
-        let single = matches!(self.backend, Backend::Single(_));
-        if single && (e.is_unrecoverable_error() || e.is_timeout() || e.is_io_error()) {
+        // One server: any error, also one the server answered with
+        // (READONLY, LOADING, MASTERDOWN: an endpoint that moved to
+        // another role), replaces the connection, and the new one raises
+        // the guard again.
+        if matches!(self.backend, Backend::Single(_)) {
             let mut st = lock(&self.state);
             if st.conn.as_ref().is_some_and(|(g, _)| *g == generation) {
                 tracing::warn!("replay store: connection lost ({e}); reconnecting");
@@ -413,8 +436,13 @@ impl ReplayStore {
             return StoreVerdict::Unavailable(Unavailable::NotConnected);
         };
         let stamped = timestamp.as_millis();
+        self.now_ms();
         if stamped <= self.guard_ms.load(Ordering::SeqCst) {
             return StoreVerdict::Unavailable(Unavailable::Guard);
+        }
+        if self.in_flight.fetch_add(1, Ordering::AcqRel) >= MAX_IN_FLIGHT {
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
+            return StoreVerdict::Unavailable(Unavailable::Overloaded);
         }
         let mut cmd = redis::cmd("SET");
         cmd.arg(self.cfg.key(key_id, ephemeral))
@@ -431,6 +459,7 @@ impl ReplayStore {
             if let Err(e) = &r {
                 this.failed(generation, e);
             }
+            this.in_flight.fetch_sub(1, Ordering::AcqRel);
             r
         });
         let verdict = match tokio::time::timeout(self.cfg.timeout, task).await {
