@@ -2,7 +2,7 @@
 //! HTTP/1.1 backend (see docs/GATEWAY.md).
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -14,13 +14,16 @@ use zrtt_net::gateway::{
     load_certified_key, tls_server_config_with, Gateway, GatewayConfig, ReloadableCert, SniCerts,
 };
 use zrtt_net::tfo::ListenOptions;
-use zrtt_proto::admission::{AdmissionConfig, IpNet, TokenKey, TokenKeyRing, TokenKeys};
-use zrtt_proto::handshake::{ServerConfig, ServerKey};
+use zrtt_proto::admission::{AdmissionConfig, IpNet, TokenKeyRing};
 
-use crate::{keys, reload, replay_state, util};
-use zeroize::Zeroizing;
+use crate::{reload, replay_state, util};
+
+mod keys;
+mod provenance;
+
+use keys::{all_keys, store_token_keys, token_keys, LoadedSite};
+use provenance::{next_lookup, refresh_verifiers};
 use zrtt_dns::token_keys::TokenSchedule;
-use zrtt_dns::KeyStore;
 
 #[derive(Args, Debug)]
 pub struct GatewayArgs {
@@ -302,316 +305,6 @@ fn parse_net(s: &str) -> Result<IpNet> {
         .map_err(|_| anyhow::anyhow!("--trust {s:?}: not an address or addr/prefix"))
 }
 
-/// A `--token-key` file: 32 bytes, raw or as 64 hex digits, readable by
-/// its owner only (else refused, as the key store refuses its files).
-fn read_token_key(path: &Path, lifetime: Duration) -> Result<TokenKey> {
-    let data = zrtt_dns::keyfile::read_private(path)?;
-    let text = std::str::from_utf8(&data).ok().map(str::trim);
-    let bytes = match text.and_then(zrtt_proto::record::unhex) {
-        Some(b) => Zeroizing::new(b),
-        None => Zeroizing::new(data.to_vec()),
-    };
-    let secret: Zeroizing<[u8; 32]> = Zeroizing::new(
-        bytes
-            .as_slice()
-            .try_into()
-            .map_err(|_| anyhow::anyhow!("{}: need 32 bytes (raw or hex)", path.display()))?,
-    );
-    Ok(TokenKey::new(&secret, lifetime))
-}
-
-/// Where the token keys come from: --token-key, the key store, or a key
-/// made now; `None` with --no-tokens.
-fn token_keys(a: &GatewayArgs, store: Option<&KeyStore>) -> Result<Option<TokenKeys>> {
-    if a.no_tokens {
-        return Ok(None);
-    }
-    if let Some(p) = &a.token_key {
-        return Ok(Some(TokenKeys::single(read_token_key(
-            p,
-            a.token_lifetime,
-        )?)));
-    }
-    let rng = ring::rand::SystemRandom::new();
-    if let Some(ks) = store {
-        let schedule = TokenSchedule::new(a.token_rotation, a.token_lifetime)?;
-        return Ok(Some(store_token_keys(ks.dir(), schedule)?));
-    }
-    let mut secret = Zeroizing::new([0u8; 32]);
-    ring::rand::SecureRandom::fill(&rng, &mut *secret)
-        .map_err(|_| anyhow::anyhow!("random number generator failed"))?;
-    tracing::info!(
-        "address tokens sealed with a key made at start: they do not outlive this process (--token-key or --keystore to keep them)"
-    );
-    Ok(Some(TokenKeys::single(TokenKey::new(
-        &secret,
-        a.token_lifetime,
-    ))))
-}
-
-/// The key store's token keys in force now (creating the ones due).
-fn store_token_keys(dir: &Path, schedule: TokenSchedule) -> Result<TokenKeys> {
-    Ok(zrtt_dns::token_keys::token_keys(
-        dir,
-        schedule,
-        util::now(),
-        &ring::rand::SystemRandom::new(),
-    )?)
-}
-
-fn server_keys(key_files: &[PathBuf], record_files: &[PathBuf]) -> Result<Vec<ServerKey>> {
-    let mut records = Vec::new();
-    for p in record_files {
-        records.extend(keys::load_records(p)?);
-    }
-    let mut out = Vec::new();
-    for p in key_files {
-        let key = keys::read_key(p)?;
-        let Some(rec) = records.iter().find(|r| &r.body.public_key == key.public()) else {
-            bail!("{}: no --record file holds this key's record", p.display());
-        };
-        out.push(ServerKey::new(rec.clone(), key)?);
-    }
-    Ok(out)
-}
-
-/// Keys from a key store at `now`, rotating first when asked.
-fn keystore_keys(ks: &mut KeyStore, rotate: bool) -> Result<Vec<ServerKey>> {
-    ks.reload_if_changed()?;
-    if rotate {
-        let report = ks.rotate(util::now(), &ring::rand::SystemRandom::new())?;
-        if report.changed() {
-            tracing::info!("{report}");
-        }
-    }
-    let keys = ks.server_keys(util::now());
-    if keys.is_empty() {
-        tracing::warn!(
-            "{} holds no live key (zrtt keys rotate); only TLS is served",
-            ks.dir().display()
-        );
-    }
-    Ok(keys)
-}
-
-/// One site as served: its names, backend, keys (from files, fixed, or
-/// from its key store, re-read) and certificate files.
-struct LoadedSite {
-    names: Vec<String>,
-    backend: zrtt_net::gateway::Backend,
-    store: Option<KeyStore>,
-    file_keys: Vec<ServerKey>,
-    cert: PathBuf,
-    cert_key: PathBuf,
-}
-
-impl LoadedSite {
-    #[allow(clippy::too_many_arguments)]
-    fn load(
-        keystore: Option<&Path>,
-        key_files: &[PathBuf],
-        record_files: &[PathBuf],
-        cert: Option<&Path>,
-        cert_key: Option<&Path>,
-        backend: zrtt_net::gateway::Backend,
-        aliases: &[String],
-        rotate: bool,
-    ) -> Result<Self> {
-        let mut site = match keystore {
-            Some(dir) => {
-                let mut ks = KeyStore::open(dir)?;
-                keystore_keys(&mut ks, rotate)?;
-                Self {
-                    names: vec![ks.name().to_owned()],
-                    backend,
-                    cert: ks.cert_pem_path(),
-                    cert_key: ks.cert_key_path(),
-                    store: Some(ks),
-                    file_keys: Vec::new(),
-                }
-            }
-            None => {
-                let file_keys = server_keys(key_files, record_files)?;
-                let mut names: Vec<String> = Vec::new();
-                for k in &file_keys {
-                    if !names.contains(&k.record.body.name) {
-                        names.push(k.record.body.name.clone());
-                    }
-                }
-                Self {
-                    names,
-                    backend,
-                    store: None,
-                    file_keys,
-                    cert: cert.map(Path::to_path_buf).unwrap_or_default(),
-                    cert_key: cert_key.map(Path::to_path_buf).unwrap_or_default(),
-                }
-            }
-        };
-        for a in aliases {
-            if !site.names.contains(a) {
-                site.names.push(a.clone());
-            }
-        }
-        if site.names.is_empty() {
-            bail!("a site without keys needs alias=NAME (the names it serves)");
-        }
-        Ok(site)
-    }
-
-    /// The site's keys now (its key store re-read, rotated when asked).
-    fn keys(&mut self, rotate: bool) -> Result<Vec<ServerKey>> {
-        match &mut self.store {
-            Some(ks) => keystore_keys(ks, rotate),
-            None => Ok(self.file_keys.clone()),
-        }
-    }
-}
-
-/// Every site's keys in one zrtt configuration (key ids must differ
-/// across sites: a flight's key id selects its site).
-fn all_keys(sites: &mut [LoadedSite], rotate: bool) -> Result<ServerConfig> {
-    let mut keys = Vec::new();
-    for s in sites.iter_mut() {
-        keys.extend(s.keys(rotate)?);
-    }
-    ServerConfig::new(keys).context("the sites' keys")
-}
-
-type VerifierPolicy = (
-    zrtt_net::gateway::SharedTrustPolicy,
-    Option<Arc<zrtt_net::verifier::DnsVerifiers>>,
-);
-
-/// The provenance policy from --verifier and --verifier-name: `None`
-/// without either. With names, looks them up once (bounded by the
-/// resolver's timeouts) before the gateway serves; failures are logged and
-/// the names retried in the background.
-fn provenance(a: &GatewayArgs, rt: &tokio::runtime::Runtime) -> Result<Option<VerifierPolicy>> {
-    if a.verifiers.is_empty() && a.verifier_dns.verifier_names.is_empty() {
-        return Ok(None);
-    }
-    let keys = a
-        .verifiers
-        .iter()
-        .map(|h| {
-            zrtt_net::verifier::parse_verifier_key(h)
-                .ok_or_else(|| anyhow::anyhow!("--verifier {h:?}: need 64 hex digits"))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let verifiers = keys.len() + a.verifier_dns.verifier_names.len();
-    if a.quorum == 0 || a.quorum > verifiers {
-        bail!("--quorum {} with {verifiers} verifier(s)", a.quorum);
-    }
-    for n in &a.verifier_dns.verifier_names {
-        zrtt_proto::record::validate_name(&zrtt_proto::record::normalize_name(n))
-            .map_err(|e| anyhow::anyhow!("--verifier-name {n:?}: {e}"))?;
-    }
-    let dns = if a.verifier_dns.verifier_names.is_empty() {
-        None
-    } else {
-        let cfg = match a.verifier_dns.dns_server {
-            Some(s) => zrtt_dns::resolver::ResolverConfig::new(s),
-            None => zrtt_dns::resolver::ResolverConfig::system()?,
-        };
-        let trust = match &a.verifier_dns.verifier_cacert {
-            Some(p) => zrtt_dns::resolver::Trust::from_pem_file(p)?,
-            None => zrtt_dns::resolver::Trust::system(),
-        };
-        let resolver = Arc::new(zrtt_dns::resolver::Resolver::new(cfg, trust));
-        for pin in &a.verifier_dns.verifier_certs {
-            let Some((name, file)) = pin.split_once('=') else {
-                bail!("--verifier-cert {pin:?}: use NAME=FILE");
-            };
-            let name = zrtt_proto::record::normalize_name(name);
-            if !a
-                .verifier_dns
-                .verifier_names
-                .iter()
-                .any(|n| zrtt_proto::record::normalize_name(n) == name)
-            {
-                bail!("--verifier-cert {pin:?}: {name} is not a --verifier-name");
-            }
-            resolver.pin_cert(&name, util::load_cert(Path::new(file))?.to_vec());
-        }
-        Some(Arc::new(zrtt_net::verifier::DnsVerifiers::new(
-            resolver,
-            a.verifier_dns.verifier_names.clone(),
-            keys.clone(),
-            a.quorum,
-        )))
-    };
-    let initial = match &dns {
-        Some(d) => d.policy(util::now()),
-        None => zrtt_proto::provenance::TrustPolicy {
-            keys: keys.into_iter().map(Into::into).collect(),
-            quorum: a.quorum,
-            skew_secs: 5,
-        },
-    };
-    let shared: zrtt_net::gateway::SharedTrustPolicy =
-        zrtt_net::gateway::shared_trust_policy(initial);
-    if let Some(d) = &dns {
-        rt.block_on(refresh_verifiers(d, &shared));
-    }
-    Ok(Some((shared, dns)))
-}
-
-/// Look the verifier names up, log what changed or failed, and put the
-/// resulting policy in force. Returns whether any lookup failed.
-async fn refresh_verifiers(
-    dns: &zrtt_net::verifier::DnsVerifiers,
-    policy: &zrtt_net::gateway::SharedTrustPolicy,
-) -> bool {
-    use zrtt_net::verifier::VerifierLookup;
-    let before: Vec<u32> = policy
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .keys
-        .iter()
-        .map(|k| k.key.id)
-        .collect();
-    let now = util::now();
-    let mut failed = false;
-    for (name, r) in dns.refresh(now).await {
-        match r {
-            VerifierLookup::Keys(keys) => {
-                if keys.iter().any(|k| !before.contains(&k.key.id)) || before.is_empty() {
-                    let list: Vec<String> = keys
-                        .iter()
-                        .map(|k| format!("{:08x} until {}", k.key.id, util::fmt_time(k.not_after)))
-                        .collect();
-                    tracing::info!(
-                        "verifier {name}: trusting {} key(s): {}",
-                        keys.len(),
-                        list.join(", ")
-                    );
-                }
-            }
-            VerifierLookup::Kept { reason, kept } => {
-                failed = true;
-                tracing::warn!(
-                    "verifier {name}: no usable keys from DNS ({reason}); keeping {kept} key(s) learned before"
-                );
-            }
-        }
-    }
-    *policy.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(dns.policy(now));
-    failed
-}
-
-/// When to look the names up next: every `every`, within 30 s after a
-/// failure. Keys are published long before they sign and stay published
-/// long after, so this is far more often than they change.
-fn next_lookup(every: Duration, failed: bool) -> Duration {
-    let wait = if failed {
-        every.min(Duration::from_secs(30))
-    } else {
-        every
-    };
-    wait.max(Duration::from_secs(1))
-}
-
 pub fn run(a: GatewayArgs) -> Result<ExitCode> {
     let mut sites = vec![LoadedSite::load(
         a.keystore.as_deref(),
@@ -715,7 +408,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         .build()?;
     // Provenance: configured keys, and keys learned from DNS (looked up once
     // before serving, then in the background).
-    let verifier_policy = provenance(&a, &runtime)?;
+    let verifier_policy = provenance::provenance(&a, &runtime)?;
     // The replay filter's restart guard starts now, after every lookup:
     // as late as possible before the listener is bound (docs/PROTOCOL.md §7).
     let mut cfg = GatewayConfig::new(shared_keys.clone(), tls, a.backend.clone())?;
