@@ -225,6 +225,32 @@ fn systemd_unit_verifies() {
     );
     assert!(out.status.success(), "{text}");
     assert!(!text.contains("zrtt-gateway.service:"), "{text}");
+    // The fleet's rotator: a oneshot service and its timer.
+    for name in ["zrtt-keys-rotate.service", "zrtt-keys-rotate.timer"] {
+        let unit = std::fs::read_to_string(format!(
+            "{}/../../dist/systemd/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
+        std::fs::write(
+            tmp.path().join(name),
+            unit.replace("/usr/local/bin/zrtt", env!("CARGO_BIN_EXE_zrtt")),
+        )
+        .unwrap();
+    }
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(tmp.path().join("zrtt-keys-rotate.timer"))
+        .arg(tmp.path().join("zrtt-keys-rotate.service"))
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(!text.contains("zrtt-keys-rotate"), "{text}");
 }
 
 /// Private key files others can read are refused before anything starts
