@@ -31,6 +31,7 @@ use std::io::Write as _;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use zrtt_net::client::{system_clock, Mode};
+use zrtt_net::gateway::replay_store::{StoreVerdict, Unavailable};
 use zrtt_net::gateway::{ReplayStore, ReplayStoreConfig, StoreAddress};
 use zrtt_proto::handshake::{
     read_frame, ClientHandshake, ClientParams, Expect, Frame, RejectReason,
@@ -153,6 +154,14 @@ impl Redis {
             .output()
             .unwrap();
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// Recorded flights on this node (every key but the settings record).
+    fn flights(&self) -> usize {
+        self.cli(&["KEYS", "*"])
+            .lines()
+            .filter(|k| !k.is_empty() && !k.ends_with(":settings"))
+            .count()
     }
 
     fn node(&self) -> String {
@@ -315,8 +324,9 @@ async fn a_flight_replayed_to_another_gateway_of_the_fleet_is_refused() {
     );
     // One key, living max_age + max_future + skew (12 s here).
     let keys_in = redis.cli(&["KEYS", "zrtt:*"]);
-    assert_eq!(keys_in.lines().count(), 1, "{keys_in}");
-    let ttl: u64 = redis.cli(&["PTTL", keys_in.trim()]).parse().unwrap();
+    let flights: Vec<&str> = keys_in.lines().filter(|k| *k != "zrtt:settings").collect();
+    assert_eq!(flights.len(), 1, "{keys_in}");
+    let ttl: u64 = redis.cli(&["PTTL", flights[0]]).parse().unwrap();
     assert!(ttl > 0 && ttl <= 12_000, "{ttl}");
     assert!(a
         .metrics
@@ -424,7 +434,7 @@ async fn a_slow_or_lost_store_refuses_busy_and_tls_serves_until_it_is_back() {
         accepted + 1,
         "nothing served unchecked meanwhile ({busy} refused Busy)"
     );
-    assert_eq!(redis.cli(&["DBSIZE"]), "1", "recorded in the new store");
+    assert_eq!(redis.flights(), 1, "recorded in the new store");
     env.stop().await;
 }
 
@@ -507,10 +517,7 @@ async fn a_redis_cluster_shares_replays_and_a_lost_node_fails_safe() {
     }
     assert_eq!(b.metric("replay_store_replays"), 6);
     assert_eq!(seen.lock().unwrap().len(), 6);
-    let held: Vec<usize> = nodes
-        .iter()
-        .map(|n| n.cli(&["DBSIZE"]).parse().unwrap())
-        .collect();
+    let held: Vec<usize> = nodes.iter().map(|n| n.flights()).collect();
     assert_eq!(held.iter().sum::<usize>(), 6, "{held:?}");
 
     // One node lost (no replica): never served unchecked.
@@ -678,11 +685,7 @@ async fn a_failover_that_lost_a_flight_does_not_let_its_replay_run() {
         assert!(start.elapsed() < PATIENCE, "B never served again");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(
-        replica.cli(&["DBSIZE"]),
-        "1",
-        "the fresh flight, on the new master"
-    );
+    assert_eq!(replica.flights(), 1, "the fresh flight, on the new master");
     // ... but not the lost one, though neither the store nor B's own
     // filter has it: the guard.
     let again = answer(b.addr, &f).await;
@@ -778,7 +781,7 @@ async fn measure_store_check_and_accept_rate() {
     println!(
         "redis memory: {} bytes per recorded flight ({} keys)",
         (used(&redis) - before) / n as i64,
-        redis.cli(&["DBSIZE"])
+        redis.flights()
     );
     println!(
         "store check, sequential, {n}: p50 {:?} p99 {:?} max {:?}; {late} not Fresh (deadline 1 ms)",
@@ -807,4 +810,57 @@ async fn measure_store_check_and_accept_rate() {
     }
     plain.stop().await;
     with.stop().await;
+}
+
+/// Gateways sharing a prefix must share the replay window: a key one of
+/// them keeps `max_age + max_future + skew` must cover every other's
+/// window. The first gateway records its settings in the store; one with
+/// other settings does not use the store (every flight refused Busy, its
+/// clients on TLS) and says why, until the settings agree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_with_other_settings_does_not_use_the_store() {
+    if !redis_installed() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let redis = Redis::start(tmp.path(), false);
+    let mut cfg = ReplayStoreConfig::new(single(&redis));
+    cfg.timeout = Duration::from_millis(300);
+    let first = ReplayStore::new(cfg.clone(), system_clock).unwrap();
+    first.connect();
+    let start = Instant::now();
+    while !first.connected() {
+        assert!(start.elapsed() < PATIENCE, "never connected");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(redis
+        .cli(&["GET", "zrtt:settings"])
+        .contains("skew_ms=5000"));
+    let mut other = cfg.clone();
+    other.skew = Duration::from_secs(1);
+    let second = ReplayStore::new(other, system_clock).unwrap();
+    // Every attempt (20 checks, each starting a connection attempt when
+    // none is under way) is refused: it never connects.
+    for _ in 0..20 {
+        let v = second
+            .check(
+                1,
+                &[9; 32],
+                system_clock().saturating_add(Duration::from_secs(1)),
+            )
+            .await;
+        assert_eq!(v, StoreVerdict::Unavailable(Unavailable::NotConnected));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!second.connected());
+    // Settings changed everywhere: the record is removed, then it connects.
+    redis.cli(&["DEL", "zrtt:settings"]);
+    let start = Instant::now();
+    while !second.connected() {
+        assert!(start.elapsed() < PATIENCE, "never connected after the DEL");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(redis
+        .cli(&["GET", "zrtt:settings"])
+        .contains("skew_ms=1000"));
 }

@@ -362,6 +362,13 @@ impl ReplayStore {
                     .map(Conn::Single),
                 Backend::Cluster(c) => c.get_async_connection().await.map(Conn::Cluster),
             };
+            let attempt = match attempt {
+                Ok(mut conn) => match self.same_settings(&mut conn).await {
+                    Ok(()) => Ok(conn),
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(e),
+            };
             match attempt {
                 Ok(conn) => {
                     // Whatever the store lost before this connection, no
@@ -386,6 +393,47 @@ impl ReplayStore {
                     tokio::time::sleep(wait).await;
                     wait = (wait * 2).min(RETRY_MAX);
                 }
+            }
+        }
+    }
+
+    /// The settings every gateway sharing this prefix must have: a key
+    /// kept `ttl` by one gateway must cover the window of every other.
+    fn settings_record(&self) -> String {
+        format!(
+            "zrtt replay store v1 max_age_ms={} max_future_ms={} skew_ms={}",
+            millis(self.cfg.window.max_age),
+            millis(self.cfg.window.max_future),
+            millis(self.cfg.skew)
+        )
+    }
+
+    /// Record this gateway's settings under `<prefix>:settings` if none are
+    /// there, else check they are the same: gateways whose windows differ
+    /// would keep each other's flights too short a time (a replay could
+    /// run after the key expired on one and within the window of another).
+    /// A mismatch keeps the store unused (flights refused Busy) and is
+    /// logged; it is checked again at each connection attempt.
+    async fn same_settings(&self, conn: &mut Conn) -> redis::RedisResult<()> {
+        let key = format!("{}:settings", self.cfg.prefix);
+        let mine = self.settings_record();
+        let mut set = redis::cmd("SET");
+        set.arg(&key).arg(&mine).arg("NX").arg("GET");
+        let theirs: Option<String> = match conn {
+            Conn::Single(c) => set.query_async(c).await?,
+            Conn::Cluster(c) => set.query_async(c).await?,
+        };
+        match theirs {
+            None => Ok(()),
+            Some(t) if t == mine => Ok(()),
+            Some(t) => {
+                tracing::error!(
+                    "replay store: {key} holds {t:?}, this gateway has {mine:?}: gateways sharing the prefix must share the replay window and --replay-store-skew (or DEL {key} after changing them everywhere); not using the store"
+                );
+                Err(redis::RedisError::from((
+                    redis::ErrorKind::Client,
+                    "the replay store's settings differ from this gateway's",
+                )))
             }
         }
     }
