@@ -365,7 +365,13 @@ pub fn run(bench: &Bench, o: &FaultsOpts) -> Result<Report> {
 
     let mut rows = Vec::new();
     let mut progress = Progress::new(&bench.console, "faults", o.faults.len() * KINDS.len());
-    for &fault in &o.faults {
+    for (fi, &fault) in o.faults.iter().enumerate() {
+        if fi > 0 {
+            // A fresh gateway per fault (its replay filter kept): the
+            // admission state (cool-downs, budgets) a fault leaves behind
+            // must not spill into the next row.
+            gateway.restart(&lab)?;
+        }
         let (up, down) = fault.links(o);
         lab.set_link("client", "server", up)?;
         lab.set_link("server", "client", down)?;
