@@ -249,13 +249,17 @@ fn lab_path_that_drops_zrtt_after_the_syn_is_skipped_after_a_reply_timeout() {
     //    marked.
     let c = cfg.clone();
     let (resp, info) = lab
-        .in_host("client", move || rt().block_on(fetch(c, addr, vec![get("/first")])))
+        .in_host("client", move || {
+            rt().block_on(fetch(c, addr, vec![get("/first")]))
+        })
         .unwrap()
         .unwrap();
     assert_eq!(resp[0].0, 200, "{info:?}");
     assert_eq!(info.mode, Mode::TlsFallback, "{info:?}");
     assert!(
-        info.notes.iter().any(|n| n.contains("zrtt skipped on this path")),
+        info.notes
+            .iter()
+            .any(|n| n.contains("zrtt skipped on this path")),
         "{:?}",
         info.notes
     );
@@ -271,7 +275,9 @@ fn lab_path_that_drops_zrtt_after_the_syn_is_skipped_after_a_reply_timeout() {
     // 2. The next connection goes to TLS at once.
     let c = cfg.clone();
     let (resp, info) = lab
-        .in_host("client", move || rt().block_on(fetch(c, addr, vec![get("/next")])))
+        .in_host("client", move || {
+            rt().block_on(fetch(c, addr, vec![get("/next")]))
+        })
         .unwrap()
         .unwrap();
     assert_eq!(resp[0].0, 200);

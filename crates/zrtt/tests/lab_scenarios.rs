@@ -181,7 +181,13 @@ fn faults_leave_no_idempotent_request_unanswered() {
     // Counts only: every GET answered 200 under the middleboxes and across
     // a gateway restart (the client's fallbacks and retries), and a clean
     // 502 for each while the backend is down; times are the benchmark's.
-    let faults = ["none", "syn-drop", "syn-strip", "backend-down", "gateway-restart"];
+    let faults = [
+        "none",
+        "syn-drop",
+        "syn-strip",
+        "backend-down",
+        "gateway-restart",
+    ];
     let n = 6;
     let js = scenario(
         "faults",

@@ -234,6 +234,75 @@ pub(crate) struct Row {
     metrics: BTreeMap<String, f64>,
     /// The restart row: milliseconds from SIGTERM to the new gateway listening.
     restart_gap_ms: Option<f64>,
+    /// Kernel TCP counters over the row, per host (`client.OutRsts`, ...).
+    kernel: BTreeMap<String, f64>,
+}
+
+/// The kernel's TCP counters worth watching per row (/proc/net/snmp `Tcp:`
+/// and /proc/net/netstat `TcpExt:`).
+const KERNEL_COUNTERS: [&str; 12] = [
+    "OutRsts",
+    "EstabResets",
+    "AttemptFails",
+    "RetransSegs",
+    "TCPAbortOnData",
+    "TCPAbortOnClose",
+    "TCPSynRetrans",
+    "TCPTimeouts",
+    "TCPFastOpenActive",
+    "TCPFastOpenActiveFail",
+    "TCPFastOpenPassive",
+    "TCPFastOpenPassiveFail",
+];
+
+/// [`KERNEL_COUNTERS`] of both hosts, as `host.name`.
+fn kernel_counters(lab: &Lab) -> Result<BTreeMap<String, f64>> {
+    let mut out = BTreeMap::new();
+    for host in ["client", "server"] {
+        let mut c = lab.command(host, "cat")?;
+        c.args(["/proc/net/snmp", "/proc/net/netstat"]);
+        let text = proc::run_capture(c)?;
+        for (name, v) in parse_proc_net(&text) {
+            if KERNEL_COUNTERS.contains(&name.as_str()) {
+                out.insert(format!("{host}.{name}"), v);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `Tcp:`/`TcpExt:` header and value line pairs of /proc/net/snmp and
+/// /proc/net/netstat, as (counter, value).
+fn parse_proc_net(text: &str) -> Vec<(String, f64)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for pair in lines.windows(2) {
+        let (h, v) = (pair[0], pair[1]);
+        let Some((hp, names)) = h.split_once(':') else {
+            continue;
+        };
+        let Some((vp, values)) = v.split_once(':') else {
+            continue;
+        };
+        if hp != vp
+            || !matches!(hp, "Tcp" | "TcpExt")
+            || names.trim_start().starts_with(|c: char| c.is_ascii_digit())
+        {
+            continue;
+        }
+        if !values
+            .trim_start()
+            .starts_with(|c: char| c.is_ascii_digit() || c == '-')
+        {
+            continue;
+        }
+        for (n, x) in names.split_whitespace().zip(values.split_whitespace()) {
+            if let Ok(x) = x.parse() {
+                out.push((n.to_string(), x));
+            }
+        }
+    }
+    out
 }
 
 /// The gateway process, restartable by PID.
@@ -264,7 +333,11 @@ impl GatewayProc {
     }
 
     fn listen(&self) -> Result<SocketAddr> {
-        let i = self.args.iter().position(|a| a == "--listen").context("--listen")?;
+        let i = self
+            .args
+            .iter()
+            .position(|a| a == "--listen")
+            .context("--listen")?;
         Ok(self.args[i + 1].to_string_lossy().parse()?)
     }
 
@@ -384,10 +457,7 @@ pub fn run(bench: &Bench, o: &FaultsOpts) -> Result<Report> {
         for kind in KINDS {
             progress.tick(&format!("{} / {}", fault.id(), kind.id()));
             let client: Box<dyn Fn() -> Arc<ClientConfig> + Send + Sync> = match kind {
-                ClientKind::New => {
-                    let f = fresh.clone();
-                    Box::new(move || f())
-                }
+                ClientKind::New => Box::new(fresh.clone()),
                 ClientKind::Kept => {
                     let mut cfg = ClientConfig::builder(Arc::new(site.key_source()?))
                         .with_tls_config(fresh().tls.clone());
@@ -409,6 +479,7 @@ pub fn run(bench: &Bench, o: &FaultsOpts) -> Result<Report> {
                 done: done.clone(),
             };
             let before = scrape(&lab)?;
+            let kernel_before = kernel_counters(&lab)?;
             lab.reset_hub_stats();
             let mut restart_gap_ms = None;
             let samples = if fault == Fault::GatewayRestart {
@@ -425,6 +496,7 @@ pub fn run(bench: &Bench, o: &FaultsOpts) -> Result<Report> {
             };
             let hub = lab.hub_stats();
             let after = scrape(&lab)?;
+            let kernel = delta(&kernel_before, &kernel_counters(&lab)?);
             let metrics = if restart_gap_ms.is_some() {
                 after
             } else {
@@ -437,6 +509,7 @@ pub fn run(bench: &Bench, o: &FaultsOpts) -> Result<Report> {
                 hub,
                 metrics,
                 restart_gap_ms,
+                kernel,
             };
             let bad = row.failed();
             if bad > 0 {
@@ -490,6 +563,21 @@ mod tests {
     }
 
     #[test]
+    fn proc_net_counters() {
+        let text = "Ip: Forwarding DefaultTTL\nIp: 1 64\nTcp: RtoAlgorithm OutRsts\nTcp: 1 7\n\
+                    TcpExt: SyncookiesSent TCPAbortOnData\nTcpExt: 0 3\n";
+        assert_eq!(
+            parse_proc_net(text),
+            [
+                ("RtoAlgorithm".to_string(), 1.0),
+                ("OutRsts".to_string(), 7.0),
+                ("SyncookiesSent".to_string(), 0.0),
+                ("TCPAbortOnData".to_string(), 3.0)
+            ]
+        );
+    }
+
+    #[test]
     fn fault_links() {
         let o = FaultsOpts::default();
         let (up, down) = Fault::SynDrop.links(&o);
@@ -499,6 +587,9 @@ mod tests {
         let (up, down) = Fault::TlsOnly.links(&o);
         assert!(up.tls_only && down.tls_only);
         assert_eq!(Fault::Loss5.links(&o).1.loss, 0.05);
-        assert_eq!(Fault::None.links(&o).0, Link::delay(Duration::from_millis(25)));
+        assert_eq!(
+            Fault::None.links(&o).0,
+            Link::delay(Duration::from_millis(25))
+        );
     }
 }

@@ -109,7 +109,11 @@ pub(super) fn report(o: &FaultsOpts, rows: &[Row], backend_served: u64) -> Repor
         o.rtt_ms,
         o.requests,
         o.concurrency,
-        o.faults.iter().map(|f| f.id()).collect::<Vec<_>>().join(",")
+        o.faults
+            .iter()
+            .map(|f| f.id())
+            .collect::<Vec<_>>()
+            .join(",")
     ));
     let mut t = Table::new(
         "Requests per fault and client; time in ms (penalty against no fault)",
@@ -224,6 +228,7 @@ pub(super) fn report(o: &FaultsOpts, rows: &[Row], backend_served: u64) -> Repor
             "samples_ms": row.samples.iter().map(|s| round3(s.ms)).collect::<Vec<_>>(),
             "restart_gap_ms": row.restart_gap_ms.map(round3),
             "gateway_metrics": row.metrics,
+            "kernel_tcp": row.kernel,
             "hub": {
                 "forwarded": row.hub.forwarded,
                 "dropped_loss": row.hub.dropped_loss,
@@ -315,6 +320,7 @@ mod tests {
             hub: HubStats::default(),
             metrics: BTreeMap::new(),
             restart_gap_ms: None,
+            kernel: BTreeMap::new(),
         };
         assert_eq!(
             row.counts(),
@@ -334,7 +340,10 @@ mod tests {
         assert_eq!(row.retried_errors()["refused"], 1);
         let r = report(&FaultsOpts::default(), &[row], 3);
         let md = r.markdown();
-        assert!(md.contains("| backend down | new per request | 5 | 2 | 1 | 2 | 6 | 1 | 1 |"), "{md}");
+        assert!(
+            md.contains("| backend down | new per request | 5 | 2 | 1 | 2 | 6 | 1 | 1 |"),
+            "{md}"
+        );
         assert!(md.contains("2 requests failed in all"), "{md}");
     }
 }
