@@ -191,6 +191,24 @@ pub(super) fn report(o: &FaultsOpts, rows: &[Row], backend_served: u64) -> Repor
                     .join("; ")
             ));
         }
+        let retried = row.retried_errors();
+        if !retried.is_empty() {
+            let n = row
+                .samples
+                .iter()
+                .filter(|s| s.status.is_some() && s.attempts > 1)
+                .count();
+            notes.push(format!(
+                "{} / client {}: {n} answered only after the application's retry (failed attempts: {}).",
+                row.fault.label(o),
+                row.kind.label(),
+                retried
+                    .iter()
+                    .map(|(w, n)| format!("{n} × {w}"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ));
+        }
         if let Some(gap) = row.restart_gap_ms {
             notes.push(format!(
                 "Gateway restart / client {}: {gap:.0} ms from SIGTERM to the new gateway listening; the new gateway's counters: {}.",
@@ -223,7 +241,7 @@ pub(super) fn report(o: &FaultsOpts, rows: &[Row], backend_served: u64) -> Repor
             "statuses": statuses,
             "modes": modes,
             "failures": reasons,
-            "retried_errors": row.retried_errors(),
+            "retried_errors": retried,
             "summary_ms": s.to_json(),
             "samples_ms": row.samples.iter().map(|s| round3(s.ms)).collect::<Vec<_>>(),
             "restart_gap_ms": row.restart_gap_ms.map(round3),
@@ -345,5 +363,11 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("2 requests failed in all"), "{md}");
+        assert!(
+            md.contains(
+                "1 answered only after the application's retry (failed attempts: 1 × refused)"
+            ),
+            "{md}"
+        );
     }
 }
