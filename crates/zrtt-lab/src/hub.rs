@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
 
-use crate::impair::{self, DropCause, Fate, SplitMix64};
+use crate::impair::{self, DropCause, Fate, Flows, SplitMix64};
 use crate::lateness::{Histogram, LatenessStats};
 use crate::packet::{self, ipv4_dst};
 use crate::sys;
@@ -50,6 +50,9 @@ pub struct HubStats {
     pub dropped_syn_data: u64,
     /// SYNs whose data a middlebox stripped ([`SynData::Strip`](crate::SynData::Strip)).
     pub stripped_syn_data: u64,
+    /// Data segments of non-TLS flows dropped by a TLS-only middlebox
+    /// ([`Link::tls_only`]).
+    pub dropped_tls_only: u64,
     /// Extra copies delivered by duplication.
     pub duplicated: u64,
     /// Packets held back so that later ones overtook them.
@@ -118,6 +121,7 @@ struct Counters {
     dropped_loss: AtomicU64,
     dropped_syn_data: AtomicU64,
     stripped_syn_data: AtomicU64,
+    dropped_tls_only: AtomicU64,
     duplicated: AtomicU64,
     reordered: AtomicU64,
     dropped_queue: AtomicU64,
@@ -240,6 +244,7 @@ impl Hub {
             dropped_loss: c.dropped_loss.load(Ordering::Relaxed),
             dropped_syn_data: c.dropped_syn_data.load(Ordering::Relaxed),
             stripped_syn_data: c.stripped_syn_data.load(Ordering::Relaxed),
+            dropped_tls_only: c.dropped_tls_only.load(Ordering::Relaxed),
             duplicated: c.duplicated.load(Ordering::Relaxed),
             reordered: c.reordered.load(Ordering::Relaxed),
             dropped_queue: c.dropped_queue.load(Ordering::Relaxed),
@@ -278,6 +283,7 @@ impl Hub {
             &c.dropped_loss,
             &c.dropped_syn_data,
             &c.stripped_syn_data,
+            &c.dropped_tls_only,
             &c.duplicated,
             &c.reordered,
             &c.dropped_queue,
@@ -331,6 +337,7 @@ fn reader_loop(s: &Shared, devices: &[File], cfg: &HubConfig) {
     let by_addr: HashMap<Ipv4Addr, usize> =
         cfg.addrs.iter().enumerate().map(|(i, &a)| (a, i)).collect();
     let mut rng = SplitMix64::new(cfg.seed);
+    let mut flows = Flows::default();
     let mut last_deadline: Vec<Option<Instant>> = vec![None; n * n];
     let mut next_free: Vec<Option<Instant>> = vec![None; n * n];
     let mut seq: u64 = 0;
@@ -375,6 +382,10 @@ fn reader_loop(s: &Shared, devices: &[File], cfg: &HubConfig) {
                     let links = s.links.read().unwrap_or_else(|e| e.into_inner());
                     links[pair]
                 };
+                if link.tls_only && flows.drops(pkt) {
+                    s.counters.dropped_tls_only.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
                 let delivery = match impair::decide(&link, pkt, &mut rng) {
                     Fate::Drop(cause) => {
                         let c = match cause {

@@ -7,6 +7,8 @@
 //! duplicate, reorder), so a link with only loss draws exactly as the hub
 //! always did.
 
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use crate::packet;
@@ -86,6 +88,53 @@ pub(crate) fn decide(link: &Link, pkt: &[u8], rng: &mut SplitMix64) -> Fate {
     })
 }
 
+/// Most flows the filter remembers; beyond it the table starts over
+/// (lab runs open far fewer connections in its lifetime of a flow).
+const MAX_FLOWS: usize = 1 << 16;
+
+type Endpoint = (Ipv4Addr, u16);
+
+/// A middlebox that lets only TLS through once a connection is set up
+/// ([`Link::tls_only`]): it classifies each TCP flow by the first payload
+/// it sees (the client's, in its SYN or after the handshake): a TLS
+/// handshake record (`16 03`) passes, anything else (zrtt's frames) has
+/// every later data segment without SYN dropped, both ways. Segments with
+/// SYN (the SYN's data, the SYN-ACK's early answer) are part of the
+/// handshake and pass; a client's SYN starts the flow over.
+#[derive(Default)]
+pub(crate) struct Flows {
+    /// Per flow (endpoints in order): whether its first payload was TLS.
+    tls: HashMap<(Endpoint, Endpoint), bool>,
+}
+
+impl Flows {
+    /// Whether the filter drops `pkt`.
+    pub(crate) fn drops(&mut self, pkt: &[u8]) -> bool {
+        let Some(seg) = packet::tcp_segment(pkt) else {
+            return false;
+        };
+        let key = if seg.src <= seg.dst {
+            (seg.src, seg.dst)
+        } else {
+            (seg.dst, seg.src)
+        };
+        if seg.opening {
+            self.tls.remove(&key);
+        }
+        if seg.payload.is_empty() {
+            return false;
+        }
+        if self.tls.len() >= MAX_FLOWS && !self.tls.contains_key(&key) {
+            self.tls.clear();
+        }
+        let tls = *self
+            .tls
+            .entry(key)
+            .or_insert_with(|| seg.payload.starts_with(&[0x16, 0x03]));
+        !tls && !seg.syn
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,6 +211,35 @@ mod tests {
             .count();
         assert!((1_800..2_200).contains(&dup), "{dup}");
         assert!((3_700..4_300).contains(&held), "{held}");
+    }
+
+    #[test]
+    fn the_tls_only_filter_drops_a_zrtt_flow_after_its_syn() {
+        let data = |from: (Ipv4Addr, u16), to: (Ipv4Addr, u16), payload: &[u8]| {
+            let mut p = packet::syn_with_data(from, to, 1, payload);
+            p[20 + 13] = 0x18; // PSH|ACK, no SYN
+            p
+        };
+        let mut f = Flows::default();
+        let (c, s) = ((A, 40000), (B, 443));
+        // zrtt: the SYN's flight passes, later data either way does not,
+        // empty ACKs do.
+        assert!(!f.drops(&packet::syn_with_data(c, s, 1, b"\xd7flight")));
+        assert!(f.drops(&data(s, c, b"reply")));
+        assert!(f.drops(&data(c, s, b"more")));
+        assert!(!f.drops(&data(c, s, b"")));
+        // TLS on another port passes, continuation segments included.
+        let t = (A, 40001);
+        assert!(!f.drops(&packet::syn_with_data(t, s, 1, b"")));
+        assert!(!f.drops(&data(t, s, b"\x16\x03\x01hello")));
+        assert!(!f.drops(&data(s, t, b"\x16\x03\x03server")));
+        assert!(!f.drops(&data(s, t, b"\x42continuation")));
+        // A new connection on the first 4-tuple starts over: TLS now.
+        assert!(!f.drops(&packet::syn_with_data(c, s, 9, b"")));
+        assert!(!f.drops(&data(c, s, b"\x16\x03\x01hello")));
+        assert!(!f.drops(&data(s, c, b"\x17\x03\x03app")));
+        // Not TCP: passes.
+        assert!(!f.drops(&[0x45; 40]));
     }
 
     #[test]

@@ -49,6 +49,35 @@ pub(crate) fn is_syn_with_data(pkt: &[u8]) -> bool {
     }
 }
 
+/// What the flow filter ([`crate::impair::Flows`]) needs of a TCP
+/// segment: its endpoints, whether it opens a connection, and the first
+/// bytes of its payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Segment<'a> {
+    pub(crate) src: (Ipv4Addr, u16),
+    pub(crate) dst: (Ipv4Addr, u16),
+    /// SYN flag set (a client's SYN or a server's SYN-ACK).
+    pub(crate) syn: bool,
+    /// SYN without ACK: a client opening a connection.
+    pub(crate) opening: bool,
+    pub(crate) payload: &'a [u8],
+}
+
+/// `pkt` as a TCP segment, or `None` for anything else.
+pub(crate) fn tcp_segment(pkt: &[u8]) -> Option<Segment<'_>> {
+    let (ihl, thl, payload) = tcp_layout(pkt)?;
+    let t = &pkt[ihl..];
+    let flags = t[13];
+    let addr = |o: usize| Ipv4Addr::new(pkt[o], pkt[o + 1], pkt[o + 2], pkt[o + 3]);
+    Some(Segment {
+        src: (addr(12), u16::from_be_bytes([t[0], t[1]])),
+        dst: (addr(16), u16::from_be_bytes([t[2], t[3]])),
+        syn: flags & FLAG_SYN != 0,
+        opening: flags & FLAG_SYN != 0 && flags & FLAG_ACK == 0,
+        payload: &pkt[ihl + thl..ihl + thl + payload],
+    })
+}
+
 /// Removes the payload of a SYN with data, as a middlebox that strips it
 /// would: the IPv4 total length and both checksums are fixed, TCP options
 /// (a Fast Open cookie option included) are kept. Returns whether the

@@ -39,6 +39,12 @@ pub struct Link {
     pub duplicate: f64,
     /// What a middlebox on this direction does to SYNs carrying data.
     pub syn_data: SynData,
+    /// A middlebox on this direction lets only TLS through once a
+    /// connection is set up: data segments (without SYN) of a TCP flow
+    /// whose first payload was not a TLS handshake record are dropped, so
+    /// zrtt's flight in a SYN passes and everything after it does not.
+    /// Set it on both directions for a firewall that allows TLS only.
+    pub tls_only: bool,
 }
 
 /// What a middlebox does to a client's SYN that carries data (TCP Fast
@@ -66,6 +72,7 @@ impl Link {
             reorder_delay: Duration::ZERO,
             duplicate: 0.0,
             syn_data: SynData::Pass,
+            tls_only: false,
         }
     }
 
@@ -93,6 +100,13 @@ impl Link {
     /// direction.
     pub fn with_syn_data(mut self, syn_data: SynData) -> Self {
         self.syn_data = syn_data;
+        self
+    }
+
+    /// Puts (or removes) a middlebox that lets only TLS through after the
+    /// handshake on this direction ([`Link::tls_only`]).
+    pub fn with_tls_only(mut self, on: bool) -> Self {
+        self.tls_only = on;
         self
     }
 

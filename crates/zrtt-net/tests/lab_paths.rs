@@ -8,6 +8,12 @@
 //! flight is acknowledged, so zrtt keeps the request and the backend sees
 //! it once.
 //!
+//! A middlebox that lets only TLS through once a connection is set up
+//! (the lab hub's `Link::tls_only`: the SYN with the flight passes, the
+//! reply and everything after it do not) leaves the flight acknowledged,
+//! so the race keeps waiting for zrtt; after the reply timeout the request
+//! goes over TLS and the path skips zrtt from then on.
+//!
 //! Needs root (prints "skipped: needs root" otherwise) and `nft`
 //! (scripts/install-deps.sh installs it). Checks modes, notes, round-trip
 //! counts and backend request counts, never wall-clock limits.
@@ -19,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use zrtt_lab::{Lab, Topology};
+use zrtt_lab::{Lab, Link, Topology};
 use zrtt_net::client::{ClientConfig, Mode};
 
 const RTT: Duration = Duration::from_millis(50);
@@ -172,6 +178,101 @@ fn lab_race_recovers_from_paths_that_drop_zrtt() {
         .is_some());
 
     // 3. The next connection skips zrtt on that path: TLS at once, 3 RTT.
+    let c = cfg.clone();
+    let (resp, info) = lab
+        .in_host("client", move || {
+            rt().block_on(fetch(c, addr, vec![get("/next")]))
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!(resp[0].0, 200);
+    assert_eq!(info.mode, Mode::TlsFallback);
+    assert!(
+        info.notes.iter().any(|n| n.contains("zrtt skipped")),
+        "{:?}",
+        info.notes
+    );
+    assert_eq!(info.round_trips, 3, "{info:?}");
+    assert_eq!(count("/next"), 1);
+
+    let _ = stop_tx.send(());
+    server.join();
+}
+
+#[test]
+fn lab_path_that_drops_zrtt_after_the_syn_is_skipped_after_a_reply_timeout() {
+    if !zrtt_lab::is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let tls_only = Link::delay(RTT / 2).with_tls_only(true);
+    let lab = Lab::up(
+        Topology::new()
+            .host("client")
+            .host("server")
+            .link("client", "server", tls_only),
+    )
+    .unwrap();
+    let server_ip = lab.addr("server").unwrap();
+    let (info_tx, info_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = lab
+        .spawn_in_host("server", move || {
+            rt().block_on(async move {
+                let env = start_gateway(GatewayOpts {
+                    addr: (server_ip, 0).into(),
+                    ..Default::default()
+                })
+                .await;
+                info_tx
+                    .send((env.addr, env.records.clone(), env.seen.clone()))
+                    .unwrap();
+                let _ = stop_rx.await;
+                env.stop().await;
+            })
+        })
+        .unwrap();
+    let (addr, records, seen) = info_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+    let mut cfg = client_config(records);
+    cfg.reply_timeout = Duration::from_secs(1);
+    let cfg = Arc::new(cfg);
+    let count = |path: &str| {
+        seen.lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(&format!(" {path} ")))
+            .count()
+    };
+
+    // 1. The flight in the SYN is taken (acknowledged), the reply never
+    //    arrives: zrtt times out, TLS carries the request, the path is
+    //    marked.
+    let c = cfg.clone();
+    let (resp, info) = lab
+        .in_host("client", move || {
+            rt().block_on(fetch(c, addr, vec![get("/first")]))
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!(resp[0].0, 200, "{info:?}");
+    assert_eq!(info.mode, Mode::TlsFallback, "{info:?}");
+    assert!(
+        info.notes
+            .iter()
+            .any(|n| n.contains("zrtt skipped on this path")),
+        "{:?}",
+        info.notes
+    );
+    assert!(cfg
+        .paths
+        .zrtt_blocked(addr, std::time::Instant::now())
+        .is_some());
+    assert!(lab.hub_stats().dropped_tls_only > 0);
+    // The gateway forwarded the early request; its answer was lost on the
+    // way, so the backend saw it once more over TLS (an idempotent GET).
+    assert_eq!(count("/first"), 2);
+
+    // 2. The next connection goes to TLS at once.
     let c = cfg.clone();
     let (resp, info) = lab
         .in_host("client", move || {

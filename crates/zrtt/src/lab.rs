@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use clap::Subcommand;
 use zrtt_bench::asap::AsapOpts;
+use zrtt_bench::faults::{Fault, FaultsOpts};
 use zrtt_bench::ladder::LadderOpts;
 use zrtt_bench::plt::PltOpts;
 use zrtt_bench::throughput::ThroughputOpts;
@@ -44,6 +45,37 @@ pub enum LabCommand {
         /// Do not give the hub real-time (SCHED_FIFO) priority, to see what it buys.
         #[arg(long)]
         no_realtime: bool,
+    },
+    /// Idempotent HTTPS requests (zrtt client, TLS fallback, a new
+    /// connection each) against a gateway and a small backend under each
+    /// fault in turn: loss, reordering, duplication, SYN-data middleboxes, a
+    /// TLS-only middlebox, backend down or slow, gateway restart under load.
+    /// Counts (200, 502, failed, retries, TLS fallbacks, early answers) and
+    /// the time penalty per fault. Writes faults.md/.svg/.json.
+    Faults {
+        /// Round-trip time, milliseconds.
+        #[arg(long, default_value_t = FaultsOpts::default().rtt_ms)]
+        rtt: u64,
+        /// Requests per fault and client (new client per request, kept client).
+        #[arg(long, default_value_t = FaultsOpts::default().requests)]
+        requests: usize,
+        /// Requests in flight.
+        #[arg(long, default_value_t = FaultsOpts::default().concurrency)]
+        concurrency: usize,
+        /// Faults to run, in order.
+        #[arg(long, value_delimiter = ',', default_value = csv(FaultsOpts::default().faults.iter().map(|f| f.id())), value_parser = parse_fault)]
+        faults: Vec<Fault>,
+        /// Response body size, bytes.
+        #[arg(long, default_value_t = FaultsOpts::default().body_bytes)]
+        body: usize,
+        /// The slow backend's delay, milliseconds.
+        #[arg(long, default_value_t = FaultsOpts::default().slow_ms)]
+        slow_ms: u64,
+        /// Retries of a request that got no HTTP answer at all.
+        #[arg(long, default_value_t = FaultsOpts::default().retries)]
+        retries: u32,
+        #[command(flatten)]
+        out: OutArgs,
     },
     /// Remove namespaces left by crashed lab runs (those whose owner process is gone).
     Clean,
@@ -123,6 +155,10 @@ pub enum LabCommand {
         #[command(flatten)]
         out: OutArgs,
     },
+}
+
+fn parse_fault(s: &str) -> Result<Fault> {
+    Fault::parse(s)
 }
 
 /// Where scenario results go.
@@ -248,6 +284,28 @@ pub fn run(cmd: LabCommand) -> Result<ExitCode> {
                 keep: out.keep,
             };
             finish(zrtt_bench::throughput::run(&bench()?, &o), &out)
+        }
+        LabCommand::Faults {
+            rtt,
+            requests,
+            concurrency,
+            faults,
+            body,
+            slow_ms,
+            retries,
+            out,
+        } => {
+            let o = FaultsOpts {
+                rtt_ms: rtt,
+                requests,
+                concurrency,
+                faults,
+                body_bytes: body,
+                slow_ms,
+                retries,
+                keep: out.keep,
+            };
+            finish(zrtt_bench::faults::run(&bench()?, &o), &out)
         }
         LabCommand::Clean => {
             let removed = zrtt_lab::cleanup_stale_namespaces()?;

@@ -172,3 +172,60 @@ fn throughput_serves_every_case() {
         );
     }
 }
+
+#[test]
+fn faults_leave_no_idempotent_request_unanswered() {
+    if skip("faults_leave_no_idempotent_request_unanswered", &[]) {
+        return;
+    }
+    // Counts only: every GET answered 200 under the middleboxes and across
+    // a gateway restart (the client's fallbacks and retries), and a clean
+    // 502 for each while the backend is down; times are the benchmark's.
+    let faults = [
+        "none",
+        "syn-drop",
+        "syn-strip",
+        "backend-down",
+        "gateway-restart",
+    ];
+    let n = 6;
+    let js = scenario(
+        "faults",
+        &[
+            "--rtt",
+            "20",
+            "--requests",
+            &n.to_string(),
+            "--concurrency",
+            "2",
+            "--faults",
+            &faults.join(","),
+        ],
+    );
+    let rows = js["data"]["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), faults.len() * 2, "two clients per fault");
+    for r in rows {
+        let (fault, client) = (r["fault"].as_str().unwrap(), r["client"].as_str().unwrap());
+        let count = |k: &str| r[k].as_u64().unwrap();
+        eprintln!(
+            "{fault} / {client}: {} ok, {} 502, {} failed, {} retries, {} TLS, {} early; failures {}",
+            count("ok"),
+            count("bad_gateway"),
+            count("failed"),
+            count("retries"),
+            count("tls_fallback"),
+            count("answered_early"),
+            r["failures"]
+        );
+        assert_eq!(count("requests"), n, "{fault} / {client}");
+        assert_eq!(count("failed"), 0, "{fault} / {client}: {}", r["failures"]);
+        if fault == "backend-down" {
+            assert_eq!(count("bad_gateway"), n, "{fault} / {client}");
+        } else {
+            assert_eq!(count("ok"), n, "{fault} / {client}");
+        }
+        if fault == "gateway-restart" {
+            assert!(r["restart_gap_ms"].as_f64().is_some(), "{r}");
+        }
+    }
+}

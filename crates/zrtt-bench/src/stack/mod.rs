@@ -64,6 +64,8 @@ pub(crate) struct Gateway {
     pub(crate) admin: Option<SocketAddr>,
     /// Where its stderr goes (default: discarded).
     pub(crate) log: Option<PathBuf>,
+    /// `--replay-state`: where the replay filter is kept across restarts.
+    pub(crate) replay_state: Option<PathBuf>,
 }
 
 impl Gateway {
@@ -78,6 +80,7 @@ impl Gateway {
             strict: false,
             admin: None,
             log: None,
+            replay_state: None,
         }
     }
 
@@ -90,7 +93,7 @@ impl Gateway {
     }
 
     /// `zrtt` arguments for this gateway in front of `BACKEND`.
-    fn args(&self, keystore: &Path) -> Vec<OsString> {
+    pub(crate) fn args(&self, keystore: &Path) -> Vec<OsString> {
         let mut a: Vec<OsString> = vec![
             "gateway".into(),
             "--listen".into(),
@@ -121,6 +124,9 @@ impl Gateway {
         }
         if let Some(admin) = self.admin {
             flag("--admin", admin.to_string().into());
+        }
+        if let Some(p) = &self.replay_state {
+            flag("--replay-state", p.into());
         }
         a
     }

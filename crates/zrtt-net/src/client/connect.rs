@@ -8,7 +8,10 @@
 //!    SYN-ACK within the race delay → once more without Fast Open;
 //! 2. a Reject carrying records that verify against the same certificate →
 //!    zrtt again at once, with the fresh key (once);
-//! 3. otherwise (no record, other refusals, no answer) → TLS 1.3 (rustls).
+//! 3. otherwise (no record, other refusals, no answer) → TLS 1.3 (rustls);
+//!    a flight that was taken but never answered within `reply_timeout`
+//!    (a path that passes the SYN and drops what follows) also makes the
+//!    path skip zrtt for a cool-down, as a lost race does.
 //!
 //! **Racing** (RFC 8305's idea applied to protocols): when no zrtt answer
 //! has come within the race delay (three round trips of the path's RTT,
@@ -43,6 +46,9 @@ use crate::error::{Error, Result};
 use crate::stream::ChannelStream;
 use crate::sys::{self, state};
 use crate::tfo::{self, ConnectMode};
+
+/// What [`Error::Timeout`] names when no zrtt reply came in time.
+const REPLY_TIMEOUT: &str = "zrtt reply";
 
 /// How a connection ended up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -338,6 +344,17 @@ async fn zrtt_attempts(
             Err(e) => {
                 notes.push(format!("zrtt failed: {e}"));
                 spent += 1;
+                if matches!(e, Error::Timeout(REPLY_TIMEOUT)) {
+                    // The flight was taken (else the race would have
+                    // switched) but no answer came in `reply_timeout`: a
+                    // path that lets the SYN through and drops what
+                    // follows. Skip zrtt there, as when TLS wins the race.
+                    let cooldown = cfg.paths.zrtt_failed(target.addr, Instant::now());
+                    notes.push(format!(
+                        "zrtt skipped on this path for {} s",
+                        cooldown.as_secs()
+                    ));
+                }
             }
         }
     }
@@ -435,7 +452,7 @@ async fn attempt_zrtt(
                 race.late.notify_one();
                 continue;
             }
-            () = tokio::time::sleep_until(deadline) => return Err(Error::Timeout("zrtt reply")),
+            () = tokio::time::sleep_until(deadline) => return Err(Error::Timeout(REPLY_TIMEOUT)),
         };
         if n == 0 {
             return Err(Error::NoAnswer);
