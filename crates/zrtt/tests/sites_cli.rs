@@ -96,6 +96,41 @@ fn served_key(dir: &Path, port: u16, sni: &str) -> String {
         .to_owned()
 }
 
+/// `zrtt gateway` on a free loopback port with the default site a.example
+/// (k1, cert.pem) in front of `backend` and `extra` flags; it and its port.
+fn gateway(dir: &Path, backend: &str, extra: &[&str]) -> (Guard, u16) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zrtt"))
+        .args(["gateway", "--listen", "127.0.0.1:0", "--backend", backend])
+        .args([
+            "--key",
+            "k1.key",
+            "--record",
+            "k1.rec",
+            "--cert",
+            "cert.pem",
+            "--cert-key",
+            "cert.key",
+        ])
+        .args(extra)
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let gw = Guard(child);
+    let port = line
+        .trim()
+        .strip_prefix("listening ")
+        .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
+        .unwrap_or_else(|| panic!("no listening line: {line:?}"))
+        .port();
+    (gw, port)
+}
+
 #[test]
 fn one_gateway_serves_three_sites_each_with_its_certificate_keys_and_backend() {
     if !have("curl") || !have("openssl") {
@@ -148,42 +183,11 @@ fn one_gateway_serves_three_sites_each_with_its_certificate_keys_and_backend() {
     let site_c = format!(
         "cert=c-p384.pem,cert-key=c-p384.key,key=k3.key,record=k3.rec,alias=www.c.example,backend={bc}"
     );
-    let mut child = Command::new(env!("CARGO_BIN_EXE_zrtt"))
-        .args([
-            "gateway",
-            "--listen",
-            "127.0.0.1:0",
-            "--backend",
-            &ba.to_string(),
-            "--key",
-            "k1.key",
-            "--record",
-            "k1.rec",
-            "--cert",
-            "cert.pem",
-            "--cert-key",
-            "cert.key",
-            "--site",
-            &site_b,
-            "--site",
-            &site_c,
-        ])
-        .current_dir(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let _gw = Guard(child);
-    let port: u16 = line
-        .trim()
-        .strip_prefix("listening ")
-        .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
-        .unwrap_or_else(|| panic!("no listening line: {line:?}"))
-        .port();
+    let (_gw, port) = gateway(
+        dir,
+        &ba.to_string(),
+        &["--site", &site_b, "--site", &site_c],
+    );
 
     // TLS: each name gets its certificate (curl verifies it) and its backend.
     assert_eq!(
@@ -308,39 +312,11 @@ http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path
     let site_b = format!("cert=b.pem,cert-key=b.key,alias=b.example,backend=h2c+unix:{d}/h2.sock");
     let site_c =
         format!("cert=c.pem,cert-key=c.key,alias=c.example,backend=h2c://localhost:{tcp_port}");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_zrtt"))
-        .args(["gateway", "--listen", "127.0.0.1:0", "--backend"])
-        .arg(format!("unix:{d}/h1.sock"))
-        .args([
-            "--key",
-            "k1.key",
-            "--record",
-            "k1.rec",
-            "--cert",
-            "cert.pem",
-            "--cert-key",
-            "cert.key",
-            "--site",
-            &site_b,
-            "--site",
-            &site_c,
-        ])
-        .current_dir(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let _gw = Guard(child);
-    let port: u16 = line
-        .trim()
-        .strip_prefix("listening ")
-        .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
-        .unwrap_or_else(|| panic!("no listening line: {line:?}"))
-        .port();
+    let (_gw, port) = gateway(
+        dir,
+        &format!("unix:{d}/h1.sock"),
+        &["--site", &site_b, "--site", &site_c],
+    );
     let (body, code) = curl(dir, port, "a.example", "ca.pem", &[]);
     assert_eq!(
         (body.as_str(), code.as_str()),
