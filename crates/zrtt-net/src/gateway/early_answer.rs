@@ -81,12 +81,26 @@ pub(super) struct EarlyCtl {
     confirmed_notify: Notify,
     reply_now: AtomicBool,
     reader: Mutex<Option<Waker>>,
+    abandoned: AtomicBool,
 }
 
 impl EarlyCtl {
     /// Whether the client has confirmed the handshake.
     pub(super) fn is_confirmed(&self) -> bool {
         self.confirmed.load(Ordering::Acquire)
+    }
+
+    /// The relay gave up on the connection before anything was sent (the
+    /// TCP handshake did not complete within the gate timeout): no Reply
+    /// and no answer go out (a late 504 would reach a client whose request
+    /// never ran; without an answer it falls back to TLS and gets a real
+    /// one), and the connection closes.
+    pub(super) fn abandon(&self) {
+        self.abandoned.store(true, Ordering::Release);
+    }
+
+    fn is_abandoned(&self) -> bool {
+        self.abandoned.load(Ordering::Acquire)
     }
 
     pub(super) fn set_confirmed(&self) {
@@ -608,6 +622,13 @@ impl AsyncRead for EarlyAnswer {
     }
 }
 
+impl EarlyAnswer {
+    /// The relay abandoned the connection and no Reply went out yet.
+    fn abandoned_before_reply(&self) -> bool {
+        self.ctl.is_abandoned() && matches!(self.state, State::Pending(_))
+    }
+}
+
 impl AsyncWrite for EarlyAnswer {
     fn poll_write(
         self: Pin<&mut Self>,
@@ -615,6 +636,9 @@ impl AsyncWrite for EarlyAnswer {
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        if this.abandoned_before_reply() {
+            return Poll::Ready(Err(io::ErrorKind::ConnectionAborted.into()));
+        }
         if let State::Pending(p) = &mut this.state {
             if p.out.len() < MAX_REPLY_BUFFER {
                 let n = data.len().min(MAX_REPLY_BUFFER - p.out.len());
@@ -635,6 +659,9 @@ impl AsyncWrite for EarlyAnswer {
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if this.abandoned_before_reply() {
+            return Poll::Ready(Err(io::ErrorKind::ConnectionAborted.into()));
+        }
         if let State::Pending(p) = &this.state {
             if p.out.is_empty() {
                 return Poll::Ready(Ok(()));
@@ -651,6 +678,9 @@ impl AsyncWrite for EarlyAnswer {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if this.abandoned_before_reply() {
+            return Poll::Ready(Err(io::ErrorKind::ConnectionAborted.into()));
+        }
         if matches!(this.state, State::Pending(_)) {
             ready!(this.poll_reply(cx))?;
         }

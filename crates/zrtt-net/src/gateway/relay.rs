@@ -235,6 +235,12 @@ async fn forward(shared: &Arc<Shared>, ctx: &ConnCtx, req: Request<Incoming>) ->
     // only once the TCP handshake has proven the address.
     if !ctx.gate.proven() && ctx.gate.wait_complete().await.is_err() {
         Metrics::inc(&m.gate_timeouts);
+        // Nothing reached the backend: on zrtt send nothing at all, so the
+        // client falls back to TLS (or its race already did) instead of
+        // getting a 504 once its handshake completes late.
+        if let Some(ctl) = &ctx.early {
+            ctl.abandon();
+        }
         return text_response(StatusCode::GATEWAY_TIMEOUT, "handshake incomplete");
     }
     if !ctx.slot.claim() {
