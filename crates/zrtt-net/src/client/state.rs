@@ -107,10 +107,15 @@ impl TokenStore {
 
     /// Load a file written by [`Self::save`]; a missing file is an empty store.
     pub fn load(path: &std::path::Path) -> Result<Self> {
+        match read_private(path, "reading the token state")? {
+            Some(text) => Self::parse(&text),
+            None => Ok(Self::new()),
+        }
+    }
+
+    /// Parse the text of a file written by [`Self::save`].
+    pub fn parse(text: &str) -> Result<Self> {
         let store = Self::new();
-        let Some(text) = read_private(path, "reading the token state")? else {
-            return Ok(store);
-        };
         let bad = || Error::Protocol("malformed token state file");
         let mut inner = store.inner.lock().unwrap_or_else(|p| p.into_inner());
         for line in text
@@ -291,10 +296,15 @@ impl ProvenanceStore {
 
     /// Load a file written by [`Self::save`]; a missing file is an empty store.
     pub fn load(path: &std::path::Path) -> Result<Self> {
+        match read_private(path, "reading the provenance state")? {
+            Some(text) => Self::parse(&text),
+            None => Ok(Self::new()),
+        }
+    }
+
+    /// Parse the text of a file written by [`Self::save`].
+    pub fn parse(text: &str) -> Result<Self> {
         let store = Self::new();
-        let Some(text) = read_private(path, "reading the provenance state")? else {
-            return Ok(store);
-        };
         let bad = || Error::Protocol("malformed provenance state file");
         let mut m = store.by_local.lock().unwrap_or_else(|p| p.into_inner());
         for line in text.lines() {
