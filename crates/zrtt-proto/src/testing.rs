@@ -726,17 +726,7 @@ pub fn provenance(data: &[u8]) {
         };
         let dur = u32::from(dur).max(1);
         let issued_at = UnixTime::from_secs(T0 + u64::from(start));
-        let mut c = f.verifiers[signer_i].issue(
-            &IssuePolicy {
-                initial_secs: dur,
-                max_secs: dur,
-            },
-            &stat,
-            address,
-            dur,
-            None,
-            issued_at,
-        );
+        let mut c = issue_cached(signer_i, address, dur, issued_at);
         let tampered = flip & 0x80 != 0;
         if tampered {
             c.signature[usize::from(flip % 64)] ^= 1;
@@ -774,6 +764,39 @@ pub fn provenance(data: &[u8]) {
     assert!(policy
         .verify(&certs, FUZZ_PEER, Some(&[8; 32]), now, &mut cache)
         .is_err());
+}
+
+/// A certificate from the fixture's verifier `signer` for the client key
+/// `[7; 32]`, memoized per thread (Ed25519 signing would dominate the
+/// provenance entry point otherwise).
+fn issue_cached(signer: usize, address: IpAddr, dur: u32, at: UnixTime) -> Certificate {
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+    type Memo = HashMap<(usize, IpAddr, u32, UnixTime), Certificate>;
+    thread_local!(static MEMO: RefCell<Memo> = RefCell::new(HashMap::new()));
+    let key = (signer, address, dur, at);
+    if let Some(c) = MEMO.with(|m| m.borrow().get(&key).cloned()) {
+        return c;
+    }
+    let c = fuzz_fixture().verifiers[signer].issue(
+        &IssuePolicy {
+            initial_secs: dur,
+            max_secs: dur,
+        },
+        &[7; 32],
+        address,
+        dur,
+        None,
+        at,
+    );
+    MEMO.with(|m| {
+        let mut m = m.borrow_mut();
+        if m.len() >= 65536 {
+            m.clear();
+        }
+        m.insert(key, c.clone());
+    });
+    c
 }
 
 /// The DER walk to a certificate's validity.

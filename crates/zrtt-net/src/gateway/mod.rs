@@ -56,6 +56,20 @@ pub use config::{
     GatewayConfig, SharedTrustPolicy, Timeouts,
 };
 pub use listener::Gateway;
+
+/// Fuzz entry point (fuzz/fuzz_targets/early_use.rs): whether a first
+/// flight's early data would be served before the client confirms. Only
+/// one complete safe request without a body may be.
+#[doc(hidden)]
+pub fn fuzz_early_use(early: &[u8]) -> bool {
+    let serve = matches!(relay::early_use(early), early_answer::EarlyUse::Serve);
+    if serve {
+        let method = early.split(|&b| b == b' ').next().unwrap_or_default();
+        assert!(matches!(method, b"GET" | b"HEAD" | b"OPTIONS"), "unsafe method served early");
+        assert!(early.ends_with(b"\r\n\r\n") || early.ends_with(b"\n\n"));
+    }
+    serve
+}
 pub use metrics::{serve_metrics, Metrics, Readiness};
 
 /// What every connection of one gateway shares.
