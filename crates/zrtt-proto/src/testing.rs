@@ -244,8 +244,7 @@ use crate::handshake::{
 };
 use crate::provenance::{
     decode_certificates, decode_verifier_response, encode_verifier_response, Certificate,
-    IssuePolicy, TrustPolicy, TrustedKey, VerifiedCache, VerifierRequest,
-    VerifierSigner,
+    IssuePolicy, TrustPolicy, TrustedKey, VerifiedCache, VerifierRequest, VerifierSigner,
 };
 use crate::record::VerifiedKeyRecord;
 use crate::replay::{BloomReplayFilter, ReplayConfig};
@@ -296,8 +295,7 @@ pub fn fuzz_token_keys() -> TokenKeys {
 pub fn fuzz_fixture() -> &'static FuzzFixture {
     static F: OnceLock<FuzzFixture> = OnceLock::new();
     F.get_or_init(|| {
-        let verifiers: Vec<VerifierSigner> =
-            (1..=4u8).map(|i| verifier_signer([i; 32])).collect();
+        let verifiers: Vec<VerifierSigner> = (1..=4u8).map(|i| verifier_signer([i; 32])).collect();
         let keys = vec![
             TrustedKey {
                 verifier: 10,
@@ -497,7 +495,13 @@ pub fn channel(data: &[u8]) {
     let (frame, _) = read_frame(&flight, Expect::FirstFlight).unwrap().unwrap();
     let acc = f
         .server
-        .accept(&frame, Transport::Tcp, fuzz_now(), &mut NoReplayFilter, &rng(6))
+        .accept(
+            &frame,
+            Transport::Tcp,
+            fuzz_now(),
+            &mut NoReplayFilter,
+            &rng(6),
+        )
         .unwrap();
     let (mut server, reply) = acc.reply(&Extensions::new(), b"").unwrap();
     let (frame, _) = read_frame(&reply, Expect::ReplyOrReject).unwrap().unwrap();
@@ -658,10 +662,7 @@ pub fn token(data: &[u8]) {
                 return;
             };
             let at = |s: u32| UnixTime::from_millis(T0 * 1000 + u64::from(s));
-            let tok = keys
-                .current()
-                .issue(a, &stat, at(issued), &rng(8))
-                .unwrap();
+            let tok = keys.current().issue(a, &stat, at(issued), &rng(8)).unwrap();
             let other = [8u8; 32];
             let got = keys.verify(
                 &tok,
@@ -671,7 +672,11 @@ pub fn token(data: &[u8]) {
             );
             let fresh = u64::from(checked) < u64::from(issued) + 3_600_000;
             let want_ok = fresh && canonical_ip(a) == canonical_ip(b) && same_key;
-            assert_eq!(got.is_ok(), want_ok, "{a} {b} {same_key} {issued} {checked}");
+            assert_eq!(
+                got.is_ok(),
+                want_ok,
+                "{a} {b} {same_key} {issued} {checked}"
+            );
         }
     }
 }
@@ -712,9 +717,9 @@ pub fn provenance(data: &[u8]) {
     let mut certs = Vec::new();
     let mut genuine = Vec::new(); // verifier group of each genuinely valid certificate
     while certs.len() < 8 {
-        let Ok(c) = (|| {
-            Ok::<_, crate::InvalidMessage>((r.u8()?, r.u8()?, r.u16()?, r.u16()?, r.u8()?))
-        })() else {
+        let Ok(c) =
+            (|| Ok::<_, crate::InvalidMessage>((r.u8()?, r.u8()?, r.u16()?, r.u16()?, r.u8()?)))()
+        else {
             break;
         };
         let (signer, addr, start, dur, flip) = c;
@@ -755,11 +760,18 @@ pub fn provenance(data: &[u8]) {
     genuine.dedup();
     let first = policy.verify(&certs, FUZZ_PEER, Some(&stat), now, &mut cache);
     if let Ok(ok) = &first {
-        assert!(genuine.len() >= policy.quorum.max(1), "quorum from forged or invalid certificates");
+        assert!(
+            genuine.len() >= policy.quorum.max(1),
+            "quorum from forged or invalid certificates"
+        );
         assert!(ok.verifiers.len() >= policy.quorum.max(1));
     }
     let second = policy.verify(&certs, FUZZ_PEER, Some(&stat), now, &mut cache);
-    assert_eq!(first.is_ok(), second.is_ok(), "the cache changes no verdict");
+    assert_eq!(
+        first.is_ok(),
+        second.is_ok(),
+        "the cache changes no verdict"
+    );
     // Another client key or address never counts.
     assert!(policy
         .verify(&certs, FUZZ_PEER, Some(&[8; 32]), now, &mut cache)
@@ -815,7 +827,11 @@ pub fn verifier_wire(data: &[u8]) {
         let enc = req.encode();
         assert_eq!(enc, data[..enc.len()]);
         for cut in 0..enc.len() {
-            assert_eq!(VerifierRequest::decode(&data[..cut]), Ok(None), "prefix {cut}");
+            assert_eq!(
+                VerifierRequest::decode(&data[..cut]),
+                Ok(None),
+                "prefix {cut}"
+            );
         }
     }
     if let Ok(c) = decode_verifier_response(data) {
@@ -940,7 +956,9 @@ pub fn fuzz_seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     out.push((
         "token",
         "program",
-        vec![2, 0, 198, 18, 0, 1, 0, 198, 18, 0, 1, 0, 0, 0, 0, 5, 0, 0, 0, 9],
+        vec![
+            2, 0, 198, 18, 0, 1, 0, 198, 18, 0, 1, 0, 0, 0, 0, 5, 0, 0, 0, 9,
+        ],
     ));
     // Provenance.
     let mut p = vec![0u8];
@@ -972,7 +990,11 @@ pub fn fuzz_seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         }
         .encode(),
     ));
-    out.push(("verifier_wire", "response", encode_verifier_response(&certs[1])));
+    out.push((
+        "verifier_wire",
+        "response",
+        encode_verifier_response(&certs[1]),
+    ));
     // Replay snapshot, without its checksum.
     let mut filter = BloomReplayFilter::new(fuzz_replay_config(), [5; 32], UnixTime::from_secs(T0));
     for i in 0..3u8 {

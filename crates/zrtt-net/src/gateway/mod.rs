@@ -65,7 +65,10 @@ pub fn fuzz_early_use(early: &[u8]) -> bool {
     let serve = matches!(relay::early_use(early), early_answer::EarlyUse::Serve);
     if serve {
         let method = early.split(|&b| b == b' ').next().unwrap_or_default();
-        assert!(matches!(method, b"GET" | b"HEAD" | b"OPTIONS"), "unsafe method served early");
+        assert!(
+            matches!(method, b"GET" | b"HEAD" | b"OPTIONS"),
+            "unsafe method served early"
+        );
         assert!(early.ends_with(b"\r\n\r\n") || early.ends_with(b"\n\n"));
     }
     serve

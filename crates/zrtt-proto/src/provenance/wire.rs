@@ -132,3 +132,83 @@ pub fn decode_verifier_response(b: &[u8]) -> Result<Certificate, VerifierWireErr
         _ => Err(VerifierWireError::Refused),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn cert() -> Certificate {
+        Certificate {
+            verifier_id: 7,
+            address: IpAddr::from([198, 18, 0, 1]),
+            start: 1,
+            duration: 2,
+            signature: [3; 64],
+        }
+    }
+
+    #[test]
+    fn requests_decode_incrementally_and_refuse_what_is_not_one() {
+        let first = VerifierRequest {
+            client_static: [7; 32],
+            requested_secs: 3600,
+            previous: None,
+        };
+        let refresh = VerifierRequest {
+            previous: Some(cert()),
+            ..first.clone()
+        };
+        for req in [&first, &refresh] {
+            let b = req.encode();
+            assert!(b.len() <= MAX_VERIFIER_REQUEST);
+            for cut in 0..b.len() {
+                assert_eq!(VerifierRequest::decode(&b[..cut]), Ok(None), "cut {cut}");
+            }
+            assert_eq!(VerifierRequest::decode(&b), Ok(Some(req.clone())));
+        }
+        let mut b = first.encode();
+        b[0] = b'X';
+        assert_eq!(
+            VerifierRequest::decode(&b),
+            Err(VerifierWireError::NotARequest)
+        );
+        let mut b = first.encode();
+        *b.last_mut().unwrap() = 2;
+        assert_eq!(VerifierRequest::decode(&b), Err(VerifierWireError::BadFlag));
+        let mut b = refresh.encode();
+        b.push(0);
+        assert_eq!(
+            VerifierRequest::decode(&b),
+            Err(VerifierWireError::BadPrevious)
+        );
+        let mut b = refresh.encode();
+        b[41] = 9; // certificate version
+        assert_eq!(
+            VerifierRequest::decode(&b),
+            Err(VerifierWireError::BadPrevious)
+        );
+    }
+
+    #[test]
+    fn responses() {
+        let r = encode_verifier_response(&cert());
+        assert_eq!(decode_verifier_response(&r), Ok(cert()));
+        assert_eq!(
+            decode_verifier_response(&r[..r.len() - 1]),
+            Err(VerifierWireError::BadCertificate)
+        );
+        assert_eq!(
+            decode_verifier_response(&[STATUS_NO_KEY]),
+            Err(VerifierWireError::NoKey)
+        );
+        assert_eq!(
+            decode_verifier_response(&[STATUS_BAD_REQUEST]),
+            Err(VerifierWireError::Refused)
+        );
+        assert_eq!(
+            decode_verifier_response(&[]),
+            Err(VerifierWireError::Refused)
+        );
+    }
+}

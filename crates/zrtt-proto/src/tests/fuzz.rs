@@ -29,7 +29,10 @@ fn entry(name: &str) -> Entry {
 fn fuzz_seeds_run_and_are_written() {
     let seeds = testing::fuzz_seeds();
     for (name, _) in ENTRIES {
-        assert!(seeds.iter().any(|(t, _, _)| t == name), "no seed for {name}");
+        assert!(
+            seeds.iter().any(|(t, _, _)| t == name),
+            "no seed for {name}"
+        );
     }
     for (target, _, data) in &seeds {
         entry(target)(data);
@@ -91,7 +94,9 @@ fn seeds_reach_the_parsers_behind_the_crypto() {
         )
         .unwrap();
     let certs = crate::provenance::decode_certificates(
-        acc.extensions.get(crate::handshake::ext::PROVENANCE).unwrap(),
+        acc.extensions
+            .get(crate::handshake::ext::PROVENANCE)
+            .unwrap(),
     )
     .unwrap();
     let q = f
