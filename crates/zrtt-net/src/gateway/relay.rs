@@ -440,6 +440,12 @@ mod tests {
             &b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"[..],
             b"HEAD /x HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n",
             b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n",
+            // Mixed line ends (found by fuzz/fuzz_targets/early_use.rs,
+            // whose check of the head's end was too strict): httparse and
+            // hyper read the same one request.
+            b"GET / HTTP/1.1\r\nIost: w7w.example.com-\n\r\n",
+            // Empty lines before the request line (RFC 9112 §2.2), also found there.
+            b"\n\n\nGET / HTTP/1.1\r\nHost: a\r\n\r\n",
         ] {
             assert_eq!(
                 early_use(ok),
@@ -461,6 +467,7 @@ mod tests {
             b"GET /1 HTTP/1.1\r\nHost: a\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\n\r\n",
             // partial or malformed
             b"GET / HTTP/1.1\r\nHost: a\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\n\r",
             b"\x00\x01garbage",
         ] {
             assert_eq!(
