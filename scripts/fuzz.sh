@@ -24,9 +24,9 @@ secs=${1:-60}; shift || true
 targets=("$@")
 all=(record encodings frames server_first_flight first_flight_plaintext client_reply
      channel token provenance der_validity verifier_wire replay_snapshot
-     state_files early_use)
+     state_files early_use dns_answer)
 # Targets of zrtt-net's parsers need the fuzz crate's `net` feature.
-net_targets=" state_files early_use "
+net_targets=" state_files early_use dns_answer "
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 san=${FUZZ_SANITIZER:-none}
 nice=(nice -n "${FUZZ_NICE:-19}")
@@ -53,6 +53,16 @@ d = root / "state_files"; d.mkdir(parents=True, exist_ok=True)
 d = root / "early_use"; d.mkdir(parents=True, exist_ok=True)
 (d / "seed-get").write_bytes(b"GET / HTTP/1.1\r\nHost: www.example.com\r\n\r\n")
 (d / "seed-post").write_bytes(b"POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nx")
+# dns_answer: a DNS response for www.example.com carrying the vector
+# records as HTTPS and TXT answers.
+def rr(rtype, rdata):
+    return b"\xc0\x0c" + rtype.to_bytes(2, "big") + b"\x00\x01" + (300).to_bytes(4, "big") + \
+        len(rdata).to_bytes(2, "big") + rdata
+qname = b"".join(bytes([len(l)]) + l for l in b"www.example.com".split(b".")) + b"\0"
+msg = (b"\x00\x01\x81\x80\x00\x01\x00\x02\x00\x00\x00\x00" + qname + b"\x00\x41\x00\x01" +
+       rr(65, bytes.fromhex(vec["https_rdata"])) + rr(16, bytes.fromhex(vec["txt_rdata"])))
+d = root / "dns_answer"; d.mkdir(parents=True, exist_ok=True)
+(d / "seed-https-txt").write_bytes(msg)
 for t, names in seeds.items():
     d = root / t; d.mkdir(parents=True, exist_ok=True)
     for n in names:
