@@ -434,6 +434,24 @@ mod tests {
         assert!(serves_host(&[], &req("/", Some("anything"))));
     }
 
+    proptest::proptest! {
+        /// The fuzz entry point's checks (fuzz/fuzz_targets/early_use.rs)
+        /// on arbitrary bytes and on requests built from pieces.
+        #[test]
+        fn early_use_checks_hold(
+            raw in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+            lead in "[\r\n]{0,3}",
+            method in "GET|HEAD|OPTIONS|POST|PUT|get",
+            header in "(Host: a|Content-Length: [01]|Transfer-Encoding: chunked|Upgrade: x)",
+            end in "(\r\n|\n){1,3}",
+            body in "x{0,2}",
+        ) {
+            super::super::fuzz_early_use(&raw);
+            let req = format!("{lead}{method} / HTTP/1.1\r\n{header}\r\n{end}{body}");
+            super::super::fuzz_early_use(req.as_bytes());
+        }
+    }
+
     #[test]
     fn only_one_safe_bodiless_request_is_served_early() {
         for ok in [
