@@ -24,10 +24,11 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use zrtt_dns::resolver::{ResolveError, ResolvedVerifier, Resolver};
-use zrtt_proto::codec::{Put, Reader};
 use zrtt_proto::crypto::X25519KeyPair;
 use zrtt_proto::provenance::{
-    decode_certificates, Certificate, IssuePolicy, VerifierKey, VerifierKeys, VerifierSigner,
+    decode_verifier_response, encode_verifier_response, Certificate, IssuePolicy, VerifierKey,
+    VerifierKeys, VerifierRequest, VerifierSigner, VerifierWireError, MAX_VERIFIER_REQUEST,
+    STATUS_BAD_REQUEST, STATUS_NO_KEY,
 };
 use zrtt_proto::provenance::{TrustPolicy, TrustedKey};
 use zrtt_proto::UnixTime;
@@ -41,8 +42,7 @@ pub use crate::client::ProvenanceStore;
 /// (at the name's address).
 pub const VERIFIER_PORT: u16 = 4480;
 
-const MAGIC: &[u8; 4] = b"ZPV1";
-const MAX_REQUEST: usize = 4 + 32 + 4 + 1 + 98;
+const MAX_REQUEST: usize = MAX_VERIFIER_REQUEST;
 
 /// Counters of a verifier.
 #[derive(Debug, Default)]
@@ -205,7 +205,7 @@ async fn handle(
     let (client_static, requested, previous) = match req {
         Ok(r) => r,
         Err(e) => {
-            let _ = tcp.write_all(&[1]).await;
+            let _ = tcp.write_all(&[STATUS_BAD_REQUEST]).await;
             return Err(e);
         }
     };
@@ -217,7 +217,7 @@ async fn handle(
         previous.as_ref(),
         clock(),
     ) else {
-        let _ = tcp.write_all(&[2]).await;
+        let _ = tcp.write_all(&[STATUS_NO_KEY]).await;
         return Err(Error::Protocol("verifier has no key that can sign"));
     };
     if previous
@@ -231,9 +231,7 @@ async fn handle(
     stats
         .issued
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let mut out = vec![0u8];
-    cert.encode(&mut out);
-    tcp.write_all(&out)
+    tcp.write_all(&encode_verifier_response(&cert))
         .await
         .map_err(Error::io("verifier write"))?;
     let _ = tcp.shutdown().await;
@@ -242,43 +240,24 @@ async fn handle(
 
 type Request = ([u8; 32], u32, Option<Certificate>);
 
-/// `Ok(None)` while incomplete.
+/// `Ok(None)` while incomplete ([`VerifierRequest::decode`]).
 fn parse_request(b: &[u8]) -> Result<Option<Request>> {
-    let mut r = Reader::new(b);
-    let parsed = (|| {
-        if r.take(4)? != MAGIC {
-            return Ok(Err(Error::Protocol("not a zrtt verifier request")));
-        }
-        let key = r.array::<32>()?;
-        let requested = r.u32()?;
-        let prev = match r.u8()? {
-            0 => None,
-            1 => {
-                let rest = r.rest();
-                let mut wrapped = vec![1u8];
-                wrapped.extend_from_slice(rest);
-                match decode_certificates(&wrapped) {
-                    Ok(mut c) => c.pop(),
-                    Err(zrtt_proto::provenance::ProvenanceError::Malformed(
-                        zrtt_proto::InvalidMessage::Truncated { .. },
-                    )) => {
-                        return Err(zrtt_proto::InvalidMessage::Truncated {
-                            needed: 1,
-                            available: 0,
-                        })
-                    }
-                    Err(_) => return Ok(Err(Error::Protocol("bad previous certificate"))),
-                }
-            }
-            _ => return Ok(Err(Error::Protocol("bad request flag"))),
-        };
-        Ok(Ok((key, requested, prev)))
-    })();
-    match parsed {
-        Ok(Ok(req)) => Ok(Some(req)),
-        Ok(Err(e)) => Err(e),
-        Err(zrtt_proto::InvalidMessage::Truncated { .. }) => Ok(None),
-        Err(_) => Err(Error::Protocol("malformed verifier request")),
+    match VerifierRequest::decode(b) {
+        Ok(Some(r)) => Ok(Some((r.client_static, r.requested_secs, r.previous))),
+        Ok(None) => Ok(None),
+        Err(e) => Err(Error::Protocol(wire_error(e))),
+    }
+}
+
+fn wire_error(e: VerifierWireError) -> &'static str {
+    match e {
+        VerifierWireError::NotARequest => "not a zrtt verifier request",
+        VerifierWireError::BadFlag => "bad request flag",
+        VerifierWireError::BadPrevious => "bad previous certificate",
+        VerifierWireError::BadCertificate => "verifier sent a malformed certificate",
+        VerifierWireError::NoKey => "verifier has no key that can sign now",
+        VerifierWireError::Refused => "verifier refused the request",
+        _ => "malformed verifier request",
     }
 }
 
@@ -294,16 +273,12 @@ pub async fn fetch_certificate(
         let mut tcp = TcpStream::connect(verifier)
             .await
             .map_err(Error::io("connecting to the verifier"))?;
-        let mut req = MAGIC.to_vec();
-        req.extend_from_slice(key.public());
-        req.put_u32(requested_secs);
-        match previous {
-            Some(p) => {
-                req.put_u8(1);
-                p.encode(&mut req);
-            }
-            None => req.put_u8(0),
+        let req = VerifierRequest {
+            client_static: *key.public(),
+            requested_secs,
+            previous: previous.cloned(),
         }
+        .encode();
         tcp.write_all(&req)
             .await
             .map_err(Error::io("verifier write"))?;
@@ -311,19 +286,7 @@ pub async fn fetch_certificate(
         tcp.read_to_end(&mut resp)
             .await
             .map_err(Error::io("verifier read"))?;
-        match resp.split_first() {
-            Some((0, cert)) => {
-                let mut wrapped = vec![1u8];
-                wrapped.extend_from_slice(cert);
-                let mut certs = decode_certificates(&wrapped)
-                    .map_err(|_| Error::Protocol("verifier sent a malformed certificate"))?;
-                certs
-                    .pop()
-                    .ok_or(Error::Protocol("verifier sent no certificate"))
-            }
-            Some((2, _)) => Err(Error::Protocol("verifier has no key that can sign now")),
-            _ => Err(Error::Protocol("verifier refused the request")),
-        }
+        decode_verifier_response(&resp).map_err(|e| Error::Protocol(wire_error(e)))
     };
     tokio::time::timeout(timeout, work)
         .await

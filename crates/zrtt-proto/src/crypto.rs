@@ -89,7 +89,9 @@ impl X25519KeyPair {
 
     /// The key pair of a stored private key (clamped by X25519 itself).
     pub fn from_private(private: [u8; 32]) -> Self {
-        let public = MontgomeryPoint::mul_base_clamped(private).to_bytes();
+        let public = scalar_mult(None, private, || {
+            MontgomeryPoint::mul_base_clamped(private).to_bytes()
+        });
         Self { private, public }
     }
 
@@ -102,6 +104,46 @@ impl X25519KeyPair {
     pub fn private(&self) -> &[u8; 32] {
         &self.private
     }
+}
+
+/// An X25519 scalar multiplication (`point` `None`: the base point).
+/// Outside fuzz builds it is `compute()`.
+#[cfg(not(fuzzing))]
+#[inline(always)]
+fn scalar_mult(
+    _point: Option<[u8; 32]>,
+    _scalar: [u8; 32],
+    compute: impl FnOnce() -> [u8; 32],
+) -> [u8; 32] {
+    compute()
+}
+
+/// Fuzz builds only (`cargo fuzz` sets `--cfg fuzzing`; no other build
+/// does): results are memoized per thread (at most 4,096), so the fuzz
+/// entry points that run whole handshakes with the fixed test keys spend
+/// their time in the parsers, not in repeating the same multiplications.
+#[cfg(fuzzing)]
+fn scalar_mult(
+    point: Option<[u8; 32]>,
+    scalar: [u8; 32],
+    compute: impl FnOnce() -> [u8; 32],
+) -> [u8; 32] {
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+    type Memo = HashMap<(Option<[u8; 32]>, [u8; 32]), [u8; 32]>;
+    thread_local!(static MEMO: RefCell<Memo> = RefCell::new(HashMap::new()));
+    if let Some(r) = MEMO.with(|m| m.borrow().get(&(point, scalar)).copied()) {
+        return r;
+    }
+    let r = compute();
+    MEMO.with(|m| {
+        let mut m = m.borrow_mut();
+        if m.len() >= 4096 {
+            m.clear();
+        }
+        m.insert((point, scalar), r);
+    });
+    r
 }
 
 /// Resolver for snow: ring for AEADs and hashes, [`X25519`] for DH, and for
@@ -174,9 +216,10 @@ impl Dh for X25519 {
         let Some(peer) = pubkey.get(..32).and_then(|p| <[u8; 32]>::try_from(p).ok()) else {
             return Err(snow::Error::Dh);
         };
-        let shared = MontgomeryPoint(peer)
-            .mul_clamped(self.pair.private)
-            .to_bytes();
+        let private = self.pair.private;
+        let shared = scalar_mult(Some(peer), private, || {
+            MontgomeryPoint(peer).mul_clamped(private).to_bytes()
+        });
         // A small-order peer key gives an all-zero result: refuse it (Noise
         // §12.1 allows this), so no "authenticated" key exists without a
         // private key behind it.

@@ -41,5 +41,7 @@ pub use dns::{DnsAddresses, DnsKeySource};
 pub use keys::{CertKeySource, KeySource, PrefetchFuture};
 pub use paths::PathMemory;
 pub use resolve::{Resolve, ResolveFuture, SystemResolver};
+#[doc(hidden)]
+pub use state::fuzz_state_files;
 pub use state::{ProvenanceStore, TokenStore};
 pub use stream::{ConnInfoHandle, ZrttStream};

@@ -86,6 +86,11 @@ impl TokenStore {
     /// Save to a file (owner-only, it holds private keys), one line per
     /// entry: `static SERVER KEY-HEX` and `token SERVER IP TOKEN-HEX`.
     pub fn save(&self, path: &std::path::Path) -> Result<()> {
+        write_private(path, &self.render(), "writing the token state")
+    }
+
+    /// The text [`Self::save`] writes.
+    fn render(&self) -> Zeroizing<String> {
         use std::fmt::Write as _;
         let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         // It holds private keys: wiped once written.
@@ -102,15 +107,20 @@ impl TokenStore {
         for ((server, ip), token) in &inner.tokens {
             let _ = writeln!(s, "token {server} {ip} {}", zrtt_proto::record::hex(token));
         }
-        write_private(path, &s, "writing the token state")
+        s
     }
 
     /// Load a file written by [`Self::save`]; a missing file is an empty store.
     pub fn load(path: &std::path::Path) -> Result<Self> {
+        match read_private(path, "reading the token state")? {
+            Some(text) => Self::parse(&text),
+            None => Ok(Self::new()),
+        }
+    }
+
+    /// Parse the text of a file written by [`Self::save`].
+    pub fn parse(text: &str) -> Result<Self> {
         let store = Self::new();
-        let Some(text) = read_private(path, "reading the token state")? else {
-            return Ok(store);
-        };
         let bad = || Error::Protocol("malformed token state file");
         let mut inner = store.inner.lock().unwrap_or_else(|p| p.into_inner());
         for line in text
@@ -288,6 +298,11 @@ impl ProvenanceStore {
 
     /// Save to a file (owner-only): `ip key-hex cert-hex...` per line.
     pub fn save(&self, path: &std::path::Path) -> Result<()> {
+        write_private(path, &self.render(), "writing the provenance state")
+    }
+
+    /// The text [`Self::save`] writes.
+    fn render(&self) -> Zeroizing<String> {
         use std::fmt::Write as _;
         let m = self.by_local.lock().unwrap_or_else(|p| p.into_inner());
         // It holds private keys: wiped once written.
@@ -307,15 +322,20 @@ impl ProvenanceStore {
         for (v, id) in lock(&self.issued_by).iter() {
             let _ = writeln!(s, "{ISSUER_LINE}{v} {id:08x}");
         }
-        write_private(path, &s, "writing the provenance state")
+        s
     }
 
     /// Load a file written by [`Self::save`]; a missing file is an empty store.
     pub fn load(path: &std::path::Path) -> Result<Self> {
+        match read_private(path, "reading the provenance state")? {
+            Some(text) => Self::parse(&text),
+            None => Ok(Self::new()),
+        }
+    }
+
+    /// Parse the text of a file written by [`Self::save`].
+    pub fn parse(text: &str) -> Result<Self> {
         let store = Self::new();
-        let Some(text) = read_private(path, "reading the provenance state")? else {
-            return Ok(store);
-        };
         let bad = || Error::Protocol("malformed provenance state file");
         let mut m = store.by_local.lock().unwrap_or_else(|p| p.into_inner());
         for line in text.lines() {
@@ -344,6 +364,32 @@ impl ProvenanceStore {
         }
         drop(m);
         Ok(store)
+    }
+}
+
+/// Fuzz entry point (fuzz/fuzz_targets/state_files.rs): the token and
+/// provenance state parsers on arbitrary text. What parses renders to a
+/// text that parses to the same state.
+#[doc(hidden)]
+#[allow(clippy::expect_used)] // a fuzz entry point panics on a broken invariant
+pub fn fuzz_state_files(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    fn lines(s: &str) -> Vec<String> {
+        let mut v: Vec<String> = s.lines().map(str::to_owned).collect();
+        v.sort_unstable();
+        v
+    }
+    if let Ok(t) = TokenStore::parse(text) {
+        let once = t.render();
+        let again = TokenStore::parse(&once).expect("rendered token state parses");
+        assert_eq!(lines(&again.render()), lines(&once));
+    }
+    if let Ok(p) = ProvenanceStore::parse(text) {
+        let once = p.render();
+        let again = ProvenanceStore::parse(&once).expect("rendered provenance state parses");
+        assert_eq!(lines(&again.render()), lines(&once));
     }
 }
 
@@ -425,6 +471,52 @@ mod tests {
             std::fs::write(&path, bad).unwrap();
             assert!(TokenStore::load(&path).is_err(), "{bad}");
         }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+        /// The state parsers never panic, and what they accept round-trips.
+        #[test]
+        fn state_parsers_never_panic(
+            lines in proptest::collection::vec(
+                proptest::string::string_regex(
+                    "(#zrtt-issuer |static |token |)[0-9a-f.:\\[\\] ]{0,80}"
+                ).unwrap(),
+                0..6,
+            )
+        ) {
+            fuzz_state_files(lines.join("\n").as_bytes());
+        }
+    }
+
+    #[test]
+    fn state_files_round_trip() {
+        let ip: IpAddr = "198.18.0.1".parse().unwrap();
+        let tok = format!(
+            "# c\nstatic www.example.com {}\ntoken www.example.com ::ffff:198.18.0.1 0102\n",
+            "11".repeat(32)
+        );
+        fuzz_state_files(tok.as_bytes());
+        let t = TokenStore::parse(&tok).unwrap();
+        assert_eq!(t.token("www.example.com", ip), Some(vec![1, 2]));
+        let cert = zrtt_proto::provenance::Certificate {
+            verifier_id: 7,
+            address: ip,
+            start: 1,
+            duration: 2,
+            signature: [3; 64],
+        };
+        let mut b = Vec::new();
+        cert.encode(&mut b);
+        let pv = format!(
+            "{ip} {} {}\n#zrtt-issuer 192.0.2.1:4433 00000007\n",
+            "22".repeat(32),
+            zrtt_proto::record::hex(&b)
+        );
+        fuzz_state_files(pv.as_bytes());
+        let p = ProvenanceStore::parse(&pv).unwrap();
+        assert!(p.for_local(ip, UnixTime::from_secs(2)).is_some());
+        assert!(ProvenanceStore::parse("198.18.0.1 zz").is_err());
     }
 
     /// A state write follows no symlink (at the file or at any temporary

@@ -64,6 +64,33 @@ pub use config::{
     GatewayConfig, SharedTrustPolicy, Timeouts,
 };
 pub use listener::Gateway;
+
+/// Fuzz entry point (fuzz/fuzz_targets/early_use.rs): whether a first
+/// flight's early data would be served before the client confirms. Only
+/// one complete safe request without a body may be.
+#[doc(hidden)]
+pub fn fuzz_early_use(early: &[u8]) -> bool {
+    let serve = matches!(relay::early_use(early), early_answer::EarlyUse::Serve);
+    if serve {
+        // Empty lines before the request line are skipped (RFC 9112 §2.2).
+        let start = early
+            .iter()
+            .position(|&b| b != b'\r' && b != b'\n')
+            .unwrap_or(early.len());
+        let method = early[start..]
+            .split(|&b| b == b' ')
+            .next()
+            .unwrap_or_default();
+        assert!(
+            matches!(method, b"GET" | b"HEAD" | b"OPTIONS"),
+            "unsafe method served early"
+        );
+        // The head ends with an empty line (httparse, like hyper, takes
+        // CRLF or LF line ends, mixed).
+        assert!(early.ends_with(b"\n\r\n") || early.ends_with(b"\n\n"));
+    }
+    serve
+}
 pub use metrics::{serve_metrics, Metrics, Readiness};
 pub use replay_store::{ReplayStore, ReplayStoreConfig, StoreAddress};
 pub use sites::Site;

@@ -481,12 +481,36 @@ mod tests {
             .is_some());
     }
 
+    proptest::proptest! {
+        /// The fuzz entry point's checks (fuzz/fuzz_targets/early_use.rs)
+        /// on arbitrary bytes and on requests built from pieces.
+        #[test]
+        fn early_use_checks_hold(
+            raw in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+            lead in "[\r\n]{0,3}",
+            method in "GET|HEAD|OPTIONS|POST|PUT|get",
+            header in "(Host: a|Content-Length: [01]|Transfer-Encoding: chunked|Upgrade: x)",
+            end in "(\r\n|\n){1,3}",
+            body in "x{0,2}",
+        ) {
+            super::super::fuzz_early_use(&raw);
+            let req = format!("{lead}{method} / HTTP/1.1\r\n{header}\r\n{end}{body}");
+            super::super::fuzz_early_use(req.as_bytes());
+        }
+    }
+
     #[test]
     fn only_one_safe_bodiless_request_is_served_early() {
         for ok in [
             &b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"[..],
             b"HEAD /x HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n",
             b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n",
+            // Mixed line ends (found by fuzz/fuzz_targets/early_use.rs,
+            // whose check of the head's end was too strict): httparse and
+            // hyper read the same one request.
+            b"GET / HTTP/1.1\r\nIost: w7w.example.com-\n\r\n",
+            // Empty lines before the request line (RFC 9112 §2.2), also found there.
+            b"\n\n\nGET / HTTP/1.1\r\nHost: a\r\n\r\n",
         ] {
             assert_eq!(
                 early_use(ok),
@@ -508,6 +532,7 @@ mod tests {
             b"GET /1 HTTP/1.1\r\nHost: a\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\n\r\n",
             // partial or malformed
             b"GET / HTTP/1.1\r\nHost: a\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\n\r",
             b"\x00\x01garbage",
         ] {
             assert_eq!(

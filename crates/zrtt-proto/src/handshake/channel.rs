@@ -79,11 +79,21 @@ impl Channel {
         let mut pt = Vec::with_capacity(1 + body.len());
         pt.put_u8(kind as u8);
         pt.extend_from_slice(body);
+        self.seal_plaintext(&pt, out)
+    }
+
+    /// Seal a record's whole plaintext (`u8 kind || body`, at most
+    /// `MAX_RECORD_BODY + 1` bytes) as one frame. The fuzz entry points
+    /// call it with arbitrary plaintexts so [`Self::open`]'s parser is reached.
+    pub(crate) fn seal_plaintext(&mut self, pt: &[u8], out: &mut Vec<u8>) -> Result<(), Error> {
+        if pt.len() > MAX_RECORD_BODY + 1 {
+            return Err(Error::ApiMisuse("channel record body too large"));
+        }
         let start = out.len();
         out.resize(start + 2 + pt.len() + 16, 0);
         let n = self
             .noise
-            .write_message(&pt, &mut out[start + 2..])
+            .write_message(pt, &mut out[start + 2..])
             .map_err(noise_err)?;
         out[start..start + 2].copy_from_slice(&(n as u16).to_be_bytes());
         out.truncate(start + 2 + n);

@@ -95,15 +95,6 @@ impl ClientHandshake {
             }
             .into());
         }
-        let header = FirstFlightHeader {
-            version: PROTOCOL_VERSION,
-            pattern,
-            aead: aead as u8,
-            key_id: body.key_id,
-        };
-        let record_hash = crate::record::sha256(&record.record().encode());
-        let prologue = prologue(&record_hash, params.transport, &header);
-
         let mut payload =
             Vec::with_capacity(10 + params.extensions.encoded_len() + early_data.len());
         payload.put_u64(now.as_millis());
@@ -116,6 +107,34 @@ impl ClientHandshake {
                 max: MAX_NOISE_MESSAGE - (msg_len - early_data.len()),
             }
             .into());
+        }
+        Self::start_with_payload(record, params, aead, pattern, &payload, rng)
+    }
+
+    /// The Noise part of [`Self::start`]: encrypt `payload` (timestamp,
+    /// extensions, early data, already checked and encoded) into a first
+    /// flight. The fuzz entry points call it with arbitrary payloads so
+    /// the server's plaintext parsers are reached.
+    pub(crate) fn start_with_payload(
+        record: &VerifiedKeyRecord,
+        params: &ClientParams,
+        aead: Aead,
+        pattern: Pattern,
+        payload: &[u8],
+        rng: &dyn SecureRandom,
+    ) -> Result<(Self, Vec<u8>), Error> {
+        let body = record.body();
+        let header = FirstFlightHeader {
+            version: PROTOCOL_VERSION,
+            pattern,
+            aead: aead as u8,
+            key_id: body.key_id,
+        };
+        let record_hash = crate::record::sha256(&record.record().encode());
+        let prologue = prologue(&record_hash, params.transport, &header);
+        let msg_len = payload.len() + pattern.first_message_overhead();
+        if msg_len > MAX_NOISE_MESSAGE {
+            return Err(Error::ApiMisuse("first flight payload too large"));
         }
 
         let resolver = Box::new(ZrttResolver::new(rng, params.static_key.as_ref())?);
@@ -131,7 +150,7 @@ impl ClientHandshake {
         let mut noise = builder.build_initiator().map_err(noise_err)?;
 
         let mut msg = vec![0u8; msg_len];
-        let n = noise.write_message(&payload, &mut msg).map_err(noise_err)?;
+        let n = noise.write_message(payload, &mut msg).map_err(noise_err)?;
         let mut frame = Vec::with_capacity(2 + super::FIRST_FLIGHT_HEADER_LEN + n);
         frame.extend_from_slice(&header.encode());
         frame.put_vec_u16(&msg[..n]);

@@ -310,14 +310,20 @@ impl Accepted {
     /// Write the reply carrying `extensions` and the first `data` of the
     /// response (as much as fits; the rest goes through the channel).
     /// Returns the channel and the reply frame.
-    pub fn reply(
-        mut self,
-        extensions: &Extensions,
-        data: &[u8],
-    ) -> Result<(Channel, Vec<u8>), Error> {
+    pub fn reply(self, extensions: &Extensions, data: &[u8]) -> Result<(Channel, Vec<u8>), Error> {
         let mut payload = Vec::with_capacity(2 + extensions.encoded_len() + data.len());
         extensions.encode(&mut payload)?;
         payload.extend_from_slice(data);
+        self.reply_with_payload(&payload)
+    }
+
+    /// The Noise part of [`Self::reply`]: encrypt `payload` (extensions and
+    /// data, already encoded) into the reply. The fuzz entry points call it
+    /// with arbitrary payloads so the client's plaintext parser is reached.
+    pub(crate) fn reply_with_payload(
+        mut self,
+        payload: &[u8],
+    ) -> Result<(Channel, Vec<u8>), Error> {
         let overhead = match self.header.pattern {
             Pattern::Nk | Pattern::Ik => 32 + 16,
         };
@@ -327,7 +333,7 @@ impl Accepted {
         let mut msg = vec![0u8; payload.len() + overhead];
         let n = self
             .noise
-            .write_message(&payload, &mut msg)
+            .write_message(payload, &mut msg)
             .map_err(noise_err)?;
         let mut frame = Vec::with_capacity(3 + n);
         frame.put_u8(FRAME_REPLY);

@@ -295,9 +295,14 @@ pub fn decode_certificates(bytes: &[u8]) -> Result<Vec<Certificate>, ProvenanceE
 
 mod issue;
 mod trust;
+mod wire;
 
 pub use issue::{IssuePolicy, VerifierKeys, VerifierSigner};
 pub use trust::{QuorumOk, TrustPolicy, VerifiedCache};
+pub use wire::{
+    decode_verifier_response, encode_verifier_response, VerifierRequest, VerifierWireError,
+    MAX_VERIFIER_REQUEST, STATUS_BAD_REQUEST, STATUS_NO_KEY, STATUS_OK, VERIFIER_REQUEST_MAGIC,
+};
 
 #[cfg(test)]
 mod tests;
