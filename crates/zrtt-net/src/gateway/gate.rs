@@ -13,6 +13,7 @@
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::unix::AsyncFd;
@@ -30,7 +31,7 @@ const MAX_SAFETY_POLL: Duration = Duration::from_millis(250);
 /// Whether and when a connection may send bytes to its peer.
 #[derive(Debug)]
 pub struct Gate {
-    fd: AsyncFd<OwnedFd>,
+    fd: AsyncFd<Arc<OwnedFd>>,
     proven: AtomicBool,
     complete: AtomicBool,
     max_wait: Duration,
@@ -45,7 +46,7 @@ impl Gate {
     /// with the runtime; call inside one). `proven`: the peer's address is
     /// proven (token, provenance, trusted network), so sending before the
     /// handshake completes is allowed.
-    pub fn new(fd: OwnedFd, proven: bool, max_wait: Duration) -> Result<Self> {
+    pub fn new(fd: Arc<OwnedFd>, proven: bool, max_wait: Duration) -> Result<Self> {
         Ok(Self {
             fd: sys::register(fd, Interest::WRITABLE).map_err(Error::io("registering the gate"))?,
             proven: AtomicBool::new(proven),

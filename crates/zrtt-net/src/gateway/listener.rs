@@ -184,7 +184,7 @@ impl Drop for SourceSlot {
 /// when its TCP handshake never completed and nothing was sent on it
 /// ([`reset_if_unanswered`]): a spoofed or vanished source, a malformed or
 /// undecryptable flight, a ClientHello that was never answered.
-struct ResetIfUnanswered(std::os::fd::OwnedFd);
+struct ResetIfUnanswered(Arc<std::os::fd::OwnedFd>);
 
 impl Drop for ResetIfUnanswered {
     fn drop(&mut self) {
@@ -238,17 +238,17 @@ async fn handle(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
         Ok(Ok(1)) => {}
         _ => return,
     }
-    let (gate_fd, abort_fd) = match (
-        tcp.as_fd().try_clone_to_owned(),
-        tcp.as_fd().try_clone_to_owned(),
-    ) {
-        (Ok(a), Ok(b)) => (a, b),
-        (Err(e), _) | (_, Err(e)) => {
+    // One duplicate of the socket for the gate and the reset guard (the
+    // fewer descriptors a pending connection holds, the larger a flood of
+    // spoofed SYNs the process's descriptor limit absorbs).
+    let gate_fd = match tcp.as_fd().try_clone_to_owned() {
+        Ok(fd) => Arc::new(fd),
+        Err(e) => {
             tracing::warn!("dup: {e}");
             return;
         }
     };
-    let _reset = ResetIfUnanswered(abort_fd);
+    let _reset = ResetIfUnanswered(gate_fd.clone());
     match first[0] {
         FRAME_FIRST_FLIGHT => {
             if let Err(e) = first_flight::serve(&shared, tcp, peer, gate_fd, active, slot).await {

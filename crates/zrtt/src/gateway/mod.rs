@@ -305,7 +305,20 @@ fn parse_net(s: &str) -> Result<IpNet> {
         .map_err(|_| anyhow::anyhow!("--trust {s:?}: not an address or addr/prefix"))
 }
 
+/// Open descriptors the gateway asks for (the systemd unit's LimitNOFILE).
+const OPEN_FILES: u64 = 65_536;
+
 pub fn run(a: GatewayArgs) -> Result<ExitCode> {
+    // Pending connections hold two descriptors each (the socket, and one
+    // duplicate for the gate and the reset guard): take what the system allows, as nginx's
+    // worker_rlimit_nofile does.
+    match zrtt_net::sys::raise_open_files(OPEN_FILES) {
+        Ok(n) if n < OPEN_FILES => tracing::warn!(
+            "open files limited to {n}: a SYN flood can exhaust them (LimitNOFILE={OPEN_FILES} in the systemd unit)"
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!("raising the open files limit: {e}"),
+    }
     let mut sites = vec![LoadedSite::load(
         a.keystore.as_deref(),
         &a.keys,

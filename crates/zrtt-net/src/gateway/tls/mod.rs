@@ -33,7 +33,7 @@ pub(super) async fn serve(
     shared: &Arc<Shared>,
     tcp: TcpStream,
     peer: SocketAddr,
-    gate_fd: OwnedFd,
+    gate_fd: Arc<OwnedFd>,
     active: usize,
     slot: Arc<SourceSlot>,
 ) {
