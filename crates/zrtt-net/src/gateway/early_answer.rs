@@ -706,7 +706,7 @@ impl AsyncWrite for EarlyAnswer {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use std::os::fd::AsFd;
     use tokio::io::AsyncWriteExt;
@@ -783,7 +783,7 @@ mod tests {
         );
         drop(answer);
         let mut got = Vec::new();
-        let _ = tokio::time::timeout(Duration::from_secs(10), async {
+        tokio::time::timeout(Duration::from_secs(10), async {
             use tokio::io::AsyncReadExt;
             let _ = client.read_to_end(&mut got).await;
         })
