@@ -401,7 +401,15 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
         let Some((n, v)) = h.split_once(':') else {
             return fail(1, format!("-H {h:?}: use 'Name: value'"));
         };
-        req = req.header(n.trim(), v.trim());
+        // A header given on the command line replaces the default one of
+        // that name (Host, User-Agent, Accept), as curl's -H does.
+        let name = n.trim();
+        if let Some(h) = req.headers_mut() {
+            if let Ok(name) = hyper::header::HeaderName::from_bytes(name.as_bytes()) {
+                h.remove(name);
+            }
+        }
+        req = req.header(name, v.trim());
     }
     if a.data.is_some() {
         req = req.header("content-type", "application/x-www-form-urlencoded");

@@ -261,6 +261,35 @@ fn one_gateway_serves_three_sites_each_with_its_certificate_keys_and_backend() {
         assert!(text.starts_with(want), "{name}: {text}");
         assert!(text.contains("0rtt"), "{name} over zrtt: {text}");
     }
+    // A flight encrypted to site b's key carries no request for site a:
+    // 421, and site a's backend is not reached.
+    let out = zrtt(
+        dir,
+        &[
+            "get",
+            "--zrtt-only",
+            "--no-state",
+            "-m",
+            "20s",
+            "--record",
+            "k2.rec",
+            "--cert",
+            "b-rsa.pem",
+            "--resolve",
+            &format!("b.example:{port}:127.0.0.1"),
+            "-H",
+            "Host: a.example",
+            "-w",
+            "%{http_code} %{zrtt_mode}",
+            &format!("https://b.example:{port}/"),
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        text.ends_with("421 0rtt-gated") || text.ends_with("421 0rtt-early"),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Backends by Unix socket, by host name and over h2c, with nginx as the
