@@ -15,9 +15,8 @@
 use std::future::Future;
 use std::io;
 use std::net::IpAddr;
-use std::os::fd::AsFd;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll, Waker};
 use std::time::Duration;
@@ -35,7 +34,6 @@ use super::gate::Gate;
 use super::Metrics;
 use crate::error::Result;
 use crate::stream::ChannelStream;
-use crate::sys;
 
 /// What it takes to seal a token for the client once its address is proven
 /// by a completed handshake.
@@ -194,58 +192,10 @@ impl Drop for EarlyAnswer {
             self.report(done);
         }
         if let State::Open(stream) = std::mem::replace(&mut self.state, State::Failed) {
-            linger(stream.into_inner());
+            super::close::linger(stream.into_inner());
         }
     }
 }
-
-/// Closes `tcp` after reading what the client still sends for at most
-/// [`LINGER`] (until it closes its side), in a task of its own; at most
-/// [`MAX_LINGERING`] at once, beyond which connections close at once. A
-/// connection whose handshake still has not completed by then (a spoofed
-/// source that got a proven early answer) is reset rather than left to the
-/// kernel's SYN-ACK retransmissions.
-fn linger(mut tcp: TcpStream) {
-    static LINGERING: AtomicUsize = AtomicUsize::new(0);
-    let Ok(rt) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    if LINGERING.fetch_add(1, Ordering::AcqRel) >= MAX_LINGERING {
-        LINGERING.fetch_sub(1, Ordering::AcqRel);
-        super::listener::reset_if_unanswered(tcp.as_fd());
-        return;
-    }
-    rt.spawn(async move {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let _ = tcp.shutdown().await;
-        let mut sink = [0u8; 4096];
-        let _ = tokio::time::timeout(LINGER, async {
-            while let Ok(n) = tcp.read(&mut sink).await {
-                if n == 0 {
-                    break;
-                }
-            }
-        })
-        .await;
-        if sys::tcp_info(tcp.as_fd()).is_ok_and(|i| i.state == sys::state::SYN_RECV) {
-            let _ = socket2::SockRef::from(&tcp).set_linger(Some(Duration::ZERO));
-        }
-        drop(tcp);
-        LINGERING.fetch_sub(1, Ordering::AcqRel);
-    });
-}
-
-/// How long a closed zrtt connection keeps reading what the client still
-/// sends (its confirmation record, arriving about one round trip after the
-/// reply) before the socket closes: closing with unread data would make the
-/// kernel reset the connection, and a reset can overtake the answer's last
-/// segments when one is lost (the client then sees "connection reset" for
-/// a request that ran). nginx's `lingering_close` does the same.
-const LINGER: Duration = Duration::from_secs(2);
-
-/// Most connections lingering at once (each holds a socket for at most
-/// [`LINGER`] after the gateway stopped counting it as active).
-const MAX_LINGERING: usize = 4096;
 
 /// An early answer the admission policy granted, to be reported once.
 pub(super) struct Grant {

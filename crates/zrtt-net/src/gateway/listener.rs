@@ -180,38 +180,6 @@ impl Drop for SourceSlot {
     }
 }
 
-/// The last descriptor of a connection: closing it resets the connection
-/// when its TCP handshake never completed and nothing was sent on it
-/// ([`reset_if_unanswered`]): a spoofed or vanished source, a malformed or
-/// undecryptable flight, a ClientHello that was never answered.
-struct ResetIfUnanswered(Arc<std::os::fd::OwnedFd>);
-
-impl Drop for ResetIfUnanswered {
-    fn drop(&mut self) {
-        reset_if_unanswered(self.0.as_fd());
-    }
-}
-
-/// Make closing `fd` reset the connection (`SO_LINGER` 0) if its TCP
-/// handshake never completed and nothing was sent or queued on it, instead
-/// of leaving the kernel to retransmit its SYN-ACK for a minute. That also
-/// frees its place in the listener's Fast Open queue at once, which a plain
-/// close does not: a flood of spoofed SYNs with data (valid flights or
-/// garbage) then holds each place only as long as the gateway looks at it
-/// (docs/GATEWAY.md, Kernel settings). A connection that sent anything (an
-/// early answer to a proven address) is never reset here: a reset could cut
-/// that answer before the client acknowledged it.
-pub(super) fn reset_if_unanswered(fd: std::os::fd::BorrowedFd<'_>) {
-    let unanswered = crate::sys::tcp_info(fd).is_ok_and(|i| {
-        i.state == crate::sys::state::SYN_RECV
-            && i.data_segs_out == 0
-            && crate::sys::send_queue_bytes(fd).is_ok_and(|q| q == 0)
-    });
-    if unanswered {
-        let _ = socket2::SockRef::from(&fd).set_linger(Some(Duration::ZERO));
-    }
-}
-
 struct ActiveGuard<'a>(&'a AtomicUsize);
 
 impl Drop for ActiveGuard<'_> {
@@ -248,7 +216,7 @@ async fn handle(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
             return;
         }
     };
-    let _reset = ResetIfUnanswered(gate_fd.clone());
+    let _reset = super::close::ResetIfUnanswered(gate_fd.clone());
     match first[0] {
         FRAME_FIRST_FLIGHT => {
             if let Err(e) = first_flight::serve(&shared, tcp, peer, gate_fd, active, slot).await {

@@ -15,6 +15,7 @@
 //!   turns the first response bytes into the Reply, sent at once within the
 //!   budget to a proven address, else when the handshake completes;
 //! - [`gate`]: whether the TCP handshake has completed (`TCP_INFO`);
+//! - `close`: how a connection ends (reset if unanswered, lingering close);
 //! - `tls`: the TLS path on the same port;
 //! - `relay`: the HTTP relay to the backend (early-data marking, 425);
 //! - `backend`: the backends (address, host name or Unix socket; HTTP/1.1
@@ -39,6 +40,7 @@
 mod access_log;
 mod backend;
 pub mod certs;
+mod close;
 pub mod config;
 mod early_answer;
 mod first_flight;
