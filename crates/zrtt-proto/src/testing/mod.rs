@@ -256,4 +256,6 @@ pub fn rng(seed: u8) -> SeededRandomForTestingOnly {
 }
 
 mod fuzz;
+mod seeds;
 pub use fuzz::*;
+pub use seeds::*;
