@@ -12,13 +12,6 @@ use std::process::{Command, Stdio};
 
 const HOST: &str = "www.example.com";
 
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 fn skip(test: &str, tools: &[&str]) -> bool {
     for t in tools {
         if !have(t) {

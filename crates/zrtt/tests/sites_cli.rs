@@ -14,13 +14,6 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 /// A self-signed certificate for `name` made by openssl with `newkey`
 /// (e.g. `rsa:2048`, `ec` with `-pkeyopt`), in `<stem>.pem` and `<stem>.key`.
 fn openssl_cert(dir: &Path, stem: &str, name: &str, newkey: &[&str]) {

@@ -7,6 +7,14 @@ use std::path::Path;
 use std::process::{Child, Command, Output};
 
 /// Run the zrtt binary in `dir`.
+/// Whether `tool` is on the PATH.
+pub fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
 pub fn zrtt(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_zrtt"))
         .args(args)
