@@ -259,20 +259,10 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
 
     // Name lookup: --resolve, then DNS (addresses and keys in one batch)
     // unless records come from files, then the system's resolver.
-    let mut addr: Option<SocketAddr> = None;
-    for r in &a.resolve {
-        let mut it = r.splitn(3, ':');
-        let (Some(h), Some(p), Some(ad)) = (it.next(), it.next(), it.next()) else {
-            return fail(3, format!("--resolve {r:?}: use HOST:PORT:ADDR"));
-        };
-        if h.eq_ignore_ascii_case(&host) && p.parse() == Ok(port) {
-            let ip: IpAddr = match ad.trim_matches(['[', ']']).parse() {
-                Ok(ip) => ip,
-                Err(_) => return fail(3, format!("--resolve {r:?}: bad address")),
-            };
-            addr = Some(SocketAddr::new(ip, port));
-        }
-    }
+    let mut addr = match resolve_override(&a.resolve, &host, port) {
+        Ok(a) => a,
+        Err(e) => return fail(3, e),
+    };
     let mut dns_notes = Vec::new();
     let use_dns = a.records.is_empty() && !a.no_dns && host.parse::<IpAddr>().is_err();
     let dns = if use_dns {
@@ -609,17 +599,33 @@ async fn learn_provenance(
 /// A verifier's address: `--resolve NAME:4480:ADDR`, else the system's
 /// resolver.
 async fn resolve_verifier(a: &GetArgs, name: &str) -> Option<SocketAddr> {
-    for r in &a.resolve {
+    let port = zrtt_net::verifier::VERIFIER_PORT;
+    if let Ok(Some(addr)) = resolve_override(&a.resolve, name, port) {
+        return Some(addr);
+    }
+    tokio::net::lookup_host((name, port)).await.ok()?.next()
+}
+
+/// The address `--resolve HOST:PORT:ADDR` gives `host`:`port` (the last
+/// matching entry), or why an entry is malformed.
+fn resolve_override(
+    entries: &[String],
+    host: &str,
+    port: u16,
+) -> std::result::Result<Option<SocketAddr>, String> {
+    let mut addr = None;
+    for r in entries {
         let mut it = r.splitn(3, ':');
-        if let (Some(h), Some(p), Some(ad)) = (it.next(), it.next(), it.next()) {
-            if h.eq_ignore_ascii_case(name) && p.parse() == Ok(zrtt_net::verifier::VERIFIER_PORT) {
-                let ip: IpAddr = ad.trim_matches(['[', ']']).parse().ok()?;
-                return Some(SocketAddr::new(ip, zrtt_net::verifier::VERIFIER_PORT));
-            }
+        let (Some(h), Some(p), Some(ad)) = (it.next(), it.next(), it.next()) else {
+            return Err(format!("--resolve {r:?}: use HOST:PORT:ADDR"));
+        };
+        if h.eq_ignore_ascii_case(host) && p.parse() == Ok(port) {
+            let ip: IpAddr = ad
+                .trim_matches(['[', ']'])
+                .parse()
+                .map_err(|_| format!("--resolve {r:?}: bad address"))?;
+            addr = Some(SocketAddr::new(ip, port));
         }
     }
-    tokio::net::lookup_host((name, zrtt_net::verifier::VERIFIER_PORT))
-        .await
-        .ok()?
-        .next()
+    Ok(addr)
 }
