@@ -218,25 +218,25 @@ async fn refresh_provenance(
     every: Duration,
 ) {
     let rng = ring::rand::SystemRandom::new();
+    let mut known: Vec<SocketAddr> = verifiers.clone();
     loop {
-        // The configured verifiers, and those origins' records named.
-        let mut all = verifiers.clone();
-        for name in store.named() {
-            match tokio::net::lookup_host((name.as_str(), zrtt_net::verifier::VERIFIER_PORT)).await
-            {
-                Ok(mut it) => all.extend(it.next().filter(|a| !all.contains(a))),
-                Err(e) => tracing::debug!("verifier {name}: {e}"),
-            }
+        // The local address towards a verifier (a configured one, else one
+        // the origins' records named, resolved once and kept), and only
+        // when a refresh is due, every verifier's address.
+        let named = store.named();
+        if known.is_empty() {
+            known = resolve_named(&named, &verifiers).await;
         }
-        let local = all.first().map(|v| {
+        let local = known.first().map(|v| {
             std::net::UdpSocket::bind(("0.0.0.0", 0))
                 .and_then(|s| s.connect(v).and_then(|()| s.local_addr()))
                 .map(|a| a.ip())
         });
         if let Some(Ok(local)) = local {
             if store.needs_refresh(local, zrtt_net::client::system_clock()) {
+                known = resolve_named(&named, &verifiers).await;
                 match store
-                    .refresh(local, &all, 86_400, Duration::from_secs(5), &rng)
+                    .refresh(local, &known, 86_400, Duration::from_secs(5), &rng)
                     .await
                 {
                     Ok(report) => {
@@ -260,6 +260,20 @@ async fn refresh_provenance(
         }
         tokio::time::sleep(every).await;
     }
+}
+
+/// The configured verifiers, then those named in origins' key records
+/// (at [`zrtt_net::verifier::VERIFIER_PORT`] of their first address).
+async fn resolve_named(named: &[String], configured: &[SocketAddr]) -> Vec<SocketAddr> {
+    let mut all = configured.to_vec();
+    for name in named {
+        let port = zrtt_net::verifier::VERIFIER_PORT;
+        match tokio::net::lookup_host((name.as_str(), port)).await {
+            Ok(mut it) => all.extend(it.next().filter(|a| !all.contains(a))),
+            Err(e) => tracing::debug!("verifier {name}: {e}"),
+        }
+    }
+    all
 }
 
 /// How often `zrtt proxy` saves its token state while serving.
