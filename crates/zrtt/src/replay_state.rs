@@ -44,12 +44,16 @@ pub struct ReplayState {
 /// The owner tag of a gateway listening on `listen`: this host (its
 /// machine id and host name) and the address.
 pub fn owner(listen: std::net::SocketAddr) -> String {
-    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
-    format!(
-        "{} {} {listen}",
-        read("/etc/machine-id").trim(),
-        read("/proc/sys/kernel/hostname").trim()
-    )
+    let machine = std::fs::read_to_string("/etc/machine-id").unwrap_or_default();
+    format!("{} {} {listen}", machine.trim(), hostname())
+}
+
+/// This host's name (empty when unknown).
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
 }
 
 /// The filter to serve with: restored from `path` if this gateway's
@@ -295,9 +299,7 @@ pub fn location(
     listen: std::net::SocketAddr,
 ) -> Option<PathBuf> {
     flag.map(Path::to_path_buf).or_else(|| {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-        let host: String = host
-            .trim()
+        let host: String = hostname()
             .chars()
             .map(|c| {
                 if c.is_ascii_alphanumeric() || c == '-' {
