@@ -36,6 +36,7 @@ pub mod plt;
 mod proc;
 mod progress;
 mod report;
+pub mod soak;
 mod stack;
 pub mod throughput;
 pub mod ztls;

@@ -13,6 +13,7 @@ use zrtt_bench::asap::AsapOpts;
 use zrtt_bench::faults::{Fault, FaultsOpts};
 use zrtt_bench::ladder::LadderOpts;
 use zrtt_bench::plt::PltOpts;
+use zrtt_bench::soak::SoakOpts;
 use zrtt_bench::throughput::ThroughputOpts;
 use zrtt_bench::ztls::ZtlsOpts;
 use zrtt_bench::{Bench, Console, Report};
@@ -74,6 +75,41 @@ pub enum LabCommand {
         /// Retries of a request that got no HTTP answer at all.
         #[arg(long, default_value_t = FaultsOpts::default().retries)]
         retries: u32,
+        #[command(flatten)]
+        out: OutArgs,
+    },
+    /// New connections at a fixed rate (open loop; zrtt with TLS fallback,
+    /// new and returning clients) against a gateway whose keys rotate, whose
+    /// token keys rotate and whose certificate is replaced every period,
+    /// while its memory and open files are sampled. Writes
+    /// soak.md/.svg/.json; exits 1 unless 0 requests failed, the memory
+    /// drift is within --max-drift and every rotation was served.
+    Soak {
+        /// New connections per second (open loop: started when due).
+        #[arg(long, default_value_t = SoakOpts::default().rate)]
+        rate: f64,
+        /// Length of the run (e.g. 10m, 20s).
+        #[arg(long, default_value = "10m", value_parser = crate::util::parse_duration)]
+        duration: Duration,
+        /// Period of key rotation, token-key rotation and certificate
+        /// replacement (at least 4s).
+        #[arg(long, default_value = "60s", value_parser = crate::util::parse_duration)]
+        period: Duration,
+        /// Round-trip time, milliseconds.
+        #[arg(long, default_value_t = SoakOpts::default().rtt_ms)]
+        rtt: u64,
+        /// Share of requests from clients that keep their state (tokens), 0-1.
+        #[arg(long, default_value_t = SoakOpts::default().kept_share)]
+        kept_share: f64,
+        /// Response body size, bytes.
+        #[arg(long, default_value_t = SoakOpts::default().body_bytes)]
+        body: usize,
+        /// Requests in flight beyond which a due request is skipped (and counted).
+        #[arg(long, default_value_t = SoakOpts::default().max_in_flight)]
+        max_in_flight: usize,
+        /// Largest memory drift that passes, % (last window against the first).
+        #[arg(long, default_value_t = SoakOpts::default().max_drift_pct)]
+        max_drift: f64,
         #[command(flatten)]
         out: OutArgs,
     },
@@ -306,6 +342,38 @@ pub fn run(cmd: LabCommand) -> Result<ExitCode> {
                 keep: out.keep,
             };
             finish(zrtt_bench::faults::run(&bench()?, &o), &out)
+        }
+        LabCommand::Soak {
+            rate,
+            duration,
+            period,
+            rtt,
+            kept_share,
+            body,
+            max_in_flight,
+            max_drift,
+            out,
+        } => {
+            let o = SoakOpts {
+                rate,
+                duration,
+                period,
+                rtt_ms: rtt,
+                kept_share,
+                body_bytes: body,
+                max_in_flight,
+                max_drift_pct: max_drift,
+                keep: out.keep,
+                ..SoakOpts::default()
+            };
+            let outcome = zrtt_bench::soak::run(&bench()?, &o)?;
+            finish(Ok(outcome.report), &out)?;
+            Ok(if outcome.passed {
+                ExitCode::SUCCESS
+            } else {
+                tracing::error!("soak: a verdict failed (see the report)");
+                ExitCode::from(1)
+            })
         }
         LabCommand::Clean => {
             let removed = zrtt_lab::cleanup_stale_namespaces()?;

@@ -24,14 +24,14 @@ struct State {
 }
 
 /// A running backend; stopped when dropped.
-pub(super) struct Backend {
+pub(crate) struct Backend {
     state: Arc<State>,
     thread: Option<HostThread<()>>,
 }
 
 impl Backend {
     /// Serves `body` on `addr` in lab host `host`; returns once it listens.
-    pub(super) fn start(lab: &Lab, host: &str, addr: SocketAddr, body: Vec<u8>) -> Result<Backend> {
+    pub(crate) fn start(lab: &Lab, host: &str, addr: SocketAddr, body: Vec<u8>) -> Result<Backend> {
         let state = Arc::new(State::default());
         let s = state.clone();
         let body: Arc<[u8]> = body.into();
@@ -60,20 +60,20 @@ impl Backend {
 
     /// Takes the backend down (listener closed) or brings it back; returns
     /// once done.
-    pub(super) fn set_down(&self, down: bool) -> Result<()> {
+    pub(crate) fn set_down(&self, down: bool) -> Result<()> {
         self.state.down.store(down, Ordering::SeqCst);
         self.wait_listening(!down)
     }
 
     /// A delay before every answer (zero: none).
-    pub(super) fn set_delay(&self, delay: Duration) {
+    pub(crate) fn set_delay(&self, delay: Duration) {
         self.state
             .delay_ms
             .store(delay.as_millis() as u64, Ordering::SeqCst);
     }
 
     /// Requests answered so far.
-    pub(super) fn served(&self) -> u64 {
+    pub(crate) fn served(&self) -> u64 {
         self.state.served.load(Ordering::SeqCst)
     }
 }

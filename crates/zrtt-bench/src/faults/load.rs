@@ -17,18 +17,26 @@ use anyhow::{anyhow, bail, Result};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use zrtt_net::client::{ClientConfig, ConnInfo, Mode, Target, ZrttStream};
 
+/// How each request is sent and retried (shared with `zrtt lab soak`).
+#[derive(Clone, Debug)]
+pub(crate) struct Attempts {
+    pub(crate) host: String,
+    pub(crate) addr: SocketAddr,
+    /// Retries of a request that got no HTTP answer.
+    pub(crate) retries: u32,
+    /// Pause before the first retry (doubled for each next one).
+    pub(crate) backoff: Duration,
+    /// Bound on one attempt.
+    pub(crate) attempt_timeout: Duration,
+    /// The `User-Agent` of the requests.
+    pub(crate) agent: &'static str,
+}
+
 /// What the workers share.
 pub(super) struct Load {
-    pub(super) host: String,
-    pub(super) addr: SocketAddr,
+    pub(super) attempts: Attempts,
     pub(super) requests: usize,
     pub(super) concurrency: usize,
-    /// Retries of a request that got no HTTP answer.
-    pub(super) retries: u32,
-    /// Pause before the first retry (doubled for each next one).
-    pub(super) backoff: Duration,
-    /// Bound on one attempt.
-    pub(super) attempt_timeout: Duration,
     /// Makes the client configuration of each request: a fresh one each
     /// time (a new client) or the same one (a client that keeps its state).
     pub(super) client: Box<dyn Fn() -> Arc<ClientConfig> + Send + Sync>,
@@ -38,27 +46,30 @@ pub(super) struct Load {
 
 /// One request's fate.
 #[derive(Clone, Debug, Default)]
-pub(super) struct Sample {
+pub(crate) struct Sample {
     /// From the first attempt's start to the whole answer.
-    pub(super) ms: f64,
+    pub(crate) ms: f64,
     /// The final HTTP status, if any answer came.
-    pub(super) status: Option<u16>,
+    pub(crate) status: Option<u16>,
     /// Attempts made (1 + retries).
-    pub(super) attempts: u32,
+    pub(crate) attempts: u32,
     /// How the answering connection was made (`Mode::as_str`).
-    pub(super) mode: Option<&'static str>,
+    pub(crate) mode: Option<&'static str>,
     /// Retries inside the client library on the answering connection:
     /// again without Fast Open, again with a refusal's fresh keys.
-    pub(super) inner_retries: u32,
+    pub(crate) inner_retries: u32,
+    /// The answering connection was retried with the fresh keys a refusal
+    /// carried (the client held a key the gateway no longer serves).
+    pub(crate) fresh_keys: bool,
     /// Why the attempts without an answer failed.
-    pub(super) errors: Vec<String>,
+    pub(crate) errors: Vec<String>,
 }
 
 impl Sample {
-    pub(super) fn tls_fallback(&self) -> bool {
+    pub(crate) fn tls_fallback(&self) -> bool {
         self.mode == Some(Mode::TlsFallback.as_str())
     }
-    pub(super) fn early(&self) -> bool {
+    pub(crate) fn early(&self) -> bool {
         self.mode == Some(Mode::ZrttEarly.as_str())
     }
 }
@@ -83,7 +94,8 @@ pub(super) fn run(load: Load) -> Result<Vec<Sample>> {
                     if i >= load.requests {
                         return out;
                     }
-                    out.push((i, request(&load, i).await));
+                    let path = format!("/r/{i}");
+                    out.push((i, request(&load.attempts, &*load.client, &path).await));
                     load.done.fetch_add(1, Ordering::SeqCst);
                 }
             });
@@ -97,13 +109,17 @@ pub(super) fn run(load: Load) -> Result<Vec<Sample>> {
     })
 }
 
-/// One request with its retries.
-async fn request(load: &Load, i: usize) -> Sample {
+/// One GET of `path` with its retries; `client` makes the client
+/// configuration of each attempt.
+pub(crate) async fn request<F>(load: &Attempts, client: &F, path: &str) -> Sample
+where
+    F: Fn() -> Arc<ClientConfig> + ?Sized,
+{
     let t0 = Instant::now();
     let mut s = Sample::default();
     let req = format!(
-        "GET /r/{i} HTTP/1.1\r\nHost: {}\r\nUser-Agent: zrtt-lab-faults\r\nAccept: */*\r\nConnection: close\r\n\r\n",
-        load.host
+        "GET {path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: {}\r\nAccept: */*\r\nConnection: close\r\n\r\n",
+        load.host, load.agent
     );
     let mut pause = load.backoff;
     loop {
@@ -112,7 +128,7 @@ async fn request(load: &Load, i: usize) -> Sample {
             host: load.host.clone(),
             addr: load.addr,
         };
-        let cfg = (load.client)();
+        let cfg = client();
         match tokio::time::timeout(load.attempt_timeout, attempt(cfg, target, req.as_bytes())).await
         {
             Ok(Ok((status, info))) => {
@@ -120,6 +136,7 @@ async fn request(load: &Load, i: usize) -> Sample {
                 if let Some(info) = info {
                     s.mode = Some(info.mode.as_str());
                     s.inner_retries = inner_retries(&info);
+                    s.fresh_keys = info.retried_with_fresh_keys;
                 }
                 break;
             }

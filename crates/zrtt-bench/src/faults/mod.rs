@@ -14,35 +14,32 @@
 //! no-fault row. docs/RELIABILITY.md has the method and the reading.
 
 use std::collections::BTreeMap;
-use std::ffi::OsString;
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use zrtt_lab::{HubStats, Lab, LabChild, Link, SynData, Topology};
+use zrtt_lab::{HubStats, Lab, Link, SynData, Topology};
 use zrtt_net::client::{ClientConfig, TokenStore};
 
-mod backend;
-mod load;
+pub(crate) mod backend;
+pub(crate) mod gateway;
+pub(crate) mod load;
 mod report;
 
 use crate::proc::{self, WorkDir};
 use crate::progress::Progress;
 use crate::report::Report;
-use crate::stack::{Gateway, Site, BACKEND};
+use crate::stack::{Site, BACKEND};
 use crate::Bench;
 use backend::Backend;
-use load::{Load, Sample};
+#[cfg(test)]
+use gateway::parse_metrics;
+use gateway::{delta, scrape, GatewayProc, GW_PORT};
+use load::{Attempts, Load, Sample};
 
 const HOST: &str = "www.example.com";
-const GW_PORT: u16 = 443;
-/// The gateway's admin endpoint, on the server's loopback.
-const ADMIN: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9090));
 
 /// One fault of the scenario.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -244,7 +241,7 @@ pub(crate) struct Row {
 
 /// The kernel's TCP counters worth watching per row (/proc/net/snmp `Tcp:`
 /// and /proc/net/netstat `TcpExt:`).
-const KERNEL_COUNTERS: [&str; 12] = [
+const KERNEL_COUNTERS: [&str; 16] = [
     "OutRsts",
     "EstabResets",
     "AttemptFails",
@@ -257,10 +254,14 @@ const KERNEL_COUNTERS: [&str; 12] = [
     "TCPFastOpenActiveFail",
     "TCPFastOpenPassive",
     "TCPFastOpenPassiveFail",
+    "TCPFastOpenListenOverflow",
+    "ListenOverflows",
+    "ListenDrops",
+    "TCPReqQFullDrop",
 ];
 
 /// [`KERNEL_COUNTERS`] of both hosts, as `host.name`.
-fn kernel_counters(lab: &Lab) -> Result<BTreeMap<String, f64>> {
+pub(crate) fn kernel_counters(lab: &Lab) -> Result<BTreeMap<String, f64>> {
     let mut out = BTreeMap::new();
     for host in ["client", "server"] {
         let mut c = lab.command(host, "cat")?;
@@ -309,109 +310,6 @@ fn parse_proc_net(text: &str) -> Vec<(String, f64)> {
     out
 }
 
-/// The gateway process, restartable by PID.
-struct GatewayProc {
-    child: Option<LabChild>,
-    args: Vec<OsString>,
-    log: PathBuf,
-    zrtt: PathBuf,
-}
-
-impl GatewayProc {
-    fn start(bench: &Bench, lab: &Lab, site: &Site, dir: &Path) -> Result<GatewayProc> {
-        let listen = SocketAddr::from((lab.addr("server")?, GW_PORT));
-        let args = Gateway {
-            admin: Some(ADMIN),
-            replay_state: Some(dir.join("replay.state")),
-            ..Gateway::new(listen)
-        }
-        .args(&site.keystore);
-        let mut g = GatewayProc {
-            child: None,
-            args,
-            log: dir.join("gateway.log"),
-            zrtt: bench.zrtt.clone(),
-        };
-        g.spawn(lab)?;
-        Ok(g)
-    }
-
-    fn listen(&self) -> Result<SocketAddr> {
-        let i = self
-            .args
-            .iter()
-            .position(|a| a == "--listen")
-            .context("--listen")?;
-        Ok(self.args[i + 1].to_string_lossy().parse()?)
-    }
-
-    fn spawn(&mut self, lab: &Lab) -> Result<()> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)?;
-        let mut c = lab.command("server", &self.zrtt)?;
-        c.args(&self.args).stdout(Stdio::null()).stderr(log);
-        self.child = Some(lab.spawn("server", c)?);
-        proc::wait_listening(lab, "server", self.listen()?)?;
-        proc::wait_listening(lab, "server", ADMIN)
-    }
-
-    /// SIGTERM by PID, wait for the exit (the drain and the replay
-    /// snapshot), start again; milliseconds until it listens again.
-    fn restart(&mut self, lab: &Lab) -> Result<f64> {
-        let t0 = Instant::now();
-        if let Some(c) = self.child.take() {
-            let st = c.terminate(Duration::from_secs(10))?;
-            if !st.success() {
-                bail!("the gateway exited with {st} on SIGTERM");
-            }
-        }
-        self.spawn(lab)?;
-        Ok(t0.elapsed().as_secs_f64() * 1000.0)
-    }
-}
-
-impl Drop for GatewayProc {
-    fn drop(&mut self) {
-        if let Some(c) = self.child.take() {
-            let _ = c.terminate(Duration::from_secs(2));
-        }
-    }
-}
-
-/// The gateway's counters (`*_total` without labels) from its admin endpoint.
-fn scrape(lab: &Lab) -> Result<BTreeMap<String, f64>> {
-    let text = lab.in_host("server", || -> std::io::Result<String> {
-        let mut c = TcpStream::connect_timeout(&ADMIN, Duration::from_secs(2))?;
-        c.set_read_timeout(Some(Duration::from_secs(5)))?;
-        c.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
-        let mut s = String::new();
-        c.read_to_string(&mut s)?;
-        Ok(s)
-    })??;
-    Ok(parse_metrics(&text))
-}
-
-fn parse_metrics(text: &str) -> BTreeMap<String, f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (name, v) = l.split_once(' ')?;
-            let name = name.strip_prefix("zrtt_gateway_")?.strip_suffix("_total")?;
-            Some((name.to_string(), v.trim().parse().ok()?))
-        })
-        .collect()
-}
-
-fn delta(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
-    after
-        .iter()
-        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
-        .filter(|(_, v)| *v != 0.0)
-        .collect()
-}
-
 /// Runs every fault of `o` with both clients. Needs root.
 pub fn run(bench: &Bench, o: &FaultsOpts) -> Result<Report> {
     if o.requests == 0 || o.faults.is_empty() {
@@ -428,7 +326,7 @@ pub fn run(bench: &Bench, o: &FaultsOpts) -> Result<Report> {
             .rtt("client", "server", rtt),
     )?;
     let backend = Backend::start(&lab, "server", BACKEND, vec![b'x'; o.body_bytes])?;
-    let mut gateway = GatewayProc::start(bench, &lab, &site, &dir)?;
+    let mut gateway = GatewayProc::start(bench, &lab, &site.keystore, &dir, Vec::new())?;
     // A fresh gateway refuses flights stamped before its start + 2 s.
     std::thread::sleep(Duration::from_millis(2500));
     let addr = SocketAddr::from((lab.addr("server")?, GW_PORT));
@@ -472,13 +370,16 @@ pub fn run(bench: &Bench, o: &FaultsOpts) -> Result<Report> {
             };
             let done = Arc::new(AtomicUsize::new(0));
             let spec = Load {
-                host: HOST.into(),
-                addr,
+                attempts: Attempts {
+                    host: HOST.into(),
+                    addr,
+                    retries: o.retries,
+                    backoff: BACKOFF,
+                    attempt_timeout: ATTEMPT_TIMEOUT,
+                    agent: "zrtt-lab-faults",
+                },
                 requests: o.requests,
                 concurrency: o.concurrency,
-                retries: o.retries,
-                backoff: BACKOFF,
-                attempt_timeout: ATTEMPT_TIMEOUT,
                 client,
                 done: done.clone(),
             };
