@@ -229,3 +229,64 @@ fn faults_leave_no_idempotent_request_unanswered() {
         }
     }
 }
+
+#[test]
+fn soak_keeps_answering_through_rotations() {
+    if skip("soak_keeps_answering_through_rotations", &[]) {
+        return;
+    }
+    // 20 s at a low rate with everything rotating every 8 s: at least two
+    // key rotations, two token-key epochs and a certificate replacement.
+    // Counts and states only; the memory drift of so short a run says
+    // nothing (the 10-minute soak's verdict), hence --max-drift.
+    let js = scenario(
+        "soak",
+        &[
+            "--duration",
+            "20s",
+            "--period",
+            "8s",
+            "--rate",
+            "40",
+            "--rtt",
+            "20",
+            "--max-drift",
+            "1000",
+        ],
+    );
+    let d = &js["data"];
+    let n = |v: &serde_json::Value| v.as_u64().unwrap();
+    let totals = &d["totals"];
+    eprintln!("soak totals: {totals}\nevents: {}", d["events"]);
+    assert!(n(&totals["requests"]) >= 400, "{totals}");
+    assert_eq!(n(&totals["failed"]), 0, "{}", d["failures"]);
+    assert_eq!(n(&totals["ok"]), n(&totals["requests"]));
+    // Every key rotation made a new key that the gateway then served (a
+    // probe holding only that key was answered over zrtt without a refusal).
+    let rotations = n(&d["key_rotations"]);
+    assert!(rotations >= 2, "{}", d["events"]);
+    assert_eq!(n(&d["new_keys_served"]), rotations);
+    let events = d["events"].as_array().unwrap();
+    let mut keys: Vec<&str> = events
+        .iter()
+        .flat_map(|e| {
+            [
+                e["key_before"].as_str().unwrap(),
+                e["key_after"].as_str().unwrap(),
+            ]
+        })
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    assert!(keys.len() > rotations as usize, "key ids {keys:?}");
+    // The certificate was replaced and TLS served the new one.
+    assert!(n(&d["cert_replacements"]) >= 1);
+    assert!(
+        events.iter().all(|e| e["served"] == true),
+        "{}",
+        d["events"]
+    );
+    // The kept clients held tokens sealed under at least two token keys.
+    assert!(d["token_key_ids"].as_array().unwrap().len() >= 2, "{d}");
+    assert_eq!(d["gateway_died"], false);
+}

@@ -131,9 +131,15 @@ fn anchor(ks: &Path, host: &str) -> Result<Instant> {
     Ok(Instant::now() - Duration::from_secs_f64(age))
 }
 
+/// The events, and the token key ids the kept clients hold at the end.
+pub(super) struct Out {
+    pub(super) events: Vec<Event>,
+    pub(super) final_token_ids: Vec<u32>,
+}
+
 /// Runs the schedule (in the client's namespace) until `duration` after
 /// `t0`; stops early on `stop`.
-pub(super) fn run(spec: Spec) -> Result<Vec<Event>> {
+pub(super) fn run(spec: Spec) -> Result<Out> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -144,11 +150,8 @@ pub(super) fn run(spec: Spec) -> Result<Vec<Event>> {
         let span = spec.duration + (spec.t0 - anchor);
         for (at, kind) in schedule(spec.period, span) {
             let due = anchor + Duration::from_secs_f64(at);
-            while Instant::now() < due {
-                if spec.stop.load(Ordering::SeqCst) {
-                    return Ok(events);
-                }
-                tokio::time::sleep(Duration::from_millis(50).min(due - Instant::now())).await;
+            if !spec.wait_until(due).await {
+                break;
             }
             let key_before = spec.view_key();
             let at_s = spec.t0.elapsed().as_secs_f64();
@@ -178,11 +181,28 @@ pub(super) fn run(spec: Spec) -> Result<Vec<Event>> {
                 error,
             });
         }
-        Ok(events)
+        // The tokens held near the end (after the last token-key epoch).
+        spec.wait_until(spec.t0 + spec.duration.saturating_sub(Duration::from_millis(500)))
+            .await;
+        Ok(Out {
+            events,
+            final_token_ids: spec.token_ids(),
+        })
     })
 }
 
 impl Spec {
+    /// Sleeps until `due`; false if told to stop first.
+    async fn wait_until(&self, due: Instant) -> bool {
+        while Instant::now() < due {
+            if self.stop.load(Ordering::SeqCst) {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50).min(due - Instant::now())).await;
+        }
+        true
+    }
+
     fn host(&self) -> &str {
         &self.attempts.host
     }

@@ -361,7 +361,8 @@ pub fn run(bench: &Bench, o: &SoakOpts) -> Result<SoakOutcome> {
     let input = report::Input {
         opts: o,
         outs: &outs,
-        events: &events,
+        events: &events.events,
+        final_token_ids: &events.final_token_ids,
         samples: &samples,
         metrics: &metrics,
         gateway_log: &log,

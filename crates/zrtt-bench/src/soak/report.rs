@@ -15,6 +15,8 @@ pub(super) struct Input<'a> {
     pub(super) opts: &'a SoakOpts,
     pub(super) outs: &'a [Out],
     pub(super) events: &'a [Event],
+    /// Token key ids the kept clients held at the end of the run.
+    pub(super) final_token_ids: &'a [u32],
     pub(super) samples: &'a [ProcSample],
     pub(super) metrics: &'a [(f64, BTreeMap<String, f64>)],
     pub(super) gateway_log: &'a str,
@@ -352,6 +354,7 @@ pub(super) fn build(i: &Input) -> SoakOutcome {
         .events
         .iter()
         .flat_map(|e| e.token_ids.iter().copied())
+        .chain(i.final_token_ids.iter().copied())
         .collect();
     token_ids.sort_unstable();
     token_ids.dedup();
