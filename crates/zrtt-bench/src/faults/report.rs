@@ -319,6 +319,7 @@ mod tests {
             attempts,
             mode,
             inner_retries: u32::from(mode == Some("0rtt-gated")),
+            fresh_keys: false,
             errors: (1..attempts).map(|_| "refused".to_string()).collect(),
         }
     }

@@ -139,7 +139,7 @@ pub(crate) fn proc_sample(pid: u32, at_s: f64) -> Result<ProcSample> {
         status
             .lines()
             .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().split_whitespace().next()?.parse().ok())
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
             .unwrap_or(0)
     };
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))?.count() as u64;
@@ -217,7 +217,7 @@ fn client_tls(pki: &[PathBuf]) -> Result<Arc<rustls::ClientConfig>> {
 
 /// Runs the soak. Needs root.
 pub fn run(bench: &Bench, o: &SoakOpts) -> Result<SoakOutcome> {
-    if !(o.rate > 0.0) || o.duration.is_zero() || o.period < Duration::from_secs(4) {
+    if o.rate.is_nan() || o.rate <= 0.0 || o.duration.is_zero() || o.period < Duration::from_secs(4) {
         bail!("need a rate above 0, a duration, and a period of at least 4 s");
     }
     let work = WorkDir::new(&bench.console, "soak", o.keep)?;

@@ -245,7 +245,7 @@ pub(super) fn build(i: &Input) -> SoakOutcome {
         let rejects = counter_delta(i.metrics, "zrtt_rejects_sent", from, to)
             + counter_delta(i.metrics, "zrtt_busy", from, to);
         let drops = counter_delta(i.metrics, "zrtt_silent_drops", from, to);
-        let end = i.samples.iter().filter(|x| x.at_s <= to).last();
+        let end = i.samples.iter().rev().find(|x| x.at_s <= to);
         t.row(vec![
             format!("{from:.0}"),
             c.made.to_string(),
@@ -391,7 +391,7 @@ pub(super) fn build(i: &Input) -> SoakOutcome {
             o.max_drift_pct
         ),
         format!(
-            "**Verdict: {}** events: {} key rotations, {} made a new key the gateway served; {} certificate replacements ({} certificate reloads logged, one per SIGHUP); {} events not served within 10 s; {} token key ids in the kept clients' tokens; gateway {}.",
+            "**Verdict: {}** events: {} key rotations, {} made a new key the gateway served; {} certificate replacements ({} certificate reloads logged: on each SIGHUP and when the 10 s poll saw the files change); {} events not served within 10 s; {} token key ids in the kept clients' tokens; gateway {}.",
             verdict(events_ok),
             rotations.len(),
             new_keys,
