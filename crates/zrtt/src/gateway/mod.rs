@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use zrtt_net::gateway::replay_store::{self, ReplayStore, ReplayStoreConfig, StoreAddress};
 use zrtt_net::gateway::{
@@ -478,25 +478,9 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         // Ready once the listener serves, not ready while draining; the
         // admin endpoint stays up until the drain is over.
-        let (ready_tx, ready_rx) = tokio::sync::watch::channel(false);
-        let (admin_stop, admin_stopped) = tokio::sync::oneshot::channel::<()>();
-        let admin = match a.admin {
-            Some(addr) => {
-                let l = tokio::net::TcpListener::bind(addr)
-                    .await
-                    .with_context(|| format!("binding admin address {addr}"))?;
-                println!("admin {}", l.local_addr()?);
-                Some(tokio::spawn(zrtt_net::gateway::serve_metrics(
-                    l,
-                    metrics.clone(),
-                    ready_rx,
-                    async move {
-                        let _ = admin_stopped.await;
-                    },
-                )))
-            }
-            None => None,
-        };
+        let render = metrics.clone();
+        let admin =
+            crate::admin::Admin::start(a.admin, Arc::new(move || render.render())).await?;
         println!("listening {}", gw.local_addr()?);
         let provenance_refresher = verifier_policy.and_then(|(policy, dns)| {
             let dns = dns?;
@@ -577,9 +561,9 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         let server = tokio::spawn(gw.run(async move {
             let _ = rx.changed().await;
         }));
-        ready_tx.send_replace(true);
+        admin.set_ready(true);
         util::shutdown_signal().await;
-        ready_tx.send_replace(false);
+        admin.set_ready(false);
         let _ = stop_tx.send(true);
         server.await??;
         // Every flight this process accepted is in the filter now.
@@ -588,7 +572,6 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
                 tracing::warn!("saving the replay filter to {}: {e:#}", p.display());
             }
         }
-        let _ = admin_stop.send(());
         for w in cert_watch {
             let _ = w.await;
         }
@@ -598,9 +581,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         if let Some(r) = provenance_refresher {
             let _ = r.await;
         }
-        if let Some(a) = admin {
-            let _ = a.await;
-        }
+        admin.stop().await;
         eprint!("{}", metrics.render());
         anyhow::Ok(())
     })?;

@@ -1,0 +1,66 @@
+//! `--admin ADDR` of every long-running role: binds the address, prints
+//! `admin ADDR` on stdout, serves `zrtt_net::admin` until stopped, and
+//! holds the role's readiness.
+
+use std::net::SocketAddr;
+
+use anyhow::{Context, Result};
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use zrtt_net::admin::Exposition;
+
+/// A running admin endpoint (or none, without `--admin`).
+pub struct Admin {
+    ready: watch::Sender<bool>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Admin {
+    /// Bind `addr` and serve `metrics` there, not ready yet; `None` serves
+    /// nothing. Must be called inside a tokio runtime.
+    pub async fn start(addr: Option<SocketAddr>, metrics: Exposition) -> Result<Self> {
+        let (ready, ready_rx) = watch::channel(false);
+        let Some(addr) = addr else {
+            return Ok(Self {
+                ready,
+                stop: None,
+                task: None,
+            });
+        };
+        let l = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding admin address {addr}"))?;
+        println!("admin {}", l.local_addr()?);
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(zrtt_net::admin::serve_admin(
+            l,
+            metrics,
+            ready_rx,
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        Ok(Self {
+            ready,
+            stop: Some(stop),
+            task: Some(task),
+        })
+    }
+
+    /// `/readyz` answers 200 while `ready`, else 503.
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.send_replace(ready);
+    }
+
+    /// Stop serving and wait for the endpoint's connections to end.
+    pub async fn stop(mut self) {
+        self.ready.send_replace(false);
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.task.take() {
+            let _ = t.await;
+        }
+    }
+}
