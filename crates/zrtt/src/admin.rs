@@ -53,6 +53,12 @@ impl Admin {
         self.ready.send_replace(ready);
     }
 
+    /// The sender behind `/readyz`, for a role that says itself when it is
+    /// ready.
+    pub fn readiness(&self) -> watch::Sender<bool> {
+        self.ready.clone()
+    }
+
     /// Stop serving and wait for the endpoint's connections to end.
     pub async fn stop(mut self) {
         self.ready.send_replace(false);
