@@ -137,7 +137,9 @@ impl DnsMetrics {
     /// One NOTIFY sent: answered by the secondary or not.
     pub(crate) fn notified(&self, answered: bool) {
         let outcome = if answered { "answered" } else { "failed" };
-        self.notifies.get_or_create(&OutcomeLabels { outcome }).inc();
+        self.notifies
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
     }
 
     /// What a refresh of the key stores did; `serial` is the zone's.

@@ -133,7 +133,9 @@ impl ProxyMetrics {
             .get_or_create(&ModeLabels { mode })
             .observe(took.as_secs_f64());
         if let Some((i, true)) = conn {
-            self.new_connections.get_or_create(&ModeLabels { mode }).inc();
+            self.new_connections
+                .get_or_create(&ModeLabels { mode })
+                .inc();
             self.setup
                 .get_or_create(&ModeLabels { mode })
                 .observe(i.time_appconnect.as_secs_f64());

@@ -75,7 +75,9 @@ impl Default for VerifierMetrics {
         };
         // Every reason is exposed, at 0 until it happens.
         for r in REASONS {
-            let _ = m.refused.get_or_create(&ReasonLabels { reason: r.as_str() });
+            let _ = m
+                .refused
+                .get_or_create(&ReasonLabels { reason: r.as_str() });
         }
         m
     }
@@ -124,11 +126,11 @@ impl VerifierMetrics {
         REASONS
             .iter()
             .map(|r| {
-            self.refused
-                .get_or_create(&ReasonLabels { reason: r.as_str() })
-                .get()
-        })
-        .sum()
+                self.refused
+                    .get_or_create(&ReasonLabels { reason: r.as_str() })
+                    .get()
+            })
+            .sum()
     }
 
     /// A registry holding every metric (shared, not copied), under the

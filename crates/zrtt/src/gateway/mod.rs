@@ -479,8 +479,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         // Ready once the listener serves, not ready while draining; the
         // admin endpoint stays up until the drain is over.
         let render = metrics.clone();
-        let admin =
-            crate::admin::Admin::start(a.admin, Arc::new(move || render.render())).await?;
+        let admin = crate::admin::Admin::start(a.admin, Arc::new(move || render.render())).await?;
         println!("listening {}", gw.local_addr()?);
         let provenance_refresher = verifier_policy.and_then(|(policy, dns)| {
             let dns = dns?;
