@@ -157,49 +157,90 @@ impl DnsMetrics {
         let mut r = Registry::with_prefix("zrtt_dns");
         r.register(
             "queries",
-            "Queries answered, by question type, outcome (answered, nxdomain, refused, truncated, error) and transport (udp, tcp).",
+            "Queries answered, by question type, outcome (answered, nxdomain, refused, truncated, error) and transport (udp, tcp)",
             self.queries.clone(),
         );
         r.register(
             "answer_seconds",
-            "From a query's arrival to its answer being handed to the socket, by transport.",
+            "From a query's arrival to its answer being handed to the socket, by transport",
             self.answer.clone(),
         );
         r.register(
             "transfers",
-            "Zone transfers (AXFR, IXFR) served or refused (source not in --allow-transfer).",
+            "Zone transfers (AXFR, IXFR) served or refused (source not in --allow-transfer)",
             self.transfers.clone(),
         );
         r.register(
             "notifies",
-            "NOTIFY messages sent to secondaries after a serial change, answered or failed.",
+            "NOTIFY messages sent to secondaries after a serial change, answered or failed",
             self.notifies.clone(),
         );
         r.register(
             "keystore_reloads",
-            "Key stores re-read because another process changed them.",
+            "Key stores re-read because another process changed them",
             self.reloads.clone(),
         );
         r.register(
             "keystore_rotations",
-            "Key store rotations that changed something (a key created, published or retired).",
+            "Key store rotations that changed something (a key created, published or retired)",
             self.rotations.clone(),
         );
         r.register(
             "record_updates",
-            "Key-carrying RRsets of a host or verifier replaced.",
+            "Key-carrying RRsets of a host or verifier replaced",
             self.updates.clone(),
         );
         r.register(
             "refresh_errors",
-            "Key store reloads, rotations or record builds that failed (the previous records stay).",
+            "Key store reloads, rotations or record builds that failed (the previous records stay)",
             self.refresh_errors.clone(),
         );
         r.register(
             "serial",
-            "The zone's current SOA serial.",
+            "The zone's current SOA serial",
             self.serial.clone(),
         );
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(m: &DnsMetrics) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &m.registry()).unwrap_or_default();
+        out
+    }
+
+    #[test]
+    fn refresh_reports_and_notifies_are_counted() {
+        let m = DnsMetrics::default();
+        let r = RefreshReport {
+            updated_hosts: vec!["www".into(), "verifier pv".into()],
+            rotations: vec![("www".into(), "created 1".into())],
+            reloaded: vec!["www".into()],
+            errors: Vec::new(),
+            serial: Some(1_800_000_000),
+        };
+        m.refreshed(&r, 1_800_000_000);
+        m.notified(true);
+        m.notified(false);
+        m.transfer(RecordType::AXFR, false);
+        let t = text(&m);
+        for want in [
+            "zrtt_dns_record_updates_total 2\n",
+            "zrtt_dns_keystore_rotations_total 1\n",
+            "zrtt_dns_keystore_reloads_total 1\n",
+            "zrtt_dns_refresh_errors_total 0\n",
+            "# TYPE zrtt_dns_serial gauge\n",
+            "zrtt_dns_serial 1800000000\n",
+            "zrtt_dns_notifies_total{outcome=\"answered\"} 1\n",
+            "zrtt_dns_notifies_total{outcome=\"failed\"} 1\n",
+            "zrtt_dns_transfers_total{type=\"AXFR\",outcome=\"refused\"} 1\n",
+        ] {
+            assert!(t.contains(want), "{want} in {t}");
+        }
     }
 }

@@ -659,37 +659,7 @@ fn log_refresh(r: &RefreshReport) {
     }
 }
 
-/// A shutdown signal (a watch channel), so callers need no extra crate.
-pub mod shutdown {
-    /// Fires once; every clone sees it.
-    #[derive(Clone, Debug)]
-    pub struct Shutdown(tokio::sync::watch::Receiver<bool>);
-
-    /// Triggers a [`Shutdown`].
-    #[derive(Debug)]
-    pub struct Trigger(tokio::sync::watch::Sender<bool>);
-
-    /// A connected pair.
-    pub fn channel() -> (Trigger, Shutdown) {
-        let (tx, rx) = tokio::sync::watch::channel(false);
-        (Trigger(tx), Shutdown(rx))
-    }
-
-    impl Trigger {
-        /// Fire.
-        pub fn fire(&self) {
-            let _ = self.0.send(true);
-        }
-    }
-
-    impl Shutdown {
-        /// Resolves when fired (or when the trigger is dropped).
-        pub async fn wait(&self) {
-            let mut rx = self.0.clone();
-            let _ = rx.wait_for(|v| *v).await;
-        }
-    }
-}
+pub mod shutdown;
 
 /// The AAAA tunnel owner for a host, as served.
 pub fn tunnel_owner(host: &str) -> String {
@@ -712,12 +682,13 @@ mod tests {
         let shared = tmp.path().join("zrtt.toml");
         std::fs::write(
             &shared,
-            "[gateway]\nbackend = \"127.0.0.1:80\"\n[dns]\nzone = \"z.zone\"\n[[dns.host]]\nkeystore = \"ks\"\n",
+            "[gateway]\nbackend = \"127.0.0.1:80\"\n[dns]\nzone = \"z.zone\"\nadmin = \"127.0.0.1:9153\"\n[[dns.host]]\nkeystore = \"ks\"\n",
         )
         .unwrap();
         let c = DnsConfig::from_file(&shared).unwrap();
         assert_eq!(c.zone.unwrap(), tmp.path().join("z.zone"));
         assert_eq!(c.hosts.len(), 1);
+        assert_eq!(c.admin, "127.0.0.1:9153".parse().ok());
         std::fs::write(&own, "zone = \"z.zone\"\nbogus = 1\n").unwrap();
         assert!(DnsConfig::from_file(&own).is_err(), "unknown keys refused");
     }

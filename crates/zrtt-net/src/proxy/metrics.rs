@@ -67,7 +67,7 @@ macro_rules! counters {
                 let mut r = Registry::with_prefix("zrtt_proxy");
                 $(r.register(
                     stringify!($name),
-                    concat!($($doc, )*).trim(),
+                    concat!($($doc, )*).trim().trim_end_matches('.'),
                     self.$name.clone(),
                 );)*
                 self.register_histograms(&mut r);
@@ -170,27 +170,27 @@ impl ProxyMetrics {
     fn register_histograms(&self, r: &mut Registry) {
         r.register(
             "first_byte_seconds",
-            "From sending a request to the origin's response head, by mode: zrtt_early, zrtt_gated (answered after the TCP handshake), tls_fallback, plain.",
+            "From sending a request to the origin's response head, by mode: zrtt_early, zrtt_gated (answered after the TCP handshake), tls_fallback, plain",
             self.first_byte.clone(),
         );
         r.register(
             "connection_setup_seconds",
-            "New zrtt connections: time to the secure channel (zrtt reply or TLS handshake), by mode.",
+            "New zrtt connections: time to the secure channel (zrtt reply or TLS handshake), by mode",
             self.setup.clone(),
         );
         r.register(
             "zrtt_connections",
-            "New connections to zrtt hosts, by mode.",
+            "New connections to zrtt hosts, by mode",
             self.new_connections.clone(),
         );
         r.register(
             "key_lookups",
-            "Key lookups (DNS or record files) for requested hosts, by outcome: verified (zrtt), none (plain HTTP), timeout.",
+            "Key lookups (DNS or record files) for requested hosts, by outcome: verified (zrtt), none (plain HTTP), timeout",
             self.key_lookups.clone(),
         );
         r.register(
             "key_lookup_seconds",
-            "Time to decide whether a host has a verified key (DNS prefetch and lookup).",
+            "Time to decide whether a host has a verified key (DNS prefetch and lookup)",
             self.key_lookup_time.clone(),
         );
     }
@@ -198,4 +198,72 @@ impl ProxyMetrics {
 
 pub(crate) fn inc(c: &Counter) {
     c.inc();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    fn conn(mode: Mode, setup_ms: u64) -> ConnInfoHandle {
+        Arc::new(Mutex::new(Some(ConnInfo {
+            mode,
+            notes: Vec::new(),
+            connect_mode: crate::tfo::ConnectMode::FastOpen,
+            syn_data_acked: true,
+            early_data: true,
+            retried_with_fresh_keys: false,
+            time_connect: Duration::from_millis(setup_ms),
+            time_appconnect: Duration::from_millis(setup_ms),
+            rtt: Duration::from_millis(setup_ms),
+            round_trips: 1,
+            local_addr: None,
+            verifiers: Vec::new(),
+        })))
+    }
+
+    #[test]
+    fn first_byte_by_mode_and_new_connections_once() {
+        let m = ProxyMetrics::default();
+        let early = conn(Mode::ZrttEarly, 20);
+        m.first_byte(Some(&early), Duration::from_millis(21));
+        // The same pooled connection again: no second new connection.
+        m.first_byte(Some(&early), Duration::from_millis(3));
+        m.first_byte(
+            Some(&conn(Mode::TlsFallback, 40)),
+            Duration::from_millis(41),
+        );
+        m.first_byte(None, Duration::from_millis(2));
+        inc(&m.zrtt_requests);
+        let text = crate::admin::encode(&m.registry());
+        for want in [
+            "zrtt_proxy_first_byte_seconds_count{mode=\"zrtt_early\"} 2\n",
+            "zrtt_proxy_first_byte_seconds_count{mode=\"tls_fallback\"} 1\n",
+            "zrtt_proxy_first_byte_seconds_count{mode=\"plain\"} 1\n",
+            "zrtt_proxy_zrtt_connections_total{mode=\"zrtt_early\"} 1\n",
+            "zrtt_proxy_zrtt_connections_total{mode=\"tls_fallback\"} 1\n",
+            "zrtt_proxy_connection_setup_seconds_count{mode=\"zrtt_early\"} 1\n",
+            "# HELP zrtt_proxy_zrtt_requests Requests sent over zrtt (or its TLS fallback).\n# TYPE",
+            "\nzrtt_proxy_zrtt_requests_total 1\n",
+        ] {
+            assert!(text.contains(want), "{want} in {text}");
+        }
+        assert!(text.ends_with("# EOF\n"));
+        assert_eq!(
+            m.snapshot().iter().find(|(n, _)| *n == "zrtt_requests"),
+            Some(&("zrtt_requests", 1))
+        );
+    }
+
+    #[test]
+    fn closed_connections_are_forgotten() {
+        let m = ProxyMetrics::default();
+        for _ in 0..600 {
+            let c = conn(Mode::ZrttGated, 1);
+            assert!(m.first_use(&c));
+            assert!(!m.first_use(&c));
+        }
+        let seen = m.seen.lock().map(|s| s.len()).unwrap_or_default();
+        assert!(seen <= 256, "{seen}");
+    }
 }

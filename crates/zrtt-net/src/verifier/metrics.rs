@@ -139,29 +139,65 @@ impl VerifierMetrics {
         let mut r = Registry::with_prefix("zrtt_verifier");
         r.register(
             "requests",
-            "Certificate requests (connections accepted, refused ones included).",
+            "Certificate requests (connections accepted, refused ones included)",
             self.requests.clone(),
         );
         r.register(
             "issued",
-            "Certificates issued (sent to the client).",
+            "Certificates issued (sent to the client)",
             self.issued.clone(),
         );
         r.register(
             "refreshed",
-            "Of those, refreshes that doubled a previous certificate's duration.",
+            "Of those, refreshes that doubled a previous certificate's duration",
             self.refreshed.clone(),
         );
         r.register(
             "refused",
-            "Requests that got no certificate, by reason (busy, timeout, malformed, no_key, io).",
+            "Requests that got no certificate, by reason (busy, timeout, malformed, no_key, io)",
             self.refused.clone(),
         );
         r.register(
             "signing_seconds",
-            "Time to sign one certificate (key lookup and signature).",
+            "Time to sign one certificate (key lookup and signature)",
             self.signing.clone(),
         );
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_reason_is_exposed_and_counted() {
+        let m = VerifierMetrics::default();
+        let text = crate::admin::encode(&m.registry());
+        for r in REASONS {
+            let line = format!(
+                "zrtt_verifier_refused_total{{reason=\"{}\"}} 0\n",
+                r.as_str()
+            );
+            assert!(text.contains(&line), "{line} in {text}");
+        }
+        m.request();
+        m.refused(Refusal::NoKey);
+        m.request();
+        m.signed(Duration::from_micros(40));
+        m.issued(true);
+        assert_eq!(
+            (m.issued_total(), m.refreshed_total(), m.refused_total()),
+            (1, 1, 1)
+        );
+        let text = crate::admin::encode(&m.registry());
+        for want in [
+            "zrtt_verifier_requests_total 2\n",
+            "zrtt_verifier_refused_total{reason=\"no_key\"} 1\n",
+            "# TYPE zrtt_verifier_signing_seconds histogram\n",
+            "zrtt_verifier_signing_seconds_count 1\n",
+        ] {
+            assert!(text.contains(want), "{want} in {text}");
+        }
     }
 }
