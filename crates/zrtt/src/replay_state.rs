@@ -87,6 +87,26 @@ pub fn load(path: Option<&Path>, owner: &str) -> anyhow::Result<ReplayState> {
     Ok(state(filter, generation, owner))
 }
 
+/// The filter a running predecessor handed over (gateway/handover.rs): its
+/// whole state, sealed there, so this start needs no restart refusal. With
+/// a state file, this start takes the next generation as any start does
+/// (a snapshot file there is older than the filter handed over, and is
+/// removed), so the predecessor can no longer save and this process's
+/// snapshot is the one the next start restores.
+pub fn adopt(path: Option<&Path>, owner: &str, snapshot: &[u8]) -> anyhow::Result<ReplayState> {
+    let now = zrtt_net::client::system_clock();
+    let filter = BloomReplayFilter::from_snapshot(ReplayConfig::default(), snapshot)
+        .context("the replay filter handed over")?;
+    if filter.latest() > now.saturating_add(ReplayConfig::default().max_future) {
+        bail!("the replay filter handed over saw a time ahead of this clock");
+    }
+    let generation = match path {
+        Some(p) => take(p)?.0,
+        None => 0,
+    };
+    Ok(state(filter, generation, owner))
+}
+
 fn state(filter: BloomReplayFilter, generation: u64, owner: &str) -> ReplayState {
     ReplayState {
         filter: Arc::new(Mutex::new(filter)),

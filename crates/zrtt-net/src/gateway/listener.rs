@@ -40,6 +40,42 @@ impl Gateway {
     pub fn bind(addr: SocketAddr, cfg: GatewayConfig) -> Result<Self> {
         cfg.admission.check().map_err(Error::Config)?;
         let (listeners, fast_open) = tfo::bind_listeners(addr, cfg.listen)?;
+        Self::serve_on(listeners, fast_open, cfg)
+    }
+
+    /// Serve on listening sockets another process handed over (docs/GATEWAY.md,
+    /// Restart without a blackout): the same kernel sockets, so their
+    /// queues, Fast Open settings and address carry over and no SYN meets a
+    /// closed port. Each must be a listening TCP socket on one address.
+    pub fn from_listeners(
+        listeners: Vec<std::net::TcpListener>,
+        cfg: GatewayConfig,
+    ) -> Result<Self> {
+        cfg.admission.check().map_err(Error::Config)?;
+        if listeners.is_empty() {
+            return Err(Error::Config("no listening socket handed over".into()));
+        }
+        let mut fast_open = true;
+        let mut out = Vec::with_capacity(listeners.len());
+        let mut at = None;
+        for l in listeners {
+            let addr = l.local_addr().map_err(Error::io("local address"))?;
+            if at.is_some_and(|a| a != addr) {
+                return Err(Error::Config(format!(
+                    "handed-over sockets listen on {} and {addr}",
+                    at.unwrap_or(addr)
+                )));
+            }
+            at = Some(addr);
+            fast_open &=
+                crate::sys::get_tcp_int(l.as_fd(), crate::sys::TCP_FASTOPEN).is_ok_and(|q| q > 0);
+            l.set_nonblocking(true).map_err(Error::io("O_NONBLOCK"))?;
+            out.push(TcpListener::from_std(l).map_err(Error::io("registering listener"))?);
+        }
+        Self::serve_on(out, fast_open, cfg)
+    }
+
+    fn serve_on(listeners: Vec<TcpListener>, fast_open: bool, cfg: GatewayConfig) -> Result<Self> {
         if fast_open && tfo::fast_open_sysctl().is_some_and(|v| v & 2 == 0) {
             tracing::warn!(
                 "net.ipv4.tcp_fastopen lacks bit 0x2: SYN data will be ignored \
@@ -65,6 +101,7 @@ impl Gateway {
             backends,
             active: AtomicUsize::new(0),
             shutdown: tokio::sync::watch::Sender::new(false),
+            paused: tokio::sync::watch::Sender::new(false),
         });
         Ok(Self {
             listeners,
@@ -90,6 +127,26 @@ impl Gateway {
         self.shared.metrics.clone()
     }
 
+    /// The listening sockets, to hand over to a successor process (which
+    /// gets its own descriptors of the same sockets).
+    pub fn listening_fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
+        self.listeners.iter().map(AsFd::as_fd).collect()
+    }
+
+    /// Duplicates of the listening sockets' descriptors (for a hand-over
+    /// served while the gateway runs).
+    pub fn dup_listening_fds(&self) -> Result<Vec<std::os::fd::OwnedFd>> {
+        self.listeners
+            .iter()
+            .map(|l| l.as_fd().try_clone_to_owned().map_err(Error::io("dup")))
+            .collect()
+    }
+
+    /// Stops and restarts accepting without closing the listening sockets.
+    pub fn accept_control(&self) -> AcceptControl {
+        AcceptControl(self.shared.clone())
+    }
+
     /// Serve until `shutdown` resolves, then give open connections
     /// `timeouts.shutdown_grace` to finish and abort the rest. Each
     /// listening socket has its own accept loop (a task the runtime can
@@ -109,15 +166,44 @@ impl Gateway {
     }
 }
 
+/// Pauses a running gateway's accept loops: while paused, new connections
+/// wait in the kernel's queues of the listening sockets (which stay open),
+/// and connections already accepted are served as before.
+#[derive(Clone)]
+pub struct AcceptControl(Arc<Shared>);
+
+impl std::fmt::Debug for AcceptControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AcceptControl")
+            .field("paused", &*self.0.paused.borrow())
+            .finish()
+    }
+}
+
+impl AcceptControl {
+    /// Stop calling `accept` (at once for loops waiting in it).
+    pub fn pause(&self) {
+        self.0.paused.send_replace(true);
+    }
+
+    /// Accept again.
+    pub fn resume(&self) {
+        self.0.paused.send_replace(false);
+    }
+}
+
 /// Accepts on one socket until shutdown, then closes it and gives its
-/// connections the grace period.
+/// connections the grace period. While paused, does not accept.
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     let mut tasks = JoinSet::new();
     let mut stop = shared.shutdown.subscribe();
+    let mut paused = shared.paused.subscribe();
     loop {
+        let pause = *paused.borrow_and_update();
         tokio::select! {
             () = async { let _ = stop.wait_for(|s| *s).await; } => break,
-            r = listener.accept() => match r {
+            _ = paused.changed() => {}
+            r = listener.accept(), if !pause => match r {
                 Ok((tcp, peer)) => {
                     let shared = shared.clone();
                     tasks.spawn(async move {

@@ -65,7 +65,7 @@ pub use config::{
     new_replay_filter, shared_trust_policy, tls_server_config, tls_server_config_with,
     GatewayConfig, SharedTrustPolicy, Timeouts,
 };
-pub use listener::Gateway;
+pub use listener::{AcceptControl, Gateway};
 
 /// Fuzz entry point (fuzz/fuzz_targets/early_use.rs): whether a first
 /// flight's early data would be served before the client confirms. Only
@@ -109,6 +109,8 @@ struct Shared {
     active: AtomicUsize,
     /// `true` once the gateway stops (upgraded streams then get the grace).
     shutdown: tokio::sync::watch::Sender<bool>,
+    /// `true` while accepting is paused (listener::AcceptControl).
+    paused: tokio::sync::watch::Sender<bool>,
 }
 
 fn lock<T: ?Sized>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use zrtt_net::gateway::replay_store::{self, ReplayStore, ReplayStoreConfig, StoreAddress};
 use zrtt_net::gateway::{
@@ -18,6 +18,7 @@ use zrtt_proto::admission::{AdmissionConfig, IpNet, TokenKeyRing};
 
 use crate::{reload, replay_state, util};
 
+mod handover;
 mod keys;
 mod provenance;
 
@@ -48,6 +49,13 @@ pub struct GatewayArgs {
     /// in `<file>.gen`).
     #[arg(long)]
     replay_state: Option<PathBuf>,
+    /// Restart without a blackout: a Unix socket (owner only) where this
+    /// gateway hands its listening sockets and replay filter to a new
+    /// gateway process started with the same flag and listen address, then
+    /// drains and exits; a gateway started while none serves there binds
+    /// the address itself (docs/GATEWAY.md, Restart without a blackout).
+    #[arg(long, value_name = "PATH")]
+    handover: Option<PathBuf>,
     #[command(flatten)]
     store: Box<ReplayStoreArgs>,
     /// A further site on this gateway (repeatable): `backend=ADDR:PORT`
@@ -429,10 +437,24 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         replay_state::location(a.replay_state.as_deref(), a.keystore.as_deref(), a.listen);
     // --check-config runs beside a serving gateway: it must not take the
     // snapshot a stopping one leaves.
-    let replay = replay_state::load(
-        replay_path.as_deref().filter(|_| !a.check_config),
-        &replay_state::owner(a.listen),
-    )?;
+    // A running gateway hands over its sockets and filter, if one serves
+    // hand-overs at --handover (it stops accepting from here until this
+    // process says READY: everything slow is done above).
+    let mut taken = match &a.handover {
+        Some(p) if !a.check_config => handover::request(p, a.listen)?,
+        _ => None,
+    };
+    let replay = match &taken {
+        Some(t) => replay_state::adopt(
+            replay_path.as_deref(),
+            &replay_state::owner(a.listen),
+            &t.snapshot,
+        )?,
+        None => replay_state::load(
+            replay_path.as_deref().filter(|_| !a.check_config),
+            &replay_state::owner(a.listen),
+        )?,
+    };
     cfg.replay = replay.filter.clone();
     if let Some(url) = &a.store.replay_store {
         let address: StoreAddress = url.parse()?;
@@ -469,7 +491,11 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     runtime.block_on(async move {
-        let gw = Gateway::bind(a.listen, cfg)?;
+        let handed_admin = taken.as_mut().and_then(|t| t.admin.take());
+        let gw = match taken.as_mut() {
+            Some(t) => Gateway::from_listeners(std::mem::take(&mut t.listeners), cfg)?,
+            None => Gateway::bind(a.listen, cfg)?,
+        };
         let metrics = gw.metrics();
         if !gw.fast_open() {
             tracing::warn!("listener without TCP Fast Open");
@@ -479,7 +505,13 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         // Ready once the listener serves, not ready while draining; the
         // admin endpoint stays up until the drain is over.
         let render = metrics.clone();
-        let admin = crate::admin::Admin::start(a.admin, Arc::new(move || render.render())).await?;
+        let mut admin = crate::admin::Admin::start_handed(
+            a.admin,
+            handed_admin,
+            Arc::new(move || render.render()),
+        )
+        .await?;
+        let admin_fd = admin.take_fd();
         println!("listening {}", gw.local_addr()?);
         let provenance_refresher = verifier_policy.and_then(|(policy, dns)| {
             let dns = dns?;
@@ -556,17 +588,63 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
                 }))
             })
             .transpose()?;
+        // What a successor takes over (dups of the sockets this process
+        // serves). The socket a successor connects to is bound before
+        // serving on a first start (a bad path fails the start), and only
+        // after GO on a hand-over (before, it would replace the running
+        // gateway's socket even if the hand-over failed).
+        let offer = match &a.handover {
+            Some(_) => Some(handover::Offer {
+                listen: a.listen,
+                accept: gw.accept_control(),
+                listeners: gw.dup_listening_fds()?,
+                admin: admin_fd,
+                filter: replay.filter.clone(),
+            }),
+            None => None,
+        };
+        let mut handover_socket = match (&a.handover, &taken) {
+            (Some(p), None) => Some(handover::bind_private(p)?),
+            _ => None,
+        };
+        if let Some(t) = taken {
+            tokio::task::spawn_blocking(move || t.ready())
+                .await?
+                .context("hand-over")?;
+            tracing::info!("hand-over: this gateway accepts now");
+            handover_socket = a.handover.as_deref().and_then(|p| {
+                handover::bind_private(p)
+                    .map_err(|e| tracing::error!("--handover: {e:#}: no hand-over to a successor"))
+                    .ok()
+            });
+        }
         let mut rx = stop_rx;
         let server = tokio::spawn(gw.run(async move {
             let _ = rx.changed().await;
         }));
+        let (handed_tx, handed_rx) = tokio::sync::oneshot::channel::<()>();
+        if let (Some(listener), Some(offer)) = (handover_socket, offer) {
+            tokio::spawn(async move {
+                match handover::serve(listener, offer).await {
+                    Ok(()) => {
+                        let _ = handed_tx.send(());
+                    }
+                    Err(e) => tracing::error!("--handover: {e:#}"),
+                }
+            });
+        }
         admin.set_ready(true);
-        util::shutdown_signal().await;
+        let handed_over = tokio::select! {
+            () = util::shutdown_signal() => false,
+            Ok(()) = handed_rx => true,
+        };
         admin.set_ready(false);
         let _ = stop_tx.send(true);
         server.await??;
-        // Every flight this process accepted is in the filter now.
-        if let Some(p) = &replay_path {
+        // Every flight this process accepted is in the filter now (after a
+        // hand-over the successor holds it, and its start took the state
+        // file's generation).
+        if let Some(p) = replay_path.as_ref().filter(|_| !handed_over) {
             if let Err(e) = replay_state::save(p, &replay) {
                 tracing::warn!("saving the replay filter to {}: {e:#}", p.display());
             }
