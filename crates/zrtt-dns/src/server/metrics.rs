@@ -71,9 +71,10 @@ impl Default for DnsMetrics {
     fn default() -> Self {
         Self {
             queries: Family::default(),
-            // 50 us doubling to about 0.8 s.
+            // 10 us doubling to about 0.65 s: most answers take tens of
+            // microseconds (docs/DNS.md).
             answer: Family::new_with_constructor(|| {
-                Histogram::new(exponential_buckets(0.000_05, 2.0, 15))
+                Histogram::new(exponential_buckets(0.000_01, 2.0, 17))
             }),
             transfers: Family::default(),
             notifies: Family::default(),
