@@ -90,12 +90,18 @@ impl Admin {
         self.ready.clone()
     }
 
-    /// Stop serving and wait for the endpoint's connections to end.
-    pub async fn stop(mut self) {
-        self.ready.send_replace(false);
+    /// Stop accepting on the admin socket (a successor serves it after a
+    /// hand-over); [`Admin::stop`] then waits for the open connections.
+    pub fn stop_accepting(&mut self) {
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }
+    }
+
+    /// Stop serving and wait for the endpoint's connections to end.
+    pub async fn stop(mut self) {
+        self.ready.send_replace(false);
+        self.stop_accepting();
         if let Some(t) = self.task.take() {
             let _ = t.await;
         }

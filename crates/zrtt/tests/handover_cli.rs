@@ -144,6 +144,8 @@ fn start(dir: &Path, listen: &str, admin: &str, backend: &str, sock: &str) -> Gw
             "cert.key",
             "--handover",
             sock,
+            "--replay-state",
+            "replay.state",
         ])
         .current_dir(dir)
         .stdout(Stdio::piped())
@@ -288,6 +290,23 @@ fn a_new_gateway_takes_the_sockets_and_the_replay_filter_without_a_gap() {
         None,
         "the successor serves on"
     );
+
+    // The old process saved nothing (its filter was sealed); the successor
+    // took the state file's generation, so its own snapshot at exit is
+    // the one the next start restores.
+    let state = dir.join("replay.state");
+    assert!(!state.exists(), "a sealed filter is never saved");
+    terminate(&mut new);
+    assert!(state.exists(), "the successor saved its filter");
+}
+
+fn terminate(gw: &mut Gw) {
+    let st = Command::new("kill")
+        .args(["-TERM", &gw.guard.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert!(exit_status(gw).success());
 }
 
 #[test]
@@ -363,7 +382,7 @@ fn a_failed_or_mismatched_successor_leaves_the_running_gateway_serving() {
     assert!(err.contains("admin"), "{err}");
 
     // The old process accepts again, with its filter intact.
-    let start = Instant::now();
+    let t0 = Instant::now();
     loop {
         match answer(&listen, &flight(&rec)) {
             Answer::Reply => break,
@@ -371,10 +390,23 @@ fn a_failed_or_mismatched_successor_leaves_the_running_gateway_serving() {
             Answer::Reject(RejectReason::Busy) => {}
             other => panic!("{other:?}"),
         }
-        assert!(start.elapsed() < PATIENCE, "never accepted again");
+        assert!(t0.elapsed() < PATIENCE, "never accepted again");
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(answer(&listen, &seen), Answer::Reject(RejectReason::Replay));
     assert_eq!(old.guard.0.try_wait().unwrap(), None, "still serving");
     assert!(counter(&admin, "zrtt_accepted") >= 2);
+    // The failed successors took no generation of the state file: the old
+    // process's snapshot is saved at its exit and restored by the next start.
+    terminate(&mut old);
+    assert!(dir.join("replay.state").exists());
+    let mut next = start(dir, &listen, &admin, &backend, &sock_s);
+    until_listening(&mut next);
+    wait_for("restored", || !dir.join("replay.state").exists());
+    assert_eq!(answer(&listen, &seen), Answer::Reject(RejectReason::Replay));
+    assert_eq!(
+        answer(&listen, &flight(&rec)),
+        Answer::Reply,
+        "no restart refusal"
+    );
 }

@@ -179,7 +179,7 @@ fn faults_leave_no_idempotent_request_unanswered() {
         return;
     }
     // Counts only: every GET answered 200 under the middleboxes and across
-    // a gateway restart (the client's fallbacks and retries), and a clean
+    // a gateway restart and hand-over (the client's fallbacks and retries), and a clean
     // 502 for each while the backend is down; times are the benchmark's.
     let faults = [
         "none",
@@ -187,6 +187,7 @@ fn faults_leave_no_idempotent_request_unanswered() {
         "syn-strip",
         "backend-down",
         "gateway-restart",
+        "gateway-handover",
     ];
     let n = 6;
     let js = scenario(
@@ -224,7 +225,7 @@ fn faults_leave_no_idempotent_request_unanswered() {
         } else {
             assert_eq!(count("ok"), n, "{fault} / {client}");
         }
-        if fault == "gateway-restart" {
+        if fault == "gateway-restart" || fault == "gateway-handover" {
             assert!(r["restart_gap_ms"].as_f64().is_some(), "{r}");
         }
     }

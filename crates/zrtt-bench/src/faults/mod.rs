@@ -71,11 +71,15 @@ pub enum Fault {
     /// The gateway is stopped (SIGTERM, by PID) and started again a third
     /// of the way into the stream, keeping its replay filter.
     GatewayRestart,
+    /// A new gateway process takes over from the running one a third of
+    /// the way into the stream (`--handover`: the listening sockets and
+    /// the replay filter passed over; the old one drains and exits).
+    GatewayHandover,
 }
 
 impl Fault {
     /// Every fault, in the order run.
-    pub const ALL: [Fault; 11] = [
+    pub const ALL: [Fault; 12] = [
         Fault::None,
         Fault::Loss1,
         Fault::Loss5,
@@ -87,6 +91,7 @@ impl Fault {
         Fault::BackendDown,
         Fault::BackendSlow,
         Fault::GatewayRestart,
+        Fault::GatewayHandover,
     ];
 
     /// Name on the command line and in the JSON.
@@ -103,6 +108,7 @@ impl Fault {
             Fault::BackendDown => "backend-down",
             Fault::BackendSlow => "backend-slow",
             Fault::GatewayRestart => "gateway-restart",
+            Fault::GatewayHandover => "gateway-handover",
         }
     }
 
@@ -119,6 +125,7 @@ impl Fault {
             Fault::BackendDown => "backend down".into(),
             Fault::BackendSlow => format!("backend slow ({} ms)", o.slow_ms),
             Fault::GatewayRestart => "gateway restart under load".into(),
+            Fault::GatewayHandover => "gateway hand-over under load".into(),
         }
     }
 
@@ -320,12 +327,14 @@ struct GatewayProc {
 impl GatewayProc {
     fn start(bench: &Bench, lab: &Lab, site: &Site, dir: &Path) -> Result<GatewayProc> {
         let listen = SocketAddr::from((lab.addr("server")?, GW_PORT));
-        let args = Gateway {
+        let mut args = Gateway {
             admin: Some(ADMIN),
             replay_state: Some(dir.join("replay.state")),
             ..Gateway::new(listen)
         }
         .args(&site.keystore);
+        args.push("--handover".into());
+        args.push(dir.join("handover.sock").into());
         let mut g = GatewayProc {
             child: None,
             args,
@@ -369,6 +378,22 @@ impl GatewayProc {
         }
         self.spawn(lab)?;
         Ok(t0.elapsed().as_secs_f64() * 1000.0)
+    }
+
+    /// A new gateway process takes over from this one (`--handover`);
+    /// milliseconds until the old one exited by itself (its drain).
+    fn hand_over(&mut self, lab: &Lab) -> Result<f64> {
+        let t0 = Instant::now();
+        let old = self.child.take().context("no gateway running")?;
+        self.spawn(lab)?;
+        match old.wait_timeout(Duration::from_secs(30))? {
+            Some(st) if st.success() => Ok(t0.elapsed().as_secs_f64() * 1000.0),
+            Some(st) => bail!("the old gateway exited with {st} after the hand-over"),
+            None => {
+                let _ = old.terminate(Duration::from_secs(2));
+                bail!("the old gateway did not exit within 30 s of the hand-over")
+            }
+        }
     }
 }
 
@@ -486,12 +511,16 @@ pub fn run(bench: &Bench, o: &FaultsOpts) -> Result<Report> {
             let kernel_before = kernel_counters(&lab)?;
             lab.reset_hub_stats();
             let mut restart_gap_ms = None;
-            let samples = if fault == Fault::GatewayRestart {
+            let samples = if matches!(fault, Fault::GatewayRestart | Fault::GatewayHandover) {
                 let t = lab.spawn_in_host("client", move || load::run(spec))?;
                 while done.load(Ordering::SeqCst) < o.requests / 3 && !t.is_finished() {
                     std::thread::sleep(Duration::from_millis(5));
                 }
-                let gap = gateway.restart(&lab);
+                let gap = if fault == Fault::GatewayRestart {
+                    gateway.restart(&lab)
+                } else {
+                    gateway.hand_over(&lab)
+                };
                 let samples = t.join();
                 restart_gap_ms = Some(gap?);
                 samples?

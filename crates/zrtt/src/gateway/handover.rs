@@ -25,7 +25,7 @@ use std::io::{IoSlice, IoSliceMut, Read, Write};
 use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -44,8 +44,11 @@ const MAGIC: &[u8; 8] = b"ZRTTHO1\0";
 const HEADER: usize = 24;
 /// At most this many sockets are handed over (listeners plus admin).
 const MAX_FDS: usize = 256;
-/// Each step of the exchange must come within this bound.
+/// Each step of the exchange before the pause must come within this bound.
 const STEP: Duration = Duration::from_secs(10);
+/// Bound on the pause: from it to the successor's READY, each read or write
+/// (the successor restores the filter and builds its gateway meanwhile).
+const PAUSED: Duration = Duration::from_secs(3);
 
 /// What a successor received: the sockets and the replay filter's snapshot,
 /// with the connection on which it says `READY` and waits for `GO`.
@@ -70,6 +73,77 @@ impl Taken {
         }
         Ok(())
     }
+}
+
+/// What a starting gateway does with `--handover PATH`: with a shared
+/// replay store, connect to it and wait (at most 20 s) until it checks
+/// flights (past the guard of a first connection, docs/FLEET.md) while
+/// the running gateway still serves, so the hand-over costs no Busy; then
+/// ask for the sockets.
+pub fn take(
+    runtime: &tokio::runtime::Runtime,
+    path: &Path,
+    listen: SocketAddr,
+    store: Option<&Arc<zrtt_net::gateway::ReplayStore>>,
+) -> Result<Option<Taken>> {
+    if let Some(store) = store {
+        runtime.block_on(async {
+            store.connect();
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+            while !store.checking() && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            if !store.checking() {
+                tracing::warn!("hand-over: the replay store does not check flights yet; taking over anyway (Busy until it does)");
+            }
+        });
+    }
+    request(path, listen)
+}
+
+/// After the sockets came: READY, GO, then the state file's next
+/// generation (taken only now, so an aborted hand-over leaves the running
+/// gateway's snapshot valid).
+pub fn finish(
+    taken: Taken,
+    replay: &mut crate::replay_state::ReplayState,
+    state_file: Option<&Path>,
+) -> Result<()> {
+    taken.ready()?;
+    tracing::info!("hand-over: this gateway accepts now");
+    if let Some(p) = state_file {
+        if let Err(e) = replay.claim(p) {
+            tracing::error!(
+                "{}: {e:#}: the filter will not be saved at exit",
+                p.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Serve hand-overs at `path` for a successor: binds it (an error fails a
+/// first start; after a hand-over it is logged, as the sockets are taken
+/// already) and returns what resolves once a successor took over.
+pub fn offer(
+    path: &Path,
+    offer: Offer,
+    first_start: bool,
+) -> Result<tokio::sync::oneshot::Receiver<()>> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let listener = match bind_private(path) {
+        Ok(l) => l,
+        Err(e) if !first_start => {
+            tracing::error!("{e:#}: no hand-over to a successor");
+            return Ok(rx);
+        }
+        Err(e) => return Err(e),
+    };
+    tokio::spawn(async move {
+        serve(listener, offer).await;
+        let _ = tx.send(());
+    });
+    Ok(rx)
 }
 
 /// Ask the gateway serving hand-overs at `path` for its sockets; `None`
@@ -176,23 +250,55 @@ pub struct Offer {
 }
 
 /// Serve hand-overs on `listener` ([`bind_private`]) until one succeeds
-/// (returns `Ok`); the caller then stops serving and exits.
-pub async fn serve(listener: tokio::net::UnixListener, offer: Offer) -> Result<()> {
+/// (returns); the caller then stops serving and exits.
+async fn serve(listener: tokio::net::UnixListener, offer: Offer) {
     let offer = Arc::new(offer);
     loop {
-        let (conn, _) = listener.accept().await?;
-        let conn = conn.into_std()?;
-        conn.set_nonblocking(false)?;
+        let conn = match listener.accept().await {
+            Ok((c, _)) => c
+                .into_std()
+                .and_then(|c| c.set_nonblocking(false).map(|()| c)),
+            Err(e) => Err(e),
+        };
+        let conn = match conn {
+            Ok(c) => c,
+            Err(e) => {
+                // Out of descriptors and the like: the socket stays, try again.
+                tracing::warn!("hand-over socket: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
         let offer = offer.clone();
-        let done = tokio::task::spawn_blocking(move || hand_over(conn, &offer)).await?;
-        match done {
-            Ok(()) => return Ok(()),
-            Err(e) => tracing::error!("hand-over not done, serving on: {e:#}"),
+        match tokio::task::spawn_blocking(move || hand_over(conn, &offer)).await {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => tracing::error!("hand-over not done, serving on: {e:#}"),
+            Err(e) => tracing::error!("hand-over task: {e}"),
         }
     }
 }
 
-/// One successor's request; `Ok` once it said READY and got GO.
+/// Undoes the pause and the seal unless the successor got GO (also on a
+/// panic): then nobody used the snapshot and this filter is still the only one.
+struct Resume<'a> {
+    offer: &'a Offer,
+    done: bool,
+}
+
+impl Drop for Resume<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.offer
+                .filter
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .unseal();
+            self.offer.accept.resume();
+        }
+    }
+}
+
+/// One successor's request; `Ok` once it said READY and GO was written.
 fn hand_over(mut conn: UnixStream, offer: &Offer) -> Result<()> {
     same_user(conn.as_fd())?;
     conn.set_read_timeout(Some(STEP))?;
@@ -209,6 +315,11 @@ fn hand_over(mut conn: UnixStream, offer: &Offer) -> Result<()> {
         let _ = conn.write_all(why.as_bytes());
         bail!("{}", why.trim());
     }
+    // From the pause on, the successor has PAUSED in all to say READY: it
+    // did its slow work before it asked.
+    conn.set_read_timeout(Some(PAUSED))?;
+    conn.set_write_timeout(Some(PAUSED))?;
+    let mut resume = Resume { offer, done: false };
     offer.accept.pause();
     let snapshot = offer
         .filter
@@ -219,17 +330,9 @@ fn hand_over(mut conn: UnixStream, offer: &Offer) -> Result<()> {
         "hand-over: accepting paused, replay filter sealed ({} bytes)",
         snapshot.len()
     );
-    let result = send_and_wait(&mut conn, offer, &snapshot);
-    if result.is_err() {
-        // Nobody started with the snapshot: this filter is still the only one.
-        offer
-            .filter
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .unseal();
-        offer.accept.resume();
-    }
-    result
+    send_and_wait(&mut conn, offer, &snapshot)?;
+    resume.done = true;
+    Ok(())
 }
 
 fn send_and_wait(conn: &mut UnixStream, offer: &Offer, snapshot: &[u8]) -> Result<()> {
@@ -257,9 +360,13 @@ fn send_and_wait(conn: &mut UnixStream, offer: &Offer, snapshot: &[u8]) -> Resul
     )?;
     conn.write_all(&header[sent..])?;
     conn.write_all(snapshot)?;
+    let deadline = std::time::Instant::now() + PAUSED;
     let line = read_line(conn).context("waiting for READY")?;
     if line != "READY" {
         bail!("the successor said {line:?} instead of READY");
+    }
+    if std::time::Instant::now() > deadline {
+        bail!("the successor said READY after more than {PAUSED:?}");
     }
     conn.write_all(b"GO\n")?;
     tracing::info!("hand-over done: the successor accepts now; draining");
@@ -268,13 +375,35 @@ fn send_and_wait(conn: &mut UnixStream, offer: &Offer, snapshot: &[u8]) -> Resul
 
 /// Listen at `path` (owner only), replacing what is there atomically: a
 /// successor's socket replaces its predecessor's file, which keeps serving
-/// its (now nameless) socket until it exits.
-pub fn bind_private(path: &Path) -> Result<tokio::net::UnixListener> {
-    let tmp = path.with_file_name(format!(
+/// its (now nameless) socket until it exits. The directory must belong to
+/// this user (or root) and be writable by nobody else, and `path` must be a
+/// socket or absent: nobody else can plant or swap the file.
+fn bind_private(path: &Path) -> Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let meta = std::fs::metadata(dir).with_context(|| format!("--handover: {}", dir.display()))?;
+    let me = rustix::process::geteuid().as_raw();
+    if (meta.uid() != me && meta.uid() != 0) || meta.mode() & 0o022 != 0 {
+        bail!(
+            "--handover: {} must belong to this user and be writable by nobody else (chmod go-w)",
+            dir.display()
+        );
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if !m.file_type().is_socket() => {
+            bail!("--handover: {} exists and is not a socket", path.display())
+        }
+        _ => {}
+    }
+    let name = path
+        .file_name()
+        .with_context(|| format!("--handover: {} has no file name", path.display()))?;
+    let tmp = dir.join(format!(
         ".{}.{}",
-        path.file_name()
-            .map(|n| n.to_string_lossy())
-            .unwrap_or_default(),
+        name.to_string_lossy(),
         std::process::id()
     ));
     let _ = std::fs::remove_file(&tmp);
@@ -314,4 +443,51 @@ fn read_line(conn: &mut UnixStream) -> Result<String> {
         out.push(b[0]);
     }
     bail!("line too long")
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[tokio::test]
+    async fn the_socket_is_bound_only_in_a_private_directory_and_never_over_a_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("run");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o775)).unwrap();
+        let err = bind_private(&dir.join("gw.sock")).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("writable by nobody else"),
+            "{err:#}"
+        );
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::fs::write(dir.join("file"), b"data").unwrap();
+        let err = bind_private(&dir.join("file")).unwrap_err();
+        assert!(format!("{err:#}").contains("not a socket"), "{err:#}");
+        assert_eq!(
+            std::fs::read(dir.join("file")).unwrap(),
+            b"data",
+            "left alone"
+        );
+        // A socket (a predecessor's, or stale) is replaced, owner-only.
+        let first = bind_private(&dir.join("gw.sock")).unwrap();
+        let second = bind_private(&dir.join("gw.sock")).unwrap();
+        let mode = std::fs::metadata(dir.join("gw.sock")).unwrap().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        drop((first, second));
+    }
+
+    #[test]
+    fn no_gateway_at_the_path_means_bind_it_yourself() {
+        let tmp = tempfile::tempdir().unwrap();
+        let listen: SocketAddr = "127.0.0.1:443".parse().unwrap();
+        assert!(request(&tmp.path().join("none.sock"), listen)
+            .unwrap()
+            .is_none());
+        // A stale socket file (its process gone): connection refused.
+        let stale = tmp.path().join("stale.sock");
+        drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+        assert!(request(&stale, listen).unwrap().is_none());
+    }
 }

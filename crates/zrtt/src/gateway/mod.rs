@@ -307,6 +307,34 @@ fn parse_store_timeout(s: &str) -> std::result::Result<ShortDuration, String> {
 }
 
 /// A network in CIDR form, or one address (`/32`, `/128`).
+/// The shared replay store of `--replay-store`, if any (not connected yet).
+fn replay_store(
+    a: &ReplayStoreArgs,
+    clock: fn() -> zrtt_proto::UnixTime,
+) -> Result<Option<Arc<ReplayStore>>> {
+    let Some(url) = &a.replay_store else {
+        return Ok(None);
+    };
+    let address: StoreAddress = url.parse()?;
+    if matches!(address, StoreAddress::Cluster(_)) {
+        tracing::warn!(
+            "replay store on a Redis Cluster: a failover that lost recorded flights is guarded except for a race of about one slot-map refresh (docs/FLEET.md, Failures); where a replay must never run twice, use one Redis server without failover"
+        );
+    }
+    let mut store = ReplayStoreConfig::new(address);
+    store.prefix = a.replay_store_prefix.clone();
+    store.timeout = a.replay_store_timeout.0;
+    store.skew = a.replay_store_skew.0;
+    tracing::info!(
+        "replay store {:?}: keys {}:*, kept {:?}, answer within {}",
+        store.address,
+        store.prefix,
+        store.ttl(),
+        a.replay_store_timeout
+    );
+    Ok(Some(ReplayStore::new(store, clock)?))
+}
+
 fn parse_net(s: &str) -> Result<IpNet> {
     s.parse::<IpNet>()
         .or_else(|_| s.parse::<std::net::IpAddr>().map(IpNet::from))
@@ -435,47 +463,26 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
     let mut cfg = GatewayConfig::new(shared_keys.clone(), tls, a.backend.clone())?;
     let replay_path =
         replay_state::location(a.replay_state.as_deref(), a.keystore.as_deref(), a.listen);
-    // --check-config runs beside a serving gateway: it must not take the
-    // snapshot a stopping one leaves.
+    cfg.replay_store = replay_store(&a.store, cfg.clock)?;
     // A running gateway hands over its sockets and filter, if one serves
-    // hand-overs at --handover (it stops accepting from here until this
-    // process says READY: everything slow is done above).
+    // hand-overs at --handover (it stops accepting from then until this
+    // process says READY: everything slow is done before).
     let mut taken = match &a.handover {
-        Some(p) if !a.check_config => handover::request(p, a.listen)?,
+        Some(p) if !a.check_config => {
+            handover::take(&runtime, p, a.listen, cfg.replay_store.as_ref())?
+        }
         _ => None,
     };
-    let replay = match &taken {
-        Some(t) => replay_state::adopt(
-            replay_path.as_deref(),
-            &replay_state::owner(a.listen),
-            &t.snapshot,
-        )?,
+    let mut replay = match &taken {
+        Some(t) => replay_state::adopt(&replay_state::owner(a.listen), &t.snapshot)?,
+        // --check-config runs beside a serving gateway: it must not take the
+        // snapshot a stopping one leaves.
         None => replay_state::load(
             replay_path.as_deref().filter(|_| !a.check_config),
             &replay_state::owner(a.listen),
         )?,
     };
     cfg.replay = replay.filter.clone();
-    if let Some(url) = &a.store.replay_store {
-        let address: StoreAddress = url.parse()?;
-        if matches!(address, StoreAddress::Cluster(_)) {
-            tracing::warn!(
-                "replay store on a Redis Cluster: a failover that lost recorded flights is guarded except for a race of about one slot-map refresh (docs/FLEET.md, Failures); where a replay must never run twice, use one Redis server without failover"
-            );
-        }
-        let mut store = ReplayStoreConfig::new(address);
-        store.prefix = a.store.replay_store_prefix.clone();
-        store.timeout = a.store.replay_store_timeout.0;
-        store.skew = a.store.replay_store_skew.0;
-        tracing::info!(
-            "replay store {:?}: keys {}:*, kept {:?}, answer within {}",
-            store.address,
-            store.prefix,
-            store.ttl(),
-            a.store.replay_store_timeout
-        );
-        cfg.replay_store = Some(ReplayStore::new(store, cfg.clock)?);
-    }
     cfg.admission = admission;
     cfg.server_names = names;
     cfg.sites = other_sites;
@@ -588,11 +595,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
                 }))
             })
             .transpose()?;
-        // What a successor takes over (dups of the sockets this process
-        // serves). The socket a successor connects to is bound before
-        // serving on a first start (a bad path fails the start), and only
-        // after GO on a hand-over (before, it would replace the running
-        // gateway's socket even if the hand-over failed).
+        // What a successor takes over: dups of the sockets this process serves.
         let offer = match &a.handover {
             Some(_) => Some(handover::Offer {
                 listen: a.listen,
@@ -603,52 +606,50 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
             }),
             None => None,
         };
-        let mut handover_socket = match (&a.handover, &taken) {
-            (Some(p), None) => Some(handover::bind_private(p)?),
-            _ => None,
-        };
+        let first_start = taken.is_none();
         if let Some(t) = taken {
-            tokio::task::spawn_blocking(move || t.ready())
-                .await?
-                .context("hand-over")?;
-            tracing::info!("hand-over: this gateway accepts now");
-            handover_socket = a.handover.as_deref().and_then(|p| {
-                handover::bind_private(p)
-                    .map_err(|e| tracing::error!("--handover: {e:#}: no hand-over to a successor"))
-                    .ok()
-            });
+            let path = replay_path.clone();
+            replay = tokio::task::spawn_blocking(move || {
+                handover::finish(t, &mut replay, path.as_deref()).map(|()| replay)
+            })
+            .await?
+            .context("hand-over")?;
         }
         let mut rx = stop_rx;
         let server = tokio::spawn(gw.run(async move {
             let _ = rx.changed().await;
         }));
-        let (handed_tx, handed_rx) = tokio::sync::oneshot::channel::<()>();
-        if let (Some(listener), Some(offer)) = (handover_socket, offer) {
-            tokio::spawn(async move {
-                match handover::serve(listener, offer).await {
-                    Ok(()) => {
-                        let _ = handed_tx.send(());
-                    }
-                    Err(e) => tracing::error!("--handover: {e:#}"),
-                }
-            });
-        }
+        let handed_rx = match (&a.handover, offer) {
+            (Some(p), Some(offer)) => Some(handover::offer(p, offer, first_start)?),
+            _ => None,
+        };
         admin.set_ready(true);
+        let handed_over = async {
+            match handed_rx {
+                Some(rx) => rx.await.is_ok(),
+                None => std::future::pending().await,
+            }
+        };
         let handed_over = tokio::select! {
             () = util::shutdown_signal() => false,
-            Ok(()) = handed_rx => true,
+            true = handed_over => true,
         };
         admin.set_ready(false);
         let _ = stop_tx.send(true);
+        // The successor serves the admin socket now.
+        if handed_over {
+            admin.stop_accepting();
+        }
         server.await??;
         // Every flight this process accepted is in the filter now (after a
-        // hand-over the successor holds it, and its start took the state
-        // file's generation).
+        // hand-over the successor holds it: a sealed filter is never saved,
+        // also when a SIGTERM raced the hand-over).
         if let Some(p) = replay_path.as_ref().filter(|_| !handed_over) {
             if let Err(e) = replay_state::save(p, &replay) {
                 tracing::warn!("saving the replay filter to {}: {e:#}", p.display());
             }
         }
+        admin.stop_accepting();
         for w in cert_watch {
             let _ = w.await;
         }
