@@ -21,6 +21,7 @@ use crate::{reload, replay_state, util};
 mod handover;
 mod keys;
 mod provenance;
+mod successor;
 
 use keys::{all_keys, store_token_keys, token_keys, LoadedSite};
 use provenance::{next_lookup, refresh_verifiers};
@@ -56,6 +57,10 @@ pub struct GatewayArgs {
     /// the address itself (docs/GATEWAY.md, Restart without a blackout).
     #[arg(long, value_name = "PATH")]
     handover: Option<PathBuf>,
+    /// Write this process's PID here once it serves (a successor started by
+    /// SIGHUP with --handover writes its own); removed at exit.
+    #[arg(long, value_name = "PATH")]
+    pid_file: Option<PathBuf>,
     #[command(flatten)]
     store: Box<ReplayStoreArgs>,
     /// A further site on this gateway (repeatable): `backend=ADDR:PORT`
@@ -355,6 +360,11 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         Ok(_) => {}
         Err(e) => tracing::warn!("raising the open files limit: {e}"),
     }
+    // With --handover, SIGHUP starts this executable again (a successor).
+    let invocation = match &a.handover {
+        Some(_) => Some(successor::Invocation::current()?),
+        None => None,
+    };
     let mut sites = vec![LoadedSite::load(
         a.keystore.as_deref(),
         &a.keys,
@@ -538,6 +548,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
             }))
         });
         let hup = reload::sighup();
+        let hup_successor = hup.clone();
         let cert_watch: Vec<_> = certs
             .into_iter()
             .map(|(_, served, cert, key)| {
@@ -624,6 +635,10 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
             _ => None,
         };
         admin.set_ready(true);
+        successor::serving(a.pid_file.as_deref());
+        if let Some(inv) = invocation {
+            tokio::spawn(successor::on_sighup(inv, hup_successor));
+        }
         let handed_over = async {
             match handed_rx {
                 Some(rx) => rx.await.is_ok(),
@@ -660,6 +675,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
             let _ = r.await;
         }
         admin.stop().await;
+        successor::stopped(a.pid_file.as_deref());
         eprint!("{}", metrics.render());
         anyhow::Ok(())
     })?;
