@@ -15,7 +15,7 @@ use std::time::Duration;
 use common::*;
 use zrtt_lab::{Lab, Topology};
 use zrtt_net::client::Mode;
-use zrtt_net::verifier::{self, ProvenanceStore, VerifierStats};
+use zrtt_net::verifier::{self, ProvenanceStore, VerifierMetrics};
 use zrtt_proto::provenance::{IssuePolicy, TrustPolicy, VerifierSigner};
 
 const RTT: Duration = Duration::from_millis(100);
@@ -73,7 +73,7 @@ fn lab_first_contact_proven_by_verifiers() {
                         s,
                         IssuePolicy::default(),
                         zrtt_net::client::system_clock,
-                        Arc::new(VerifierStats::default()),
+                        Arc::new(VerifierMetrics::default()),
                         64,
                         std::future::pending::<()>(),
                     ));

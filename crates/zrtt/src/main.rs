@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
+mod admin;
 mod config;
 mod demo;
 mod dns;

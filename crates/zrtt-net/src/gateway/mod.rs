@@ -26,7 +26,7 @@
 //!   idle;
 //! - [`replay_store`]: the replay store a fleet shares (Redis), checked
 //!   in `first_flight` after the local filter accepted a flight;
-//! - [`metrics`]: counters and their text exposition.
+//! - [`metrics`]: counters and histograms (served by [`crate::admin`]).
 //!
 //! **Gating** (docs/PROTOCOL.md §8): a reply goes out before the TCP
 //! handshake completes only to a proven address, and then only within the
@@ -93,7 +93,8 @@ pub fn fuzz_early_use(early: &[u8]) -> bool {
     }
     serve
 }
-pub use metrics::{serve_metrics, Metrics, Readiness};
+pub use crate::admin::Readiness;
+pub use metrics::Metrics;
 pub use replay_store::{ReplayStore, ReplayStoreConfig, StoreAddress};
 pub use sites::Site;
 

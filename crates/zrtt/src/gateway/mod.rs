@@ -521,36 +521,14 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         // Ready once the listener serves, not ready while draining; the
         // admin endpoint stays up until the drain is over.
-        let (ready_tx, ready_rx) = tokio::sync::watch::channel(false);
-        let (admin_stop, admin_stopped) = tokio::sync::oneshot::channel::<()>();
-        let mut admin_fd = None;
-        let admin = match a.admin {
-            Some(addr) => {
-                let l = match handed_admin.filter(|l| {
-                    l.local_addr()
-                        .is_ok_and(|at| at == addr || addr.port() == 0)
-                }) {
-                    Some(l) => {
-                        l.set_nonblocking(true)?;
-                        tokio::net::TcpListener::from_std(l)?
-                    }
-                    None => tokio::net::TcpListener::bind(addr)
-                        .await
-                        .with_context(|| format!("binding admin address {addr}"))?,
-                };
-                admin_fd = Some(std::os::fd::AsFd::as_fd(&l).try_clone_to_owned()?);
-                println!("admin {}", l.local_addr()?);
-                Some(tokio::spawn(zrtt_net::gateway::serve_metrics(
-                    l,
-                    metrics.clone(),
-                    ready_rx,
-                    async move {
-                        let _ = admin_stopped.await;
-                    },
-                )))
-            }
-            None => None,
-        };
+        let render = metrics.clone();
+        let mut admin = crate::admin::Admin::start_handed(
+            a.admin,
+            handed_admin,
+            Arc::new(move || render.render()),
+        )
+        .await?;
+        let admin_fd = admin.take_fd();
         println!("listening {}", gw.local_addr()?);
         let provenance_refresher = verifier_policy.and_then(|(policy, dns)| {
             let dns = dns?;
@@ -656,7 +634,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
             (Some(p), Some(offer)) => Some(handover::offer(p, offer, first_start)?),
             _ => None,
         };
-        ready_tx.send_replace(true);
+        admin.set_ready(true);
         successor::serving(a.pid_file.as_deref());
         if let Some(inv) = invocation {
             tokio::spawn(successor::on_sighup(inv, hup_successor));
@@ -671,16 +649,12 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
             () = util::shutdown_signal() => false,
             true = handed_over => true,
         };
-        ready_tx.send_replace(false);
+        admin.set_ready(false);
         let _ = stop_tx.send(true);
         // The successor serves the admin socket now.
-        let admin_stop = match handed_over {
-            true => {
-                let _ = admin_stop.send(());
-                None
-            }
-            false => Some(admin_stop),
-        };
+        if handed_over {
+            admin.stop_accepting();
+        }
         server.await??;
         // Every flight this process accepted is in the filter now (after a
         // hand-over the successor holds it: a sealed filter is never saved,
@@ -690,9 +664,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
                 tracing::warn!("saving the replay filter to {}: {e:#}", p.display());
             }
         }
-        if let Some(s) = admin_stop {
-            let _ = s.send(());
-        }
+        admin.stop_accepting();
         for w in cert_watch {
             let _ = w.await;
         }
@@ -702,9 +674,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         if let Some(r) = provenance_refresher {
             let _ = r.await;
         }
-        if let Some(a) = admin {
-            let _ = a.await;
-        }
+        admin.stop().await;
         successor::stopped(a.pid_file.as_deref());
         eprint!("{}", metrics.render());
         anyhow::Ok(())
