@@ -18,6 +18,7 @@ use zrtt_proto::admission::{AdmissionConfig, IpNet, TokenKeyRing};
 
 use crate::{reload, replay_state, util};
 
+mod backends;
 mod keys;
 mod provenance;
 
@@ -32,9 +33,13 @@ pub struct GatewayArgs {
     listen: SocketAddr,
     /// The backend: `ADDR:PORT`, `HOST:PORT` (resolved at each new
     /// connection), or `unix:/PATH`; HTTP/1.1, or HTTP/2 over cleartext
-    /// with an `h2c://` (`h2c+unix:/PATH`) prefix.
-    #[arg(long)]
-    backend: zrtt_net::gateway::Backend,
+    /// with an `h2c://` (`h2c+unix:/PATH`) prefix; a `proxy-v2+` prefix
+    /// sends a PROXY protocol v2 header first. Repeat it for several
+    /// backends, chosen round robin among the healthy ones.
+    #[arg(long = "backend", required = true)]
+    backends: Vec<zrtt_net::gateway::Backend>,
+    #[command(flatten)]
+    backend_opts: Box<backends::BackendArgs>,
     /// Key store (from `zrtt keys init`): semi-static keys, their records and
     /// the certificate. Re-read every --refresh, so rotations by `zrtt dns`
     /// or `zrtt keys rotate` take effect without a restart.
@@ -325,7 +330,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         &a.records,
         a.cert.as_deref(),
         a.cert_key.as_deref(),
-        a.backend.clone(),
+        a.backends.clone(),
         &[],
         a.rotate,
     )?];
@@ -336,7 +341,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
             &spec.records,
             spec.cert.as_deref(),
             spec.cert_key.as_deref(),
-            spec.backend.clone(),
+            spec.backends.clone(),
             &spec.aliases,
             a.rotate,
         )?;
@@ -367,7 +372,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         .iter()
         .map(|s| zrtt_net::gateway::Site {
             names: s.names.clone(),
-            backend: s.backend.clone(),
+            backends: s.backends.clone(),
         })
         .collect();
     let tokens = token_keys(&a, sites[0].store.as_ref())?;
@@ -424,7 +429,9 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
     let verifier_policy = provenance::provenance(&a, &runtime)?;
     // The replay filter's restart guard starts now, after every lookup:
     // as late as possible before the listener is bound (docs/PROTOCOL.md §7).
-    let mut cfg = GatewayConfig::new(shared_keys.clone(), tls, a.backend.clone())?;
+    let mut cfg = GatewayConfig::new(shared_keys.clone(), tls, a.backends[0].clone())?;
+    cfg.backends = a.backends.clone();
+    a.backend_opts.apply(&mut cfg)?;
     let replay_path =
         replay_state::location(a.replay_state.as_deref(), a.keystore.as_deref(), a.listen);
     // --check-config runs beside a serving gateway: it must not take the
