@@ -133,8 +133,8 @@ impl HttpBody for RequestBody {
                 if let Some(d) = frame.data_ref() {
                     s.received = s.received.saturating_add(d.len() as u64);
                     if s.limit.is_some_and(|l| s.received > l) {
+                        // The rest stays unread, not dropped (see Holding).
                         s.fault = Some(BodyFault::TooLarge);
-                        s.inner = None;
                         return Poll::Ready(Some(Err(BodyError(BodyFault::TooLarge))));
                     }
                 }
@@ -164,7 +164,6 @@ impl HttpBody for RequestBody {
                     .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
                 if sleep.as_mut().poll(cx).is_ready() {
                     s.fault = Some(BodyFault::TimedOut);
-                    s.inner = None;
                     return Poll::Ready(Some(Err(BodyError(BodyFault::TimedOut))));
                 }
                 Poll::Pending
@@ -182,6 +181,93 @@ impl HttpBody for RequestBody {
             .inner
             .as_ref()
             .map_or_else(|| SizeHint::with_exact(0), |b| b.size_hint())
+    }
+}
+
+/// Most of an unread request body read and discarded after a response
+/// that did not need it, and for how long (nginx's lingering close does
+/// the same at the connection level).
+const DRAIN_MAX: u64 = 1 << 20;
+const DRAIN_TIME: Duration = Duration::from_secs(5);
+
+/// A response body that keeps the request's unread body until the
+/// response ends, then reads and discards up to [`DRAIN_MAX`] of it (for
+/// [`DRAIN_TIME`] at most). Over HTTP/2 the client's upload then ends
+/// normally after a complete response, instead of a reset of its stream
+/// while it still sends (RFC 9113 §8.1 allows RST_STREAM NO_ERROR there,
+/// but curl 7.88 reports that as "Stream error in the HTTP/2 framing
+/// layer" about half of the time).
+pub(super) struct Holding {
+    inner: Body,
+    held: Option<Body>,
+}
+
+impl Holding {
+    /// `resp` holding `held` until its body ends.
+    pub(super) fn wrap(resp: hyper::Response<Body>, held: Body) -> hyper::Response<Body> {
+        resp.map(|inner| {
+            Self {
+                inner,
+                held: Some(held),
+            }
+            .boxed()
+        })
+    }
+
+    /// `resp` holding what is left of `body`.
+    pub(super) fn wrap_rest(
+        resp: hyper::Response<Body>,
+        body: &RequestBody,
+    ) -> hyper::Response<Body> {
+        match lock(&body.0).inner.take() {
+            Some(rest) => Self::wrap(resp, rest),
+            None => resp,
+        }
+    }
+}
+
+impl Drop for Holding {
+    fn drop(&mut self) {
+        let (Some(mut rest), Ok(rt)) = (self.held.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        if rest.is_end_stream() {
+            return;
+        }
+        // Bounded in bytes and time: ends on its own.
+        rt.spawn(async move {
+            let drain = async {
+                let mut n = 0u64;
+                while let Some(Ok(frame)) = rest.frame().await {
+                    n += frame.data_ref().map_or(0, |d| d.len() as u64);
+                    if n > DRAIN_MAX {
+                        break;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
+        });
+    }
+}
+
+impl HttpBody for Holding {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }
 

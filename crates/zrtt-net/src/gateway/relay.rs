@@ -23,7 +23,7 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::body::{BodyFault, RequestBody};
+use super::body::{BodyFault, Holding, RequestBody};
 use super::early_answer::{EarlyCtl, EarlyUse};
 use super::gate::Gate;
 use super::listener::SourceSlot;
@@ -349,7 +349,7 @@ async fn forward(shared: &Arc<Shared>, ctx: &ConnCtx, req: Request<Incoming>) ->
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if limit.zip(declared).is_some_and(|(l, d)| d > l) {
-        return too_large();
+        return Holding::wrap(too_large(), body.boxed());
     }
     let path = parts
         .uri
@@ -421,7 +421,7 @@ async fn forward(shared: &Arc<Shared>, ctx: &ConnCtx, req: Request<Incoming>) ->
         };
         let sent = std::time::Instant::now();
         let resp = match pool.send(&build, &body, ctx.peer, ctx.local).await {
-            Err(f) => return failure(m, f, &body),
+            Err(f) => return Holding::wrap_rest(failure(m, f, &body), &body),
             Ok(r) => {
                 m.latency.backend.observe(sent.elapsed().as_secs_f64());
                 r
