@@ -10,6 +10,9 @@
 //!   3xx within `timeout`. `fall` failed checks in a row mark an up backend
 //!   down, `rise` passed checks in a row an down one up (which also ends a
 //!   passive mark). Backends start up.
+//!
+//! A site's only backend is never marked down by failures (nginx ignores
+//! `max_fails` for a lone server too); active checks still apply to it.
 
 use std::time::Duration;
 

@@ -182,7 +182,12 @@ impl Pool {
                         return Err(Failure::Backend(e));
                     }
                     m.connect_failures.inc();
-                    if lock(&m.health).handle_connect_failure(Instant::now(), &self.health) {
+                    // A lone backend is never marked down by failures (as
+                    // in nginx): there is nothing else to send to, and the
+                    // next request should find it back at once.
+                    let lone = self.members.len() == 1;
+                    if !lone && lock(&m.health).handle_connect_failure(Instant::now(), &self.health)
+                    {
                         m.up.set(0);
                         tracing::warn!(
                             "backend {} of {} marked down for {:?}: {e}",
