@@ -464,3 +464,91 @@ fn oversized_bodies_get_413_and_stalled_ones_408_on_cleanly_closed_connections()
     assert!(text.starts_with("HTTP/1.1 408 "), "{text}");
     assert!(text.contains("request body timed out"), "{text}");
 }
+
+/// A backend that answers every request with `n` chunks of one byte, one
+/// every `pause`.
+fn slow_stream_backend(n: usize, pause: Duration) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut s = s;
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut chunk) {
+                        Ok(0) | Err(_) => return,
+                        Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                    }
+                }
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n");
+                for _ in 0..n {
+                    std::thread::sleep(pause);
+                    if s.write_all(b"1\r\nx\r\n").is_err() {
+                        return;
+                    }
+                }
+                let _ = s.write_all(b"0\r\n\r\n");
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_live_stream_outlasts_the_idle_timeout_and_a_silent_connection_does_not() {
+    if !tools() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    key_and_record(dir, "a.example");
+    // 8 bytes over about 2.4 s, through a gateway that closes connections
+    // idle for 1 s: the stream moves, so it is not cut.
+    let backend = slow_stream_backend(8, Duration::from_millis(300));
+    let (_gw, port, _) = gateway(
+        dir,
+        &[
+            "--backend",
+            &backend.to_string(),
+            "--stream-idle-timeout",
+            "1s",
+        ],
+    );
+    for proto in ["--http1.1", "--http2"] {
+        let (body, code, _) = curl(dir, port, "/", &[proto]);
+        assert_eq!(
+            (body.as_str(), code.as_str()),
+            ("xxxxxxxx", "200"),
+            "{proto}"
+        );
+    }
+    // A TLS connection on which nothing is asked: closed (s_client sees
+    // the end of the stream).
+    let mut child = Command::new("openssl")
+        .args(["s_client", "-quiet", "-connect"])
+        .arg(format!("127.0.0.1:{port}"))
+        .args(["-servername", "a.example", "-alpn", "http/1.1"])
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdin = child.stdin.take().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let _client = Guard(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = stdout.read_to_end(&mut bytes);
+        let _ = tx.send(bytes);
+    });
+    // Closed well before the 30 s keep-alive wait, with nothing sent.
+    let bytes = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the idle connection was not closed");
+    drop(stdin);
+    assert!(bytes.is_empty(), "{bytes:?}");
+}
