@@ -552,3 +552,85 @@ fn a_live_stream_outlasts_the_idle_timeout_and_a_silent_connection_does_not() {
     drop(stdin);
     assert!(bytes.is_empty(), "{bytes:?}");
 }
+
+/// A zrtt first flight's early request whose first backend is dead goes to
+/// the next one still marked `Early-Data: 1` (it reached no backend before:
+/// this is its first delivery), and is answered.
+#[test]
+fn an_early_request_moves_to_a_live_backend_still_marked_early() {
+    if !tools() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    key_and_record(dir, "a.example");
+    let live = free_port();
+    let _nginx = nginx(
+        dir,
+        &format!(
+            "  server {{ listen 127.0.0.1:{live}; location / {{ return 200 \"early=$http_early_data\"; }} }}"
+        ),
+        &[live],
+    );
+    let dead = format!("127.0.0.1:{}", free_port());
+    let (_gw, port, admin) = gateway(
+        dir,
+        &[
+            "--backend",
+            &dead,
+            "--backend",
+            &format!("127.0.0.1:{live}"),
+            "--trust",
+            "127.0.0.0/8",
+        ],
+    );
+    let resolve = format!("a.example:{port}:127.0.0.1");
+    let url = format!("https://a.example:{port}/");
+    let get = [
+        "get",
+        "--zrtt-only",
+        "--no-state",
+        "-m",
+        "20s",
+        "--record",
+        "k1.rec",
+        "--cert",
+        "cert.pem",
+        "--cacert",
+        "ca.pem",
+        "--resolve",
+        &resolve,
+        "-w",
+        " %{http_code}",
+        &url,
+    ];
+    // The replay filter's restart guard refuses flights (Busy) for its
+    // first seconds: such a refusal reaches no backend; ask again.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let out = loop {
+        let out = zrtt(dir, &get);
+        let busy = String::from_utf8_lossy(&out.stderr).contains("server busy");
+        if !busy || Instant::now() > deadline {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(text.trim(), "early=1 200");
+    let m = metrics(admin);
+    assert_eq!(
+        metric(&m, &series("backend_connect_failures_total", &dead)),
+        Some(1.0),
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "zrtt_gateway_early_requests_total"),
+        Some(1.0),
+        "{m}"
+    );
+}
