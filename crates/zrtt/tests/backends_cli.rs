@@ -289,7 +289,7 @@ fn nginx_reads_the_client_address_from_proxy_v2_and_accepts_the_checks() {
         dir,
         &format!(
             "  log_format pp '$proxy_protocol_addr \"$http_user_agent\"';\n\
-  server {{ listen 127.0.0.1:{pp} proxy_protocol; access_log {d}/pp.log pp; location / {{ return 200 {said}; }} }}\n\
+  server {{ listen 127.0.0.1:{pp} proxy_protocol; access_log {d}/pp.log pp; location / {{ return 200 {said}; }} location /conn {{ return 200 \"$connection $proxy_protocol_port\\n\"; }} }}\n\
   server {{ listen 127.0.0.1:{pp2} proxy_protocol http2; access_log {d}/pp.log pp; location / {{ return 200 {said}; }} }}",
             d = dir.display()
         ),
@@ -318,6 +318,34 @@ fn nginx_reads_the_client_address_from_proxy_v2_and_accepts_the_checks() {
             std::fs::read_to_string(dir.join("error.log")).unwrap_or_default()
         );
     }
+    // A client connection keeps its own backend connection (nginx's
+    // connection number) for its next requests; another client gets
+    // another.
+    let conn_of = |text: &str| -> Vec<(String, String)> {
+        text.lines()
+            .map(|l| {
+                let (c, p) = l.split_once(' ').unwrap();
+                (c.to_owned(), p.to_owned())
+            })
+            .collect()
+    };
+    let url = format!("https://a.example:{port}/conn");
+    let run = || {
+        let out = Command::new("curl")
+            .args(["-sS", "--max-time", "10", "--cacert", "ca.pem", "--resolve"])
+            .arg(format!("a.example:{port}:127.0.0.1"))
+            .args([&url, &url, &url])
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        conn_of(&String::from_utf8_lossy(&out.stdout))
+    };
+    let (first, second) = (run(), run());
+    assert_eq!(first.len(), 3, "{first:?}");
+    assert!(first.iter().all(|c| *c == first[0]), "{first:?}");
+    assert!(second.iter().all(|c| *c == second[0]), "{second:?}");
+    assert_ne!(first[0], second[0]);
     // h2c behind the header.
     let out = Command::new("curl")
         .args(["-sS", "--max-time", "10", "-k", "--resolve"])

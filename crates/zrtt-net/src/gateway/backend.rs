@@ -6,8 +6,9 @@
 //!
 //! A backend marked `proxy-v2+` gets a PROXY protocol v2 header at the
 //! start of each connection (proxy_header.rs). Such a connection carries
-//! one client's address, so it is never pooled across clients: each
-//! request opens its own ([`open`]), as health checks do.
+//! one client's address, so it is never pooled across clients: it is
+//! opened for one client connection ([`open`]) and kept for that
+//! connection's next requests (pool.rs); health checks open their own.
 
 use std::fmt;
 use std::future::Future;
@@ -280,6 +281,15 @@ impl Sender {
         match self {
             Self::Http1(s) => s.send_request(req).await,
             Self::Http2(s) => s.send_request(req).await,
+        }
+    }
+
+    /// Whether a request may be sent now (the previous one finished, the
+    /// connection still open).
+    pub(super) fn is_ready(&self) -> bool {
+        match self {
+            Self::Http1(s) => s.is_ready(),
+            Self::Http2(s) => s.is_ready(),
         }
     }
 

@@ -64,8 +64,10 @@ impl Gateway {
         let pools = sites
             .all()
             .iter()
-            .map(|s| {
+            .enumerate()
+            .map(|(i, s)| {
                 Arc::new(super::pool::Pool::new(
+                    i,
                     s.label(),
                     &s.backends,
                     &cfg.backend_health,

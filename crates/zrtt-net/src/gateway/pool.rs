@@ -52,6 +52,11 @@ struct Member {
     check_failures: Counter,
 }
 
+/// A client connection's own connection to a `proxy-v2+` backend (its
+/// PROXY header names that client), kept for its next requests: the site's
+/// index, the backend's, and the connection.
+pub(super) type ProxyConns = Mutex<Option<(usize, usize, backend::Sender)>>;
+
 /// Time bounds of a pool.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct PoolTimeouts {
@@ -61,6 +66,8 @@ pub(super) struct PoolTimeouts {
 
 /// The backends of one site.
 pub(super) struct Pool {
+    /// The site's index among the gateway's sites.
+    id: usize,
     /// The site's first name (`*` for a default site without names).
     site: String,
     members: Vec<Member>,
@@ -71,6 +78,7 @@ pub(super) struct Pool {
 
 impl Pool {
     pub(super) fn new(
+        id: usize,
         site: &str,
         backends: &[Backend],
         health: &BackendHealth,
@@ -98,6 +106,7 @@ impl Pool {
             })
             .collect();
         Self {
+            id,
             site: site.to_owned(),
             members,
             next: AtomicUsize::new(0),
@@ -127,13 +136,14 @@ impl Pool {
     /// Send the request `build` makes (with the body handle it is given) to
     /// one of the backends, to the next one when a connection fails before
     /// anything was sent; `peer` and `local` are the client connection's
-    /// addresses (for PROXY headers).
+    /// addresses (for PROXY headers), `own` its connection to a `proxy-v2+`
+    /// backend.
     pub(super) async fn send(
         &self,
         build: &(dyn Fn(RequestBody) -> Request<RequestBody> + Sync),
         body: &RequestBody,
-        peer: SocketAddr,
-        local: SocketAddr,
+        (peer, local): (SocketAddr, SocketAddr),
+        own: &ProxyConns,
     ) -> Result<Response<Incoming>, Failure> {
         let mut tried = Vec::new();
         loop {
@@ -152,18 +162,7 @@ impl Pool {
             }
             let attempt = async {
                 if m.backend.proxy_v2 {
-                    let header = proxy_header::proxy(peer, local);
-                    let mut sender =
-                        backend::open(&m.backend, self.timeouts.connect, Some(&header))
-                            .await
-                            .map_err(|e| (true, e.to_string()))?;
-                    if !sender.absolute_uri() {
-                        let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
-                        if let Ok(u) = path.parse() {
-                            *req.uri_mut() = u;
-                        }
-                    }
-                    sender.send(req).await.map_err(|e| (false, e.to_string()))
+                    self.send_own(i, req, (peer, local), own, body).await
                 } else {
                     m.client
                         .request(req)
@@ -201,6 +200,59 @@ impl Pool {
                     }
                     tracing::debug!("backend {}: {e}; trying another", m.backend);
                 }
+            }
+        }
+    }
+
+    /// Send `req` to `proxy-v2+` backend `i` on the client connection's own
+    /// connection to it: the one kept from its last request if it is ready,
+    /// else a new one (and again on a new one if the kept one turns out
+    /// closed before the request was written). Errors: (connect failure,
+    /// why).
+    async fn send_own(
+        &self,
+        i: usize,
+        mut req: Request<RequestBody>,
+        (peer, local): (SocketAddr, SocketAddr),
+        own: &ProxyConns,
+        body: &RequestBody,
+    ) -> Result<Response<Incoming>, (bool, String)> {
+        let m = &self.members[i];
+        let mut kept = lock(own)
+            .take()
+            .filter(|(site, member, s)| *site == self.id && *member == i && s.is_ready())
+            .map(|(_, _, s)| s);
+        loop {
+            let reused = kept.is_some();
+            let mut sender = match kept.take() {
+                Some(s) => s,
+                None => {
+                    let header = proxy_header::proxy(peer, local);
+                    backend::open(&m.backend, self.timeouts.connect, Some(&header))
+                        .await
+                        .map_err(|e| (true, e.to_string()))?
+                }
+            };
+            let (parts, b) = req.into_parts();
+            let mut attempt = Request::from_parts(parts.clone(), b);
+            if !sender.absolute_uri() {
+                let path = attempt.uri().path_and_query().map_or("/", |p| p.as_str());
+                if let Ok(u) = path.parse() {
+                    *attempt.uri_mut() = u;
+                }
+            }
+            match sender.send(attempt).await {
+                Ok(resp) => {
+                    *lock(own) = Some((self.id, i, sender));
+                    return Ok(resp);
+                }
+                // The kept connection closed before the request was
+                // written: nothing was sent, a new one may carry it.
+                Err(e) if reused && e.is_canceled() && !body.started() => {
+                    tracing::debug!("kept backend connection closed: {e}");
+                    req = Request::from_parts(parts, body.clone());
+                }
+                Err(e) => return Err((false, e.to_string())),
             }
         }
     }

@@ -27,7 +27,7 @@ use super::body::{BodyFault, Holding, RequestBody};
 use super::early_answer::{EarlyCtl, EarlyUse};
 use super::gate::Gate;
 use super::listener::SourceSlot;
-use super::pool::Failure;
+use super::pool::{Failure, ProxyConns};
 use super::{access_log, idle, upgrade};
 use super::{Body, Metrics, Shared};
 use crate::http::{strip_hop_by_hop, text_response};
@@ -64,6 +64,8 @@ struct ConnCtx {
     peer: SocketAddr,
     /// The address the client reached (PROXY headers name it).
     local: SocketAddr,
+    /// Its own connection to a `proxy-v2+` backend, kept between requests.
+    proxied: ProxyConns,
     /// The next request is the one that arrived in the first flight.
     early_pending: AtomicBool,
     /// The zrtt connection's confirmation state (`None` for TLS).
@@ -117,6 +119,7 @@ pub(super) async fn serve_http<S>(
         gate,
         peer,
         local,
+        proxied: ProxyConns::default(),
         early_pending: AtomicBool::new(early),
         early: ctl,
         slot,
@@ -420,7 +423,8 @@ async fn forward(shared: &Arc<Shared>, ctx: &ConnCtx, req: Request<Incoming>) ->
             breq
         };
         let sent = std::time::Instant::now();
-        let resp = match pool.send(&build, &body, ctx.peer, ctx.local).await {
+        let addrs = (ctx.peer, ctx.local);
+        let resp = match pool.send(&build, &body, addrs, &ctx.proxied).await {
             Err(f) => return Holding::wrap_rest(failure(m, f, &body), &body),
             Ok(r) => {
                 m.latency.backend.observe(sent.elapsed().as_secs_f64());
