@@ -469,6 +469,13 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
     cfg.timeouts.gate = a.gate_timeout;
     cfg.access_log = a.access_log;
     cfg.timeouts.backend_response = a.backend_timeout;
+    if cfg.timeouts.backend_response >= cfg.timeouts.stream_idle {
+        tracing::warn!(
+            "--backend-timeout {:?} is not below --stream-idle-timeout {:?}: a connection waiting that long for a backend is closed as idle first",
+            cfg.timeouts.backend_response,
+            cfg.timeouts.stream_idle
+        );
+    }
     if a.check_config {
         // Everything but binding the address (a running gateway holds it).
         cfg.admission.check().map_err(|e| anyhow::anyhow!("{e}"))?;
