@@ -85,20 +85,39 @@ impl Gateway {
         let sites = super::sites::Sites::new(
             super::Site {
                 names: cfg.server_names.clone(),
-                backend: cfg.backend.clone(),
+                backends: cfg.backends.clone(),
             },
             &cfg.sites,
         );
-        let backends = std::iter::once(&cfg.backend)
-            .chain(cfg.sites.iter().map(|s| &s.backend))
-            .map(|b| super::backend::client(b, cfg.timeouts.backend_connect))
+        if let Some(s) = sites.all().iter().find(|s| s.backends.is_empty()) {
+            return Err(Error::Config(format!("site {} has no backend", s.label())));
+        }
+        let metrics = Arc::new(Metrics::default());
+        let timeouts = super::pool::PoolTimeouts {
+            connect: cfg.timeouts.backend_connect,
+            response: cfg.timeouts.backend_response,
+        };
+        let pools = sites
+            .all()
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                Arc::new(super::pool::Pool::new(
+                    i,
+                    s.label(),
+                    &s.backends,
+                    &cfg.backend_health,
+                    timeouts,
+                    &metrics.backends,
+                ))
+            })
             .collect();
         let shared = Arc::new(Shared {
             admission: Arc::new(Admission::new(cfg.admission.clone(), Instant::now())),
             sites,
             cfg,
-            metrics: Arc::new(Metrics::default()),
-            backends,
+            metrics,
+            pools,
             active: AtomicUsize::new(0),
             shutdown: tokio::sync::watch::Sender::new(false),
             paused: tokio::sync::watch::Sender::new(false),
@@ -155,6 +174,12 @@ impl Gateway {
         if let Some(store) = &self.shared.cfg.replay_store {
             store.connect();
         }
+        let mut checks = JoinSet::new();
+        if let Some(check) = &self.shared.cfg.backend_health.check {
+            for pool in &self.shared.pools {
+                checks.spawn(pool.clone().run_checks(check.clone()));
+            }
+        }
         let mut loops = JoinSet::new();
         for listener in self.listeners {
             loops.spawn(accept_loop(listener, self.shared.clone()));
@@ -162,6 +187,7 @@ impl Gateway {
         shutdown.await;
         self.shared.shutdown.send_replace(true);
         while loops.join_next().await.is_some() {}
+        checks.shutdown().await;
         Ok(())
     }
 }
@@ -206,10 +232,9 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
             r = listener.accept(), if !pause => match r {
                 Ok((tcp, peer)) => {
                     let shared = shared.clone();
-                    tasks.spawn(async move {
-                        let limit = shared.cfg.timeouts.connection;
-                        let _ = tokio::time::timeout(limit, handle(shared, tcp, peer)).await;
-                    });
+                    // No total cut: each phase has its bound, and a
+                    // served connection ends when nothing moves (idle.rs).
+                    tasks.spawn(handle(shared, tcp, peer));
                 }
                 Err(e) => {
                     tracing::warn!("accept: {e}");

@@ -5,6 +5,7 @@
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
@@ -16,6 +17,8 @@ macro_rules! counters {
             $($(#[doc = $doc])* pub $name: Counter,)*
             /// Latency histograms.
             pub latency: Latency,
+            /// Per-backend state and counts.
+            pub backends: BackendMetrics,
         }
 
         impl Metrics {
@@ -34,6 +37,7 @@ macro_rules! counters {
                     self.$name.clone(),
                 );)*
                 self.latency.register(&mut r);
+                self.backends.register(&mut r);
                 r
             }
         }
@@ -184,6 +188,55 @@ impl Latency {
     }
 }
 
+/// Which backend: its site (the site's first name, `*` for a default site
+/// without names) and the backend as configured (`127.0.0.1:8080`,
+/// `unix:/run/app.sock`, `proxy-v2+h2c://app:9000`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BackendLabels {
+    /// The site.
+    pub site: String,
+    /// The backend.
+    pub backend: String,
+}
+
+/// Per-backend gauges and counters (gateway/pool.rs, gateway/health.rs).
+#[derive(Debug, Default)]
+pub struct BackendMetrics {
+    /// 1 while the backend takes requests, 0 while marked down.
+    pub up: Family<BackendLabels, Gauge>,
+    /// Requests sent to the backend (each attempt).
+    pub requests: Family<BackendLabels, Counter>,
+    /// Connections to the backend that failed (requests then go to another).
+    pub connect_failures: Family<BackendLabels, Counter>,
+    /// Active health checks that failed.
+    pub check_failures: Family<BackendLabels, Counter>,
+}
+
+impl BackendMetrics {
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "backend_up",
+            "1 while the backend takes requests, 0 while marked down (passive or active health).",
+            self.up.clone(),
+        );
+        r.register(
+            "backend_requests",
+            "Requests sent to the backend (each attempt).",
+            self.requests.clone(),
+        );
+        r.register(
+            "backend_connect_failures",
+            "Connections to the backend that failed before any byte of a request was sent.",
+            self.connect_failures.clone(),
+        );
+        r.register(
+            "backend_check_failures",
+            "Active health checks of the backend that failed.",
+            self.check_failures.clone(),
+        );
+    }
+}
+
 impl Metrics {
     /// Add one to a counter.
     pub fn inc(counter: &Counter) {
@@ -258,6 +311,20 @@ mod tests {
             "\nzrtt_gateway_replay_store_unavailable_total 1\n",
             "# TYPE zrtt_gateway_replay_store_check_seconds histogram",
             "zrtt_gateway_replay_store_check_seconds_bucket{le=\"0.0004\"} 1",
+        ] {
+            assert!(text.contains(want), "{want} in {text}");
+        }
+        let b = BackendLabels {
+            site: "a.example".into(),
+            backend: "127.0.0.1:8080".into(),
+        };
+        m.backends.up.get_or_create(&b).set(1);
+        m.backends.requests.get_or_create(&b).inc();
+        let text = m.render();
+        for want in [
+            "# TYPE zrtt_gateway_backend_up gauge",
+            "zrtt_gateway_backend_up{site=\"a.example\",backend=\"127.0.0.1:8080\"} 1",
+            "zrtt_gateway_backend_requests_total{site=\"a.example\",backend=\"127.0.0.1:8080\"} 1",
         ] {
             assert!(text.contains(want), "{want} in {text}");
         }

@@ -19,7 +19,12 @@
 //! - `tls`: the TLS path on the same port;
 //! - `relay`: the HTTP relay to the backend (early-data marking, 425);
 //! - `backend`: the backends (address, host name or Unix socket; HTTP/1.1
-//!   or h2c) and their pooled clients;
+//!   or h2c; PROXY v2 optional) and their pooled clients;
+//! - `pool`: a site's backends, round robin over the healthy ones, and
+//!   which failed requests may go to another; `health`: passive marks and
+//!   active checks; `proxy_header`: PROXY protocol v2 headers;
+//! - `body`: request bodies streamed with a size limit and a timeout;
+//!   `idle`: a connection on which nothing moves is closed;
 //! - `sites`: which site (names, backend) a request and a connection are
 //!   for, when one gateway serves several;
 //! - `upgrade`: upgraded connections (WebSocket) relayed both ways until
@@ -39,14 +44,19 @@
 
 mod access_log;
 mod backend;
+mod body;
 pub mod certs;
 mod close;
 pub mod config;
 mod early_answer;
 mod first_flight;
 pub mod gate;
+mod health;
+mod idle;
 mod listener;
 pub mod metrics;
+mod pool;
+mod proxy_header;
 mod relay;
 pub mod replay_store;
 mod sites;
@@ -63,7 +73,11 @@ pub use backend::{Backend, BackendTarget};
 pub use certs::{load_certified_key, ReloadableCert, SniCerts};
 pub use config::{
     new_replay_filter, shared_trust_policy, tls_server_config, tls_server_config_with,
-    GatewayConfig, SharedTrustPolicy, Timeouts,
+    GatewayConfig, SharedTrustPolicy, Timeouts, DEFAULT_MAX_REQUEST_BODY,
+};
+pub use health::{
+    BackendHealth, HealthCheck, DEFAULT_CHECK_INTERVAL, DEFAULT_CHECK_TIMEOUT,
+    DEFAULT_FAIL_TIMEOUT, DEFAULT_FALL, DEFAULT_MAX_FAILS, DEFAULT_RISE,
 };
 pub use listener::{AcceptControl, Gateway};
 
@@ -103,8 +117,8 @@ struct Shared {
     cfg: GatewayConfig,
     admission: Arc<Admission>,
     metrics: Arc<Metrics>,
-    /// One pooled client per site, in the sites' order.
-    backends: Vec<backend::BackendClient>,
+    /// Each site's backends, in the sites' order.
+    pools: Vec<Arc<pool::Pool>>,
     sites: sites::Sites,
     active: AtomicUsize,
     /// `true` once the gateway stops (upgraded streams then get the grace).

@@ -18,6 +18,7 @@ use zrtt_proto::admission::{AdmissionConfig, IpNet, TokenKeyRing};
 
 use crate::{reload, replay_state, util};
 
+mod backends;
 mod handover;
 mod keys;
 mod provenance;
@@ -34,9 +35,13 @@ pub struct GatewayArgs {
     listen: SocketAddr,
     /// The backend: `ADDR:PORT`, `HOST:PORT` (resolved at each new
     /// connection), or `unix:/PATH`; HTTP/1.1, or HTTP/2 over cleartext
-    /// with an `h2c://` (`h2c+unix:/PATH`) prefix.
-    #[arg(long)]
-    backend: zrtt_net::gateway::Backend,
+    /// with an `h2c://` (`h2c+unix:/PATH`) prefix; a `proxy-v2+` prefix
+    /// sends a PROXY protocol v2 header first. Repeat it for several
+    /// backends, chosen round robin among the healthy ones.
+    #[arg(long = "backend", required = true)]
+    backends: Vec<zrtt_net::gateway::Backend>,
+    #[command(flatten)]
+    backend_opts: Box<backends::BackendArgs>,
     /// Key store (from `zrtt keys init`): semi-static keys, their records and
     /// the certificate. Re-read every --refresh, so rotations by `zrtt dns`
     /// or `zrtt keys rotate` take effect without a restart.
@@ -371,7 +376,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         &a.records,
         a.cert.as_deref(),
         a.cert_key.as_deref(),
-        a.backend.clone(),
+        a.backends.clone(),
         &[],
         a.rotate,
     )?];
@@ -382,7 +387,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
             &spec.records,
             spec.cert.as_deref(),
             spec.cert_key.as_deref(),
-            spec.backend.clone(),
+            spec.backends.clone(),
             &spec.aliases,
             a.rotate,
         )?;
@@ -413,7 +418,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         .iter()
         .map(|s| zrtt_net::gateway::Site {
             names: s.names.clone(),
-            backend: s.backend.clone(),
+            backends: s.backends.clone(),
         })
         .collect();
     let tokens = token_keys(&a, sites[0].store.as_ref())?;
@@ -470,7 +475,9 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
     let verifier_policy = provenance::provenance(&a, &runtime)?;
     // The replay filter's restart guard starts now, after every lookup:
     // as late as possible before the listener is bound (docs/PROTOCOL.md §7).
-    let mut cfg = GatewayConfig::new(shared_keys.clone(), tls, a.backend.clone())?;
+    let mut cfg = GatewayConfig::new(shared_keys.clone(), tls, a.backends[0].clone())?;
+    cfg.backends = a.backends.clone();
+    a.backend_opts.apply(&mut cfg)?;
     let replay_path =
         replay_state::location(a.replay_state.as_deref(), a.keystore.as_deref(), a.listen);
     cfg.replay_store = replay_store(&a.store, cfg.clock)?;
@@ -501,6 +508,13 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
     cfg.timeouts.gate = a.gate_timeout;
     cfg.access_log = a.access_log;
     cfg.timeouts.backend_response = a.backend_timeout;
+    if cfg.timeouts.backend_response >= cfg.timeouts.stream_idle {
+        tracing::warn!(
+            "--backend-timeout {:?} is not below --stream-idle-timeout {:?}: a connection waiting that long for a backend is closed as idle first",
+            cfg.timeouts.backend_response,
+            cfg.timeouts.stream_idle
+        );
+    }
     if a.check_config {
         // Everything but binding the address (a running gateway holds it).
         cfg.admission.check().map_err(|e| anyhow::anyhow!("{e}"))?;
