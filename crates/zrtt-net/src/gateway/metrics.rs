@@ -33,7 +33,7 @@ macro_rules! counters {
                 let mut r = Registry::with_prefix("zrtt_gateway");
                 $(r.register(
                     stringify!($name),
-                    concat!($($doc, )*).trim(),
+                    concat!($($doc, )*).trim().trim_end_matches('.'),
                     self.$name.clone(),
                 );)*
                 self.latency.register(&mut r);
