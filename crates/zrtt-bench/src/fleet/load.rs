@@ -63,7 +63,12 @@ pub(super) fn run(load: RateLoad) -> Result<(Vec<Req>, f64)> {
         let mut i = 0usize;
         loop {
             let due = t0 + gap.mul_f64(i as f64);
-            if due.duration_since(t0) >= load.duration || load.stop.load(Ordering::SeqCst) {
+            // The load lasts `duration` of wall time: when the machine
+            // falls behind the schedule, fewer requests start.
+            if due.duration_since(t0) >= load.duration
+                || t0.elapsed() >= load.duration
+                || load.stop.load(Ordering::SeqCst)
+            {
                 break;
             }
             tokio::time::sleep_until(due).await;
