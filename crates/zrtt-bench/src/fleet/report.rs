@@ -104,7 +104,7 @@ pub(super) fn report(run: &Run) -> Report {
             "succeeded",
             "failed",
             "retried",
-            "answered early",
+            "answered early (client's view)",
             "0-RTT after handshake",
             "TLS fallback",
             "store checks",
@@ -202,6 +202,36 @@ pub(super) fn report(run: &Run) -> Report {
             .join(", "),
         run.redis_keys
     ));
+    r.notes.push(format!(
+        "\"Answered early\" is the client's view (the answer within 1.5 RTT of the first packet); on this loaded machine answers the gateways sent before the handshake often arrive later and count as \"0-RTT after handshake\". The gateways (sum over the run): {:.0} flights accepted by the core, {:.0} answered before the handshake, {:.0} after it; early answers withheld by the pre-handshake byte budget {:.0} and by cool-downs {:.0}; connections closed at a source's cap {:.0}; store `Busy` {:.0}, store replays {:.0}.",
+        total.counter("zrtt_accepted"),
+        total.counter("zrtt_answered_early"),
+        total.counter("zrtt_answered_gated"),
+        total.counter("early_withheld_budget"),
+        total.counter("early_withheld_cooldown"),
+        total.counter("source_limited"),
+        total.counter("replay_store_unavailable"),
+        total.counter("replay_store_replays"),
+    ));
+    let retried: std::collections::BTreeMap<String, usize> = run
+        .requests
+        .iter()
+        .filter(|q| q.sample.status == Some(200))
+        .flat_map(|q| q.sample.errors.iter())
+        .fold(Default::default(), |mut m, e| {
+            *m.entry(e.clone()).or_default() += 1;
+            m
+        });
+    if !retried.is_empty() {
+        r.notes.push(format!(
+            "Attempts retried (the request then succeeded): {}.",
+            retried
+                .iter()
+                .map(|(w, n)| format!("{n} × {w}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ));
+    }
     let failures: std::collections::BTreeMap<String, usize> = run
         .requests
         .iter()
@@ -279,5 +309,6 @@ fn phase_json(name: &str, from: f64, c: &Counts, m: &Scrape) -> serde_json::Valu
         "refused_busy": m.counter("replay_store_unavailable"),
         "store_replays": m.counter("replay_store_replays"),
         "check_p50_s": m.quantile(0.5), "check_p99_s": m.quantile(0.99),
+        "gateway_counters": m.counters,
     })
 }
