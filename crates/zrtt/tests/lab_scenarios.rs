@@ -236,3 +236,69 @@ fn faults_leave_no_idempotent_request_unanswered() {
         }
     }
 }
+
+#[test]
+fn fleet_accepts_no_replay_and_loses_no_request() {
+    if skip(
+        "fleet_accepts_no_replay_and_loses_no_request",
+        &["redis-server", "redis-cli"],
+    ) {
+        return;
+    }
+    // Facts, not timings: no replay accepted, no request lost through the
+    // gateway kill, the Redis node kill and the rotation, and every replay
+    // sent on a flow the hub gives to another gateway than the one that
+    // ran the original (which the backends confirm: the original ran on the
+    // gateway the hash predicted, and only there). A replay refused
+    // `Replay` is counted by the gateway it reached; one refused `Busy`
+    // (the store's guard after the kills) is equally not accepted.
+    let js = scenario(
+        "fleet",
+        &[
+            "--rate",
+            "20",
+            "--seconds",
+            "10",
+            "--replays",
+            "3",
+            "--rtt",
+            "20",
+        ],
+    );
+    let d = &js["data"];
+    eprintln!(
+        "fleet: {} requests, {} failed, {} early, {} TLS; replays {} sent, {} accepted; check p99 {}",
+        d["requests"], d["failed"], d["answered_early"], d["tls_fallback"],
+        d["replays_sent"], d["replays_accepted"], d["check_p99_s"]
+    );
+    assert!(d["requests"].as_u64().unwrap() > 0);
+    assert_eq!(d["failed"].as_u64(), Some(0), "{}", js["notes"]);
+    assert_eq!(d["succeeded"], d["requests"]);
+    assert_eq!(d["replays_sent"].as_u64(), Some(3));
+    assert_eq!(d["replays_accepted"].as_u64(), Some(0));
+    for r in d["replays"].as_array().unwrap() {
+        let (a, b) = (&r["original_gateway"], &r["replay_gateway"]);
+        assert_ne!(a, b, "{r}");
+        assert_eq!(r["original"], "reply", "{r}");
+        assert_eq!(r["ran_on"], serde_json::json!([a]), "ran once, at {a}: {r}");
+        let answer = r["replay"].as_str().unwrap();
+        assert!(answer == "reject replay" || answer == "reject busy", "{r}");
+        if answer == "reject replay" {
+            assert_eq!(r["counted_at_replay_gateway"], true, "{r}");
+        }
+    }
+    let events: Vec<&str> = d["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["what"].as_str().unwrap())
+        .collect();
+    for what in [
+        "gw2 SIGKILL",
+        "gw2 restarted",
+        "Redis master SIGKILL",
+        "zrtt keys rotate + SIGHUP",
+    ] {
+        assert!(events.contains(&what), "{what}: {events:?}");
+    }
+}

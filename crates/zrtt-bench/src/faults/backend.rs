@@ -21,17 +21,23 @@ struct State {
     listening: AtomicBool,
     delay_ms: AtomicU64,
     served: AtomicU64,
+    /// Paths of the requests under [`ONCE`] answered, in order.
+    seen: std::sync::Mutex<Vec<String>>,
 }
 
+/// Requests whose paths start with this are remembered ([`Backend::seen`]):
+/// how the fleet scenario counts how often a replayed request ran.
+pub(crate) const ONCE: &str = "/once/";
+
 /// A running backend; stopped when dropped.
-pub(super) struct Backend {
+pub(crate) struct Backend {
     state: Arc<State>,
     thread: Option<HostThread<()>>,
 }
 
 impl Backend {
     /// Serves `body` on `addr` in lab host `host`; returns once it listens.
-    pub(super) fn start(lab: &Lab, host: &str, addr: SocketAddr, body: Vec<u8>) -> Result<Backend> {
+    pub(crate) fn start(lab: &Lab, host: &str, addr: SocketAddr, body: Vec<u8>) -> Result<Backend> {
         let state = Arc::new(State::default());
         let s = state.clone();
         let body: Arc<[u8]> = body.into();
@@ -60,20 +66,29 @@ impl Backend {
 
     /// Takes the backend down (listener closed) or brings it back; returns
     /// once done.
-    pub(super) fn set_down(&self, down: bool) -> Result<()> {
+    pub(crate) fn set_down(&self, down: bool) -> Result<()> {
         self.state.down.store(down, Ordering::SeqCst);
         self.wait_listening(!down)
     }
 
     /// A delay before every answer (zero: none).
-    pub(super) fn set_delay(&self, delay: Duration) {
+    pub(crate) fn set_delay(&self, delay: Duration) {
         self.state
             .delay_ms
             .store(delay.as_millis() as u64, Ordering::SeqCst);
     }
 
+    /// Paths under [`ONCE`] answered so far, in order.
+    pub(crate) fn seen(&self) -> Vec<String> {
+        self.state
+            .seen
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default()
+    }
+
     /// Requests answered so far.
-    pub(super) fn served(&self) -> u64 {
+    pub(crate) fn served(&self) -> u64 {
         self.state.served.load(Ordering::SeqCst)
     }
 }
@@ -154,6 +169,12 @@ fn answer(mut conn: TcpStream, state: &State, body: &[u8]) -> std::io::Result<()
     }
     conn.write_all(&out)?;
     state.served.fetch_add(1, Ordering::SeqCst);
+    let path = head.split(|&b| b == b' ').nth(1).unwrap_or_default();
+    if path.starts_with(ONCE.as_bytes()) {
+        if let Ok(mut seen) = state.seen.lock() {
+            seen.push(String::from_utf8_lossy(path).into_owned());
+        }
+    }
     let _ = conn.shutdown(std::net::Shutdown::Write);
     Ok(())
 }

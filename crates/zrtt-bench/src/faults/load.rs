@@ -18,54 +18,54 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use zrtt_net::client::{ClientConfig, ConnInfo, Mode, Target, ZrttStream};
 
 /// What the workers share.
-pub(super) struct Load {
-    pub(super) host: String,
-    pub(super) addr: SocketAddr,
-    pub(super) requests: usize,
-    pub(super) concurrency: usize,
+pub(crate) struct Load {
+    pub(crate) host: String,
+    pub(crate) addr: SocketAddr,
+    pub(crate) requests: usize,
+    pub(crate) concurrency: usize,
     /// Retries of a request that got no HTTP answer.
-    pub(super) retries: u32,
+    pub(crate) retries: u32,
     /// Pause before the first retry (doubled for each next one).
-    pub(super) backoff: Duration,
+    pub(crate) backoff: Duration,
     /// Bound on one attempt.
-    pub(super) attempt_timeout: Duration,
+    pub(crate) attempt_timeout: Duration,
     /// Makes the client configuration of each request: a fresh one each
     /// time (a new client) or the same one (a client that keeps its state).
-    pub(super) client: Box<dyn Fn() -> Arc<ClientConfig> + Send + Sync>,
+    pub(crate) client: Box<dyn Fn() -> Arc<ClientConfig> + Send + Sync>,
     /// Requests finished so far (the caller watches it).
-    pub(super) done: Arc<AtomicUsize>,
+    pub(crate) done: Arc<AtomicUsize>,
 }
 
 /// One request's fate.
 #[derive(Clone, Debug, Default)]
-pub(super) struct Sample {
+pub(crate) struct Sample {
     /// From the first attempt's start to the whole answer.
-    pub(super) ms: f64,
+    pub(crate) ms: f64,
     /// The final HTTP status, if any answer came.
-    pub(super) status: Option<u16>,
+    pub(crate) status: Option<u16>,
     /// Attempts made (1 + retries).
-    pub(super) attempts: u32,
+    pub(crate) attempts: u32,
     /// How the answering connection was made (`Mode::as_str`).
-    pub(super) mode: Option<&'static str>,
+    pub(crate) mode: Option<&'static str>,
     /// Retries inside the client library on the answering connection:
     /// again without Fast Open, again with a refusal's fresh keys.
-    pub(super) inner_retries: u32,
+    pub(crate) inner_retries: u32,
     /// Why the attempts without an answer failed.
-    pub(super) errors: Vec<String>,
+    pub(crate) errors: Vec<String>,
 }
 
 impl Sample {
-    pub(super) fn tls_fallback(&self) -> bool {
+    pub(crate) fn tls_fallback(&self) -> bool {
         self.mode == Some(Mode::TlsFallback.as_str())
     }
-    pub(super) fn early(&self) -> bool {
+    pub(crate) fn early(&self) -> bool {
         self.mode == Some(Mode::ZrttEarly.as_str())
     }
 }
 
 /// Runs the stream in the calling thread (which must be in the client's
 /// namespace); samples in request order.
-pub(super) fn run(load: Load) -> Result<Vec<Sample>> {
+pub(crate) fn run(load: Load) -> Result<Vec<Sample>> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -142,7 +142,7 @@ async fn request(load: &Load, i: usize) -> Sample {
 /// The client library's own retries on a connection: without Fast Open
 /// after a SYN with data went unanswered, and with fresh keys after a
 /// refusal carrying them.
-fn inner_retries(info: &ConnInfo) -> u32 {
+pub(crate) fn inner_retries(info: &ConnInfo) -> u32 {
     let no_fo = info
         .notes
         .iter()
@@ -153,7 +153,7 @@ fn inner_retries(info: &ConnInfo) -> u32 {
 
 /// One connection: the request, then the whole answer. The status, and
 /// how the connection was made.
-async fn attempt(
+pub(crate) async fn attempt(
     cfg: Arc<ClientConfig>,
     target: Target,
     req: &[u8],

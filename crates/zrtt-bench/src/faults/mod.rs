@@ -27,8 +27,8 @@ use anyhow::{bail, Context, Result};
 use zrtt_lab::{HubStats, Lab, LabChild, Link, SynData, Topology};
 use zrtt_net::client::{ClientConfig, TokenStore};
 
-mod backend;
-mod load;
+pub(crate) mod backend;
+pub(crate) mod load;
 mod report;
 
 use crate::proc::{self, WorkDir};
