@@ -20,6 +20,8 @@
 #                   relayed through the gateway's Upgrade support
 #   chromium        a browser loading a page with subresources over the
 #                   gateway's TLS path (HTTP/2), headless
+#   python3-prometheus-client  a real OpenMetrics parser for the /metrics
+#                   pages of every role (crates/zrtt/tests/metrics_cli.rs)
 #   redis-server,   the fleet's shared replay store (docs/FLEET.md): one
 #   redis-tools     server and a 3-node Redis Cluster (redis-cli --cluster
 #                   create) in zrtt-net's tests/fleet.rs
@@ -41,6 +43,7 @@ command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 command -v h2load >/dev/null 2>&1 || need+=(nghttp2-client)
 /usr/bin/python3 -c 'import websockets' >/dev/null 2>&1 || need+=(python3 python3-websockets)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+/usr/bin/python3 -c 'import prometheus_client' >/dev/null 2>&1 || need+=(python3 python3-prometheus-client)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 

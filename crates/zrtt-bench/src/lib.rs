@@ -31,6 +31,7 @@ pub mod asap;
 mod client;
 pub mod demo;
 pub mod faults;
+pub mod fleet;
 pub mod ladder;
 pub mod plt;
 mod proc;

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
 
+use crate::ecmp::Anycast;
 use crate::impair::{self, DropCause, Fate, Flows, SplitMix64};
 use crate::lateness::{Histogram, LatenessStats};
 use crate::packet::{self, ipv4_dst};
@@ -83,6 +84,8 @@ pub(crate) struct HubConfig {
     pub queue_limit: usize,
     pub spin_margin: Duration,
     pub rt_priority: Option<i32>,
+    /// Anycast addresses and their members in service (ECMP).
+    pub anycast: Vec<Anycast>,
 }
 
 struct Scheduled {
@@ -135,6 +138,7 @@ struct Shared {
     queue: Mutex<Queue>,
     cv: Condvar,
     links: RwLock<Vec<Link>>,
+    anycast: RwLock<Vec<Anycast>>,
     stop: AtomicBool,
     counters: Counters,
     hist: Mutex<Histogram>,
@@ -175,6 +179,7 @@ impl Hub {
             }),
             cv: Condvar::new(),
             links: RwLock::new(cfg.links.clone()),
+            anycast: RwLock::new(cfg.anycast.clone()),
             stop: AtomicBool::new(false),
             counters: Counters::default(),
             hist: Mutex::new(Histogram::new()),
@@ -224,6 +229,28 @@ impl Hub {
         if let Some(l) = links.get_mut(from * self.shared.n + to) {
             *l = link;
         }
+    }
+
+    /// Sets the members in service of anycast address number `i`.
+    pub(crate) fn set_anycast(&self, i: usize, hosts: Vec<usize>, addrs: Vec<Ipv4Addr>) {
+        let mut a = self
+            .shared
+            .anycast
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(a) = a.get_mut(i) {
+            (a.hosts, a.addrs) = (hosts, addrs);
+        }
+    }
+
+    /// Anycast address number `i` as the hub routes it now.
+    pub(crate) fn anycast(&self, i: usize) -> Option<Anycast> {
+        let a = self
+            .shared
+            .anycast
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
+        a.get(i).cloned()
     }
 
     pub(crate) fn link(&self, from: usize, to: usize) -> Option<Link> {
@@ -371,7 +398,13 @@ fn reader_loop(s: &Shared, devices: &[File], cfg: &HubConfig) {
                     let v = (ns as u64).saturating_add(1).min(TAP_OFF - 1);
                     let _ = tap.compare_exchange(TAP_ARMED, v, Ordering::SeqCst, Ordering::Relaxed);
                 }
-                let Some(dst) = ipv4_dst(pkt).and_then(|a| by_addr.get(&a).copied()) else {
+                let Some(dst) = ipv4_dst(pkt).and_then(|a| match by_addr.get(&a) {
+                    Some(&i) => Some(i),
+                    None => {
+                        let any = s.anycast.read().unwrap_or_else(|e| e.into_inner());
+                        any.iter().find(|x| x.addr == a)?.route(pkt)
+                    }
+                }) else {
                     s.counters
                         .dropped_unroutable
                         .fetch_add(1, Ordering::Relaxed);
@@ -552,6 +585,7 @@ mod tests {
                 queue_limit,
                 spin_margin: Duration::from_millis(1),
                 rt_priority: None,
+                anycast: Vec::new(),
             },
         )
         .unwrap();

@@ -27,7 +27,7 @@ static LAB_SEQ: AtomicU64 = AtomicU64::new(0);
 static REGISTRY: Mutex<Vec<Weak<LabState>>> = Mutex::new(Vec::new());
 static SIGNALS: OnceLock<std::result::Result<(), String>> = OnceLock::new();
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -50,9 +50,11 @@ pub struct LabHost {
 type ChildSlot = Arc<Mutex<Child>>;
 
 /// Everything teardown needs; shared with the signal handler's registry.
-struct LabState {
-    hosts: Vec<LabHost>,
-    hub: Mutex<Option<Hub>>,
+pub(crate) struct LabState {
+    pub(crate) hosts: Vec<LabHost>,
+    /// Anycast addresses: name, address, every member's host index.
+    pub(crate) anycast: Vec<(String, Ipv4Addr, Vec<usize>)>,
+    pub(crate) hub: Mutex<Option<Hub>>,
     children: Mutex<Vec<ChildSlot>>,
     torn_down: AtomicBool,
     teardown_lock: Mutex<()>,
@@ -190,7 +192,7 @@ pub fn teardown_all_labs() {
 /// happens in [`Lab::down`], on drop (including panics), and on
 /// SIGINT/SIGTERM via the handler installed by [`Lab::up`].
 pub struct Lab {
-    state: Arc<LabState>,
+    pub(crate) state: Arc<LabState>,
     warnings: Vec<String>,
 }
 
@@ -232,8 +234,17 @@ impl Lab {
                 netns: netns::ns_name(pid, seq, &h.name),
             })
             .collect();
+        let anycast = topology
+            .anycast
+            .iter()
+            .map(|a| {
+                let m = a.members.iter().filter_map(|m| topology.host_index(m));
+                (a.name.clone(), a.addr, m.collect())
+            })
+            .collect();
         let state = Arc::new(LabState {
             hosts,
+            anycast,
             hub: Mutex::new(None),
             children: Mutex::new(Vec::new()),
             torn_down: AtomicBool::new(false),
@@ -264,6 +275,12 @@ impl Lab {
                 queue_limit: topology.queue_limit,
                 spin_margin: topology.spin_margin,
                 rt_priority: topology.rt_priority,
+                anycast: lab
+                    .state
+                    .anycast
+                    .iter()
+                    .map(|(_, a, m)| lab.anycast_of(*a, m))
+                    .collect(),
             },
         )?;
         *lock(&lab.state.hub) = Some(hub);
@@ -323,6 +340,13 @@ impl Lab {
             netns::ip_in(ns, ["route", "add", &net, "dev", HOST_DEV, "src", &src])
                 .with_context(ctx)?;
         }
+        for (_, vip, members) in &self.state.anycast {
+            for &m in members {
+                let ns = &self.state.hosts[m].netns;
+                netns::ip_in(ns, ["addr", "add", &format!("{vip}/32"), "dev", "lo"])
+                    .with_context(|| format!("anycast {vip} in {ns}"))?;
+            }
+        }
         Ok(devices)
     }
 
@@ -337,7 +361,7 @@ impl Lab {
         &self.state.hosts
     }
 
-    fn host_index(&self, host: &str) -> Result<usize> {
+    pub(crate) fn host_index(&self, host: &str) -> Result<usize> {
         self.state
             .hosts
             .iter()
@@ -349,9 +373,12 @@ impl Lab {
         Ok(&self.state.hosts[self.host_index(host)?])
     }
 
-    /// IPv4 address of `host`.
+    /// IPv4 address of `host` (or of an anycast address of that name).
     pub fn addr(&self, host: &str) -> Result<Ipv4Addr> {
-        Ok(self.host(host)?.addr)
+        match self.state.anycast.iter().find(|(n, _, _)| n == host) {
+            Some((_, a, _)) => Ok(*a),
+            None => Ok(self.host(host)?.addr),
+        }
     }
 
     /// Network namespace name of `host`.
@@ -658,6 +685,24 @@ impl LabChild {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    /// SIGKILL now, and reap it (bounded: 5 s).
+    pub fn kill(&self) -> Result<Option<ExitStatus>> {
+        let mut c = lock(&self.slot);
+        if let Ok(None) = c.try_wait() {
+            c.kill().context("SIGKILL")?;
+        }
+        wait_child(&mut c, Duration::from_secs(5))
+    }
+
+    /// SIGHUP (if it still runs).
+    pub fn hangup(&self) -> Result<()> {
+        let mut c = lock(&self.slot);
+        if let Ok(None) = c.try_wait() {
+            sys::kill(c.id(), libc::SIGHUP).context("SIGHUP")?;
+        }
+        Ok(())
     }
 
     /// SIGTERM, wait up to `grace`, then SIGKILL; returns the exit status.

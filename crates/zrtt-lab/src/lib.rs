@@ -17,6 +17,9 @@
 //! * Every host namespace has `net.ipv4.tcp_fastopen=3`, so TCP Fast Open
 //!   works for clients and servers inside the lab.
 //! * Teardown happens in [`Lab::down`], on drop, and on SIGINT/SIGTERM.
+//! * [`Topology::anycast`] gives several hosts one address; the hub spreads
+//!   flows over them by 5-tuple hash (ECMP), [`Lab::set_anycast_members`]
+//!   takes members out of service and back.
 //! * [`run_check`] measures how accurately configured RTTs are reproduced.
 //!
 //! ```no_run
@@ -37,7 +40,9 @@
 //! # }
 //! ```
 
+mod anycast;
 mod check;
+mod ecmp;
 mod hub;
 mod impair;
 mod lab;
@@ -48,6 +53,7 @@ mod sys;
 mod topology;
 
 pub use check::{run_check, tolerance, CheckOptions, CheckReport, CheckRow, ProbeKind};
+pub use ecmp::{flow_hash, member_for};
 pub use hub::HubStats;
 pub use lab::{
     is_root, teardown_all_labs, HostThread, Lab, LabChild, LabHost, HOST_DEV, KILL_GRACE,
@@ -55,4 +61,6 @@ pub use lab::{
 pub use lateness::LatenessStats;
 pub use netns::{cleanup_stale_namespaces, list_namespaces, parse_ns_pid, ETC_NETNS, NS_PREFIX};
 pub use packet::syn_with_data;
-pub use topology::{in_lab_net, HostSpec, Link, SynData, Topology, LAB_NET, LAB_PREFIX};
+pub use topology::{
+    in_lab_net, AnycastSpec, HostSpec, Link, SynData, Topology, LAB_NET, LAB_PREFIX,
+};

@@ -141,6 +141,18 @@ pub struct HostSpec {
     pub addr: Ipv4Addr,
 }
 
+/// An anycast address of a [`Topology`]: several member hosts hold it and
+/// the hub spreads flows over them by 5-tuple hash (ECMP).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnycastSpec {
+    /// Name of the address (looked up like a host name by `Lab::addr`).
+    pub name: String,
+    /// The shared address, inside 198.18.0.0/15.
+    pub addr: Ipv4Addr,
+    /// Names of the member hosts.
+    pub members: Vec<String>,
+}
+
 /// Builder describing a lab: named hosts and the links between them.
 ///
 /// ```
@@ -156,6 +168,7 @@ pub struct HostSpec {
 #[derive(Debug, Clone)]
 pub struct Topology {
     pub(crate) hosts: Vec<HostSpec>,
+    pub(crate) anycast: Vec<AnycastSpec>,
     pub(crate) default_link: Link,
     /// Directed overrides, keyed by host *names* (resolved at `Lab::up`).
     pub(crate) links: BTreeMap<(String, String), Link>,
@@ -181,6 +194,7 @@ impl Topology {
     pub fn new() -> Self {
         Topology {
             hosts: Vec::new(),
+            anycast: Vec::new(),
             default_link: Link::default(),
             links: BTreeMap::new(),
             seed: 0x7a72_7474_5eed_0001,
@@ -197,17 +211,44 @@ impl Topology {
     /// Invalid or duplicate names are reported by [`Topology::validate`] /
     /// `Lab::up`.
     pub fn host(mut self, name: &str) -> Self {
+        let addr = self.next_free_addr();
+        self.hosts.push(HostSpec {
+            name: name.to_string(),
+            addr,
+        });
+        self
+    }
+
+    fn next_free_addr(&mut self) -> Ipv4Addr {
         loop {
             let addr = Ipv4Addr::from(u32::from(LAB_NET) + self.next_addr);
             self.next_addr += 1;
-            if !self.hosts.iter().any(|h| h.addr == addr) {
-                self.hosts.push(HostSpec {
-                    name: name.to_string(),
-                    addr,
-                });
-                return self;
+            if !self.hosts.iter().any(|h| h.addr == addr)
+                && !self.anycast.iter().any(|a| a.addr == addr)
+            {
+                return addr;
             }
         }
+    }
+
+    /// Adds an anycast address called `name` (the next free address) held
+    /// by every host of `members`: the hub sends each flow for it to one
+    /// member, chosen by a hash of the flow's 5-tuple (ECMP; see
+    /// [`crate::member_for`]). Each member has the address on its `lo` and
+    /// answers from it. Members are checked by [`Topology::validate`].
+    pub fn anycast(mut self, name: &str, members: &[&str]) -> Self {
+        let addr = self.next_free_addr();
+        self.anycast.push(AnycastSpec {
+            name: name.to_string(),
+            addr,
+            members: members.iter().map(|m| m.to_string()).collect(),
+        });
+        self
+    }
+
+    /// The anycast addresses, in the order they were added.
+    pub fn anycast_addrs(&self) -> &[AnycastSpec] {
+        &self.anycast
     }
 
     /// Adds a host with an explicit address (must be inside 198.18.0.0/15,
@@ -365,6 +406,29 @@ impl Topology {
             validate_link(link)?;
         }
         validate_link(&self.default_link)?;
+        for a in &self.anycast {
+            validate_host_name(&a.name)?;
+            if !in_lab_net(a.addr)
+                || self
+                    .hosts
+                    .iter()
+                    .any(|h| h.addr == a.addr || h.name == a.name)
+            {
+                bail!(
+                    "anycast {:?} ({}) clashes with a host or leaves the lab net",
+                    a.name,
+                    a.addr
+                );
+            }
+            if a.members.is_empty() {
+                bail!("anycast {:?} has no member", a.name);
+            }
+            for (i, m) in a.members.iter().enumerate() {
+                if self.host_index(m).is_none() || a.members[..i].contains(m) {
+                    bail!("anycast {:?}: unknown or repeated member {m:?}", a.name);
+                }
+            }
+        }
         if let Some(p) = self.rt_priority {
             if !(1..=99).contains(&p) {
                 bail!("realtime priority {p} outside 1..=99");
@@ -437,6 +501,28 @@ mod tests {
         assert!(Topology::new()
             .host("a")
             .delay("a", "zz", Duration::ZERO)
+            .validate()
+            .is_err());
+    }
+
+    #[test]
+    fn anycast_addresses() {
+        let t = Topology::new()
+            .host("c")
+            .host("g1")
+            .host("g2")
+            .anycast("vip", &["g1", "g2"])
+            .host("r");
+        t.validate().unwrap();
+        assert_eq!(t.anycast_addrs()[0].addr, Ipv4Addr::new(198, 18, 0, 4));
+        assert_eq!(t.hosts()[3].addr, Ipv4Addr::new(198, 18, 0, 5));
+        for bad in [&["g1", "zz"][..], &["g1", "g1"], &[]] {
+            let t = Topology::new().host("g1").anycast("vip", bad);
+            assert!(t.validate().is_err(), "{bad:?}");
+        }
+        assert!(Topology::new()
+            .host("g1")
+            .anycast("g1", &["g1"])
             .validate()
             .is_err());
     }

@@ -12,6 +12,8 @@
 //!   gateway and the proxy;
 //! - [`verifier`]: provenance verifiers: the service, the certificate request,
 //!   verifier keys from DNS;
+//! - [`admin`]: the `/metrics`, `/healthz`, `/readyz` endpoint every role
+//!   serves with `--admin`;
 //! - [`stream`]: the zrtt channel as `AsyncRead + AsyncWrite`;
 //! - [`tfo`] and [`sys`]: Fast Open sockets and `TCP_INFO`.
 //!
@@ -20,6 +22,7 @@
 #![warn(missing_docs)]
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod admin;
 pub mod client;
 pub mod error;
 pub mod gateway;

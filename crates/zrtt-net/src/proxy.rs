@@ -33,7 +33,6 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -171,44 +170,9 @@ impl ProxyConfig {
     }
 }
 
-/// The proxy's counters.
-#[derive(Debug, Default)]
-pub struct ProxyMetrics {
-    /// Client connections accepted.
-    pub connections: AtomicU64,
-    /// Requests sent over zrtt (or its TLS fallback).
-    pub zrtt_requests: AtomicU64,
-    /// Requests forwarded as plain HTTP.
-    pub passthrough_requests: AtomicU64,
-    /// `CONNECT` tunnels opened.
-    pub tunnels: AtomicU64,
-    /// Requests refused as malformed (400).
-    pub bad_requests: AtomicU64,
-    /// 502 answers.
-    pub bad_gateway: AtomicU64,
-    /// 504 answers.
-    pub gateway_timeout: AtomicU64,
-}
-
-impl ProxyMetrics {
-    /// `(name, value)` for every counter.
-    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        vec![
-            ("connections", get(&self.connections)),
-            ("zrtt_requests", get(&self.zrtt_requests)),
-            ("passthrough_requests", get(&self.passthrough_requests)),
-            ("tunnels", get(&self.tunnels)),
-            ("bad_requests", get(&self.bad_requests)),
-            ("bad_gateway", get(&self.bad_gateway)),
-            ("gateway_timeout", get(&self.gateway_timeout)),
-        ]
-    }
-}
-
-pub(crate) fn inc(c: &AtomicU64) {
-    c.fetch_add(1, Ordering::Relaxed);
-}
+mod metrics;
+pub(crate) use metrics::inc;
+pub use metrics::ProxyMetrics;
 
 /// Opens plain TCP connections to origins (`http://` pool).
 #[derive(Clone)]
@@ -506,11 +470,19 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBo
     // zrtt if the key source has a verified record for the host.
     let keys = shared.cfg.client.keys.clone();
     let clock = shared.cfg.client.clock;
-    let _ = tokio::time::timeout(shared.cfg.timeouts.connect, keys.prefetch(&host, clock())).await;
+    let started = std::time::Instant::now();
+    let prefetched =
+        tokio::time::timeout(shared.cfg.timeouts.connect, keys.prefetch(&host, clock())).await;
     let lookup_host = host.clone();
     let zrtt = tokio::task::spawn_blocking(move || keys.lookup(&lookup_host, clock()).is_some())
         .await
         .unwrap_or(false);
+    let outcome = match (zrtt, prefetched) {
+        (true, _) => "verified",
+        (false, Ok(())) => "none",
+        (false, Err(_)) => "timeout",
+    };
+    m.key_lookup(outcome, started.elapsed());
 
     let target = if zrtt {
         let port = shared.cfg.zrtt_ports.port_for(&host, uri.port_u16());
@@ -534,6 +506,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBo
     let out = Request::from_parts(parts, body);
 
     let response = shared.cfg.timeouts.response;
+    let started = std::time::Instant::now();
     let result = if zrtt {
         inc(&m.zrtt_requests);
         tokio::time::timeout(response, shared.zrtt.request(out)).await
@@ -544,6 +517,10 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBo
     let via = if zrtt { "zrtt" } else { "plain HTTP" };
     match result {
         Ok(Ok(resp)) => {
+            m.first_byte(
+                resp.extensions().get::<crate::client::ConnInfoHandle>(),
+                started.elapsed(),
+            );
             let (mut parts, body) = resp.into_parts();
             strip_hop_by_hop(&mut parts.headers);
             Response::from_parts(parts, body.boxed())

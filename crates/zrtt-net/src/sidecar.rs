@@ -100,13 +100,20 @@ pub(crate) async fn handle(
     parts.uri = target.clone();
     crate::proxy::inc(&m.zrtt_requests);
     let response = shared.cfg.timeouts.response;
+    let started = std::time::Instant::now();
     let mut resp = match tokio::time::timeout(
         response,
         shared.zrtt.request(Request::from_parts(parts, body)),
     )
     .await
     {
-        Ok(Ok(r)) => r,
+        Ok(Ok(r)) => {
+            m.first_byte(
+                r.extensions().get::<crate::client::ConnInfoHandle>(),
+                started.elapsed(),
+            );
+            r
+        }
         Ok(Err(e)) => {
             crate::proxy::inc(&m.bad_gateway);
             let msg = format!("zrtt sidecar: {target}: {}", crate::proxy::error_chain(&e));

@@ -72,6 +72,28 @@ pub fn set_tcp_int(fd: BorrowedFd<'_>, opt: libc::c_int, value: libc::c_int) -> 
     }
 }
 
+/// Read an integer TCP-level socket option.
+pub fn get_tcp_int(fd: BorrowedFd<'_>, opt: libc::c_int) -> io::Result<libc::c_int> {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `fd` is a valid open descriptor for the lifetime of the borrow;
+    // we pass a pointer to a live c_int and its exact size.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            opt,
+            (&mut value as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(value)
+    }
+}
+
 /// Read `TCP_INFO`.
 pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<TcpInfo> {
     // SAFETY: tcp_info is a plain struct of integers, so all-zero is valid.

@@ -44,16 +44,8 @@ pub const VERIFIER_PORT: u16 = 4480;
 
 const MAX_REQUEST: usize = MAX_VERIFIER_REQUEST;
 
-/// Counters of a verifier.
-#[derive(Debug, Default)]
-pub struct VerifierStats {
-    /// Certificates issued.
-    pub issued: std::sync::atomic::AtomicU64,
-    /// Of those, refreshes that doubled a previous certificate's duration.
-    pub refreshed: std::sync::atomic::AtomicU64,
-    /// Requests refused as malformed or timed out.
-    pub bad_requests: std::sync::atomic::AtomicU64,
-}
+mod metrics;
+pub use metrics::{Refusal, VerifierMetrics};
 
 /// What signs certificates: a single key, or a verifier's current key
 /// among its rotating keys.
@@ -143,7 +135,7 @@ pub async fn serve(
     signer: Arc<dyn Issuer>,
     policy: IssuePolicy,
     clock: fn() -> UnixTime,
-    stats: Arc<VerifierStats>,
+    metrics: Arc<VerifierMetrics>,
     max_concurrent: usize,
     stop: impl std::future::Future<Output = ()>,
 ) {
@@ -155,14 +147,21 @@ pub async fn serve(
             _ = &mut stop => break,
             accepted = listener.accept() => {
                 let Ok((tcp, peer)) = accepted else { continue };
+                metrics.request();
                 let Ok(permit) = slots.clone().try_acquire_owned() else {
-                    continue; // over capacity: drop, the client retries or goes gated
+                    // Over capacity: drop, the client retries or goes gated.
+                    metrics.refused(Refusal::Busy);
+                    continue;
                 };
-                let (signer, stats) = (signer.clone(), stats.clone());
+                let (signer, metrics) = (signer.clone(), metrics.clone());
                 tasks.spawn(async move {
                     let _permit = permit;
-                    if handle(tcp, peer, &signer, &policy, clock, &stats).await.is_err() {
-                        stats.bad_requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    match handle(tcp, peer, &signer, &policy, clock, &metrics).await {
+                        Ok(refresh) => metrics.issued(refresh),
+                        Err((why, e)) => {
+                            tracing::debug!("verifier request from {peer}: {e}");
+                            metrics.refused(why);
+                        }
                     }
                 });
             }
@@ -178,8 +177,8 @@ async fn handle(
     signer: &Arc<dyn Issuer>,
     policy: &IssuePolicy,
     clock: fn() -> UnixTime,
-    stats: &VerifierStats,
-) -> Result<()> {
+    metrics: &VerifierMetrics,
+) -> std::result::Result<bool, (Refusal, Error)> {
     let mut buf = [0u8; MAX_REQUEST];
     let mut n = 0;
     let req = tokio::time::timeout(Duration::from_secs(5), async {
@@ -201,41 +200,48 @@ async fn handle(
         }
     })
     .await
-    .map_err(|_| Error::Protocol("verifier request timed out"))?;
+    .map_err(|_| {
+        (
+            Refusal::Timeout,
+            Error::Protocol("verifier request timed out"),
+        )
+    })?;
     let (client_static, requested, previous) = match req {
         Ok(r) => r,
         Err(e) => {
             let _ = tcp.write_all(&[STATUS_BAD_REQUEST]).await;
-            return Err(e);
+            let why = match e {
+                Error::Io { .. } => Refusal::Io,
+                _ => Refusal::Malformed,
+            };
+            return Err((why, e));
         }
     };
-    let Some(cert) = signer.issue(
+    let started = std::time::Instant::now();
+    let cert = signer.issue(
         policy,
         &client_static,
         peer.ip().to_canonical(),
         requested,
         previous.as_ref(),
         clock(),
-    ) else {
+    );
+    metrics.signed(started.elapsed());
+    let Some(cert) = cert else {
         let _ = tcp.write_all(&[STATUS_NO_KEY]).await;
-        return Err(Error::Protocol("verifier has no key that can sign"));
+        return Err((
+            Refusal::NoKey,
+            Error::Protocol("verifier has no key that can sign"),
+        ));
     };
-    if previous
+    let refresh = previous
         .as_ref()
-        .is_some_and(|p| cert.duration > p.duration)
-    {
-        stats
-            .refreshed
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-    stats
-        .issued
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        .is_some_and(|p| cert.duration > p.duration);
     tcp.write_all(&encode_verifier_response(&cert))
         .await
-        .map_err(Error::io("verifier write"))?;
+        .map_err(|e| (Refusal::Io, Error::io("verifier write")(e)))?;
     let _ = tcp.shutdown().await;
-    Ok(())
+    Ok(refresh)
 }
 
 type Request = ([u8; 32], u32, Option<Certificate>);

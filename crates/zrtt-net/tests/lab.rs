@@ -26,6 +26,8 @@ use zrtt_proto::handshake::{ClientHandshake, ClientParams};
 use zrtt_proto::record::VerifiedKeyRecord;
 
 const RTT: Duration = Duration::from_millis(100);
+/// Timings per path; the fastest counts.
+const SAMPLES: usize = 3;
 /// The trusting gateway's proven window: above three first flights, far below the answer.
 const PROVEN_WINDOW: usize = 4000;
 
@@ -112,64 +114,83 @@ fn lab_syn_data_gating_and_round_trips() {
             .1
     };
 
-    let store = Arc::new(TokenStore::new());
+    // Each path is timed SAMPLES times and the fastest counts: processing
+    // on a loaded machine only adds time, so the minimum is the round
+    // trips the exchange takes (the nearest whole number is asserted).
+    let fastest = |v: &[Duration]| rtts(v.iter().min().copied().unwrap());
+
+    // 1. First contact, unproven (a new client each time, so no token):
+    // the SYN carries the flight, answer after the handshake.
+    let mut store = Arc::new(TokenStore::new());
+    let mut times_gated = Vec::new();
+    for _ in 0..SAMPLES {
+        store = Arc::new(TokenStore::new());
+        let cfg = {
+            let mut c = client_config(records.clone());
+            c.tokens = Some(store.clone());
+            Arc::new(c)
+        };
+        let (resp, info, times) = lab
+            .in_host("client", move || {
+                rt().block_on(fetch_timed(cfg, addr, vec![get("/first")]))
+            })
+            .unwrap()
+            .unwrap();
+        assert_eq!(resp[0].0, 200);
+        assert_eq!(info.connect_mode, ConnectMode::FastOpen);
+        assert!(info.syn_data_acked, "SYN data not acknowledged: {info:?}");
+        assert_eq!(info.mode, Mode::ZrttGated, "{info:?}");
+        times_gated.push(times[0]);
+    }
+    let gated = fastest(&times_gated);
+    eprintln!("unproven first contact: {gated:.2} RTT to the response head ({times_gated:?})");
+    assert!(
+        (1.5..2.5).contains(&gated),
+        "gated path took {gated:.2} RTT"
+    );
+    assert_eq!(metric("tokens_issued"), SAMPLES as u64);
+
+    // 2. With the token (the last client's): answered in the SYN-ACK's round trip.
     let with_tokens: Arc<ClientConfig> = {
         let mut c = client_config(records.clone());
         c.tokens = Some(store.clone());
         Arc::new(c)
     };
-
-    // 1. First contact, unproven: the SYN carries the flight, answer after the handshake.
-    let cfg = with_tokens.clone();
-    let (resp, info, times) = lab
-        .in_host("client", move || {
-            rt().block_on(fetch_timed(cfg, addr, vec![get("/first")]))
-        })
-        .unwrap()
-        .unwrap();
-    assert_eq!(resp[0].0, 200);
-    assert_eq!(info.connect_mode, ConnectMode::FastOpen);
-    assert!(info.syn_data_acked, "SYN data not acknowledged: {info:?}");
-    assert_eq!(info.mode, Mode::ZrttGated, "{info:?}");
-    let gated = rtts(times[0]);
-    eprintln!(
-        "unproven first contact: {gated:.2} RTT to the response head ({:?})",
-        times[0]
-    );
-    assert!(
-        (1.5..2.5).contains(&gated),
-        "gated path took {gated:.2} RTT"
-    );
-    assert_eq!(metric("tokens_issued"), 1);
-
-    // 2. With the token: answered in the SYN-ACK's round trip.
-    let cfg = with_tokens.clone();
-    let (resp, info, times) = lab
-        .in_host("client", move || {
-            rt().block_on(fetch_timed(cfg, addr, vec![get("/token")]))
-        })
-        .unwrap()
-        .unwrap();
-    assert_eq!(resp[0].0, 200);
-    assert!(info.syn_data_acked);
-    let early = rtts(times[0]);
-    eprintln!("proven (token): {early:.2} RTT ({:?})", times[0]);
+    let mut times_early = Vec::new();
+    for _ in 0..SAMPLES {
+        let cfg = with_tokens.clone();
+        let (resp, info, times) = lab
+            .in_host("client", move || {
+                rt().block_on(fetch_timed(cfg, addr, vec![get("/token")]))
+            })
+            .unwrap()
+            .unwrap();
+        assert_eq!(resp[0].0, 200);
+        assert!(info.syn_data_acked);
+        assert_eq!(info.mode, Mode::ZrttEarly, "{info:?}");
+        times_early.push(times[0]);
+    }
+    let early = fastest(&times_early);
+    eprintln!("proven (token): {early:.2} RTT ({times_early:?})");
     assert!(early < 1.5, "early path took {early:.2} RTT");
-    assert_eq!(info.mode, Mode::ZrttEarly, "{info:?}");
-    assert_eq!(metric("zrtt_answered_in_syn_recv"), 1);
+    assert_eq!(metric("zrtt_answered_in_syn_recv"), SAMPLES as u64);
 
     // 3. TLS 1.3 against the same port.
-    let cfg = Arc::new(client_config(Vec::new()));
-    let (resp, info, times) = lab
-        .in_host("client", move || {
-            rt().block_on(fetch_timed(cfg, addr, vec![get("/tls")]))
-        })
-        .unwrap()
-        .unwrap();
-    assert_eq!(resp[0].0, 200);
-    assert_eq!(info.mode, Mode::TlsFallback);
-    let tls = rtts(times[0]);
-    eprintln!("TLS 1.3: {tls:.2} RTT ({:?})", times[0]);
+    let mut times_tls = Vec::new();
+    for _ in 0..SAMPLES {
+        let cfg = Arc::new(client_config(Vec::new()));
+        let (resp, info, times) = lab
+            .in_host("client", move || {
+                rt().block_on(fetch_timed(cfg, addr, vec![get("/tls")]))
+            })
+            .unwrap()
+            .unwrap();
+        assert_eq!(resp[0].0, 200);
+        assert_eq!(info.mode, Mode::TlsFallback);
+        times_tls.push(times[0]);
+    }
+    let tls = fastest(&times_tls);
+    eprintln!("TLS 1.3: {tls:.2} RTT ({times_tls:?})");
     assert!((2.5..3.5).contains(&tls), "TLS took {tls:.2} RTT");
 
     // 4. Drop every client packet without SYN (so the final ACK) towards the gateway.
@@ -239,17 +260,22 @@ fn lab_syn_data_gating_and_round_trips() {
         assert_eq!(metric("gate_timeouts"), 1);
 
         // 4b. With a valid token: answered although the ACK never arrives.
-        let cfg = with_tokens.clone();
-        let (resp, info, times) = lab
-            .in_host("client", move || {
-                rt().block_on(fetch_timed(cfg, addr, vec![get("/token-no-ack")]))
-            })
-            .unwrap()
-            .unwrap();
-        assert_eq!(resp[0].0, 200);
-        assert_eq!(info.mode, Mode::ZrttEarly);
-        eprintln!("proven, ACK dropped: {:.2} RTT", rtts(times[0]));
-        assert!(rtts(times[0]) < 1.5);
+        let mut times_no_ack = Vec::new();
+        for _ in 0..SAMPLES {
+            let cfg = with_tokens.clone();
+            let (resp, info, times) = lab
+                .in_host("client", move || {
+                    rt().block_on(fetch_timed(cfg, addr, vec![get("/token-no-ack")]))
+                })
+                .unwrap()
+                .unwrap();
+            assert_eq!(resp[0].0, 200);
+            assert_eq!(info.mode, Mode::ZrttEarly);
+            times_no_ack.push(times[0]);
+        }
+        let no_ack = fastest(&times_no_ack);
+        eprintln!("proven, ACK dropped: {no_ack:.2} RTT ({times_no_ack:?})");
+        assert!(no_ack < 1.5);
 
         // 4c. Proven (trusted network) but the handshake never completes: a
         // 100 KB answer is cut at the proven window (more than three times

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use zrtt_net::verifier::{self, ProvenanceStore, VerifierStats};
+use zrtt_net::verifier::{self, ProvenanceStore, VerifierMetrics};
 use zrtt_proto::provenance::{IssuePolicy, TrustPolicy, VerifierKey, VerifierKeys, VerifierSigner};
 
 const LOCAL: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
@@ -18,14 +18,14 @@ const LOCAL: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 async fn start_pv() -> (
     SocketAddr,
     VerifierKey,
-    Arc<VerifierStats>,
+    Arc<VerifierMetrics>,
     tokio::sync::oneshot::Sender<()>,
 ) {
     let (signer, _) = VerifierSigner::generate(&ring::rand::SystemRandom::new()).unwrap();
     let key = signer.key();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let stats = Arc::new(VerifierStats::default());
+    let stats = Arc::new(VerifierMetrics::default());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(verifier::serve(
         listener,
@@ -92,7 +92,7 @@ async fn quorum_answers_early_and_everything_else_is_gated_with_a_reason() {
     assert_eq!(resp[0].0, 200);
     assert_eq!(env.metric("provenance_accepted"), 1);
     assert_eq!(env.metric("zrtt_answered_early"), 1);
-    assert_eq!(sa.issued.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(sa.issued_total(), 1);
 
     // The same certificates again: served from the verified cache.
     fetch_with(store.clone()).await.unwrap();
@@ -123,7 +123,7 @@ async fn refresh_through_the_service_doubles_and_a_new_address_gets_a_new_key() 
         .await
         .unwrap();
     assert_eq!(second[0].1.as_ref().unwrap(), &3600);
-    assert_eq!(sa.refreshed.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(sa.refreshed_total(), 1);
     let now = zrtt_net::client::system_clock();
     let (key1, _) = store.for_local(LOCAL, now).unwrap();
     // The client moved: the old address's certificates and key are dropped.
@@ -219,7 +219,7 @@ async fn verifier_rotation_keeps_doubling_and_the_gateway_trusts_what_it_is_give
         issuer.clone(),
         IssuePolicy::default(),
         zrtt_net::client::system_clock,
-        Arc::new(VerifierStats::default()),
+        Arc::new(VerifierMetrics::default()),
         64,
         async move {
             let _ = rx.await;

@@ -258,4 +258,9 @@ pub enum ReplayError {
     /// lost what it recorded.
     #[error("shared replay store unavailable")]
     StoreUnavailable,
+    /// This process handed its replay state to a successor (a gateway
+    /// restart without a blackout, docs/GATEWAY.md): it no longer accepts
+    /// flights; the successor does.
+    #[error("replay state handed over to a successor process")]
+    HandedOver,
 }

@@ -84,6 +84,10 @@ pub struct BloomReplayFilter {
     /// caller's clock that steps back (NTP, or tasks reading the clock
     /// before taking the lock) can never make the filter forget early.
     max_now: UnixTime,
+    /// Set by [`Self::hand_over`]: the state went to a successor, so this
+    /// filter refuses every flight (a flight accepted here now would be
+    /// unknown to the successor).
+    sealed: bool,
 }
 
 impl core::fmt::Debug for BloomReplayFilter {
@@ -126,7 +130,31 @@ impl BloomReplayFilter {
             k,
             buckets: Vec::with_capacity(2),
             max_now: start,
+            sealed: false,
         }
+    }
+
+    /// The snapshot a successor process continues from
+    /// ([`Self::to_snapshot`]), taken and sealed in one step: from now on
+    /// this filter refuses every flight with [`ReplayError::HandedOver`],
+    /// so every flight it ever accepted is in the snapshot and none is
+    /// accepted by both processes. [`Self::unseal`] undoes it only when the
+    /// successor never used the snapshot (the hand-over was aborted before
+    /// it started accepting).
+    pub fn hand_over(&mut self) -> Vec<u8> {
+        self.sealed = true;
+        self.to_snapshot()
+    }
+
+    /// Accept flights again after an aborted [`Self::hand_over`]. Sound only
+    /// if no process restored the snapshot and accepted a flight with it.
+    pub fn unseal(&mut self) {
+        self.sealed = false;
+    }
+
+    /// Whether [`Self::hand_over`] sealed this filter.
+    pub fn is_sealed(&self) -> bool {
+        self.sealed
     }
 
     /// The latest time the filter has seen (its start, or the latest
@@ -318,6 +346,9 @@ impl ReplayFilter for BloomReplayFilter {
         timestamp: UnixTime,
         now: UnixTime,
     ) -> Result<(), ReplayError> {
+        if self.sealed {
+            return Err(ReplayError::HandedOver);
+        }
         let now = now.max(self.max_now);
         self.max_now = now;
         // The window first: a flight outside it is the client's clock (it
@@ -434,6 +465,44 @@ mod tests {
             Err(ReplayError::BeforeFilterStart)
         );
         assert_eq!(g.to_snapshot().len(), snap.len(), "same layout");
+    }
+
+    #[test]
+    fn a_handed_over_filter_refuses_everything_until_unsealed() {
+        let mut f = filter(1000);
+        let t = UnixTime::from_millis(T0 + 60_000);
+        assert_eq!(f.check_and_insert(1, &e(1), t, t), Ok(()));
+        let snap = f.hand_over();
+        assert!(f.is_sealed());
+        // Fresh flights and replays alike: nothing is recorded here any more.
+        assert_eq!(
+            f.check_and_insert(1, &e(2), t, t),
+            Err(ReplayError::HandedOver)
+        );
+        assert_eq!(
+            f.check_and_insert(1, &e(1), t, t),
+            Err(ReplayError::HandedOver)
+        );
+        // The successor knows every flight accepted before the seal, and
+        // is not sealed.
+        let cfg = ReplayConfig {
+            capacity: 1000,
+            ..ReplayConfig::default()
+        };
+        let mut g = BloomReplayFilter::from_snapshot(cfg, &snap).unwrap();
+        assert!(!g.is_sealed());
+        assert_eq!(
+            g.check_and_insert(1, &e(1), t, t),
+            Err(ReplayError::Replayed)
+        );
+        assert_eq!(g.check_and_insert(1, &e(2), t, t), Ok(()));
+        // An aborted hand-over: the predecessor serves on with its state.
+        f.unseal();
+        assert_eq!(f.check_and_insert(1, &e(3), t, t), Ok(()));
+        assert_eq!(
+            f.check_and_insert(1, &e(1), t, t),
+            Err(ReplayError::Replayed)
+        );
     }
 
     #[test]

@@ -10,13 +10,16 @@
 //!
 //! [proxy]
 //! listen = "127.0.0.1:3128"
+//! admin = "127.0.0.1:9155"            # every role: /metrics, /healthz, /readyz
 //!
 //! [verifier]                          # zrtt verifier serve
 //! listen = "0.0.0.0:4040"
 //! key = "pv.key"
+//! admin = "127.0.0.1:9154"
 //!
 //! [dns]                               # zrtt dns: its own format (docs/DNS.md)
 //! zone = "example.com.zone"
+//! admin = "127.0.0.1:9153"
 //! ```
 //!
 //! A section holds the role's flags, named as on the command line (`-` or

@@ -4,6 +4,7 @@ use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -62,11 +63,17 @@ pub struct DnsArgs {
     /// serial) change; repeatable.
     #[arg(long = "notify", value_name = "ADDR:PORT")]
     notify: Vec<SocketAddr>,
+    /// Admin endpoint on this address, e.g. 127.0.0.1:9153: /metrics
+    /// (OpenMetrics: queries, answer latency, transfers, NOTIFYs, key store
+    /// reloads and rotations, serial), /healthz, /readyz (200 once the zone
+    /// and its key records are served). Prints `admin ADDR`.
+    #[arg(long)]
+    admin: Option<SocketAddr>,
     /// How often to check the key stores (reload, rotate, refresh records).
     #[arg(long, default_value = "1s", value_parser = crate::util::parse_duration)]
     refresh: std::time::Duration,
     /// TOML config: `zone`, `origin`, `listen = [..]`, `rotate`,
-    /// `allow_transfer = [..]`, `notify = [..]`,
+    /// `allow_transfer = [..]`, `notify = [..]`, `admin`,
     /// `[[host]]` tables with `keystore`, `alpn`, `port`, and `[[verifier]]`
     /// tables with `keystore`. Flags given on the
     /// command line override or add to it; relative paths are relative to
@@ -94,6 +101,9 @@ pub fn run(a: DnsArgs) -> Result<ExitCode> {
     }
     if a.no_rotate {
         cfg.rotate = Some(false);
+    }
+    if a.admin.is_some() {
+        cfg.admin = a.admin;
     }
     for k in &a.keystores {
         cfg.hosts.push(HostConfig {
@@ -131,6 +141,13 @@ pub fn run(a: DnsArgs) -> Result<ExitCode> {
         .build()
         .context("starting the runtime")?;
     runtime.block_on(async move {
+        let metrics = state.metrics();
+        let admin = crate::admin::Admin::start(
+            cfg.admin,
+            Arc::new(move || zrtt_net::admin::encode(&metrics.registry())),
+        )
+        .await?;
+        state.signal_ready(admin.readiness());
         let mut listeners = Vec::new();
         for addr in &cfg.listen {
             listeners.push(Listener::bind(*addr).await?);
@@ -169,6 +186,7 @@ pub fn run(a: DnsArgs) -> Result<ExitCode> {
             shutdown,
         )
         .await?;
+        admin.stop().await;
         Ok::<_, anyhow::Error>(())
     })?;
     Ok(ExitCode::SUCCESS)

@@ -11,6 +11,7 @@ use anyhow::{bail, Result};
 use clap::Subcommand;
 use zrtt_bench::asap::AsapOpts;
 use zrtt_bench::faults::{Fault, FaultsOpts};
+use zrtt_bench::fleet::FleetOpts;
 use zrtt_bench::ladder::LadderOpts;
 use zrtt_bench::plt::PltOpts;
 use zrtt_bench::soak::SoakOpts;
@@ -110,6 +111,40 @@ pub enum LabCommand {
         /// Largest memory drift that passes, % (last window against the first).
         #[arg(long, default_value_t = SoakOpts::default().max_drift_pct)]
         max_drift: f64,
+        #[command(flatten)]
+        out: OutArgs,
+    },
+    /// A fleet: three gateways behind one anycast address (ECMP in the
+    /// hub), a three-node Redis Cluster as shared replay store, new
+    /// connections at a target rate; during the run replays of served
+    /// flights to another gateway, a gateway SIGKILLed and restarted, a
+    /// Redis master killed and restarted, a key rotation. Needs
+    /// redis-server. Writes fleet.md/.svg/.json (docs/FLEET.md).
+    Fleet {
+        /// Target new connections per second.
+        #[arg(long, default_value_t = FleetOpts::default().rate)]
+        rate: f64,
+        /// Seconds of load.
+        #[arg(long, default_value_t = FleetOpts::default().seconds)]
+        seconds: f64,
+        /// Replays sent (each a served flight, to another gateway).
+        #[arg(long, default_value_t = FleetOpts::default().replays)]
+        replays: usize,
+        /// Round-trip time client to gateways, milliseconds.
+        #[arg(long, default_value_t = FleetOpts::default().rtt_ms)]
+        rtt: u64,
+        /// Requests running at once at most.
+        #[arg(long, default_value_t = FleetOpts::default().max_in_flight)]
+        max_in_flight: usize,
+        /// The gateways' --replay-store-timeout, milliseconds.
+        #[arg(long, default_value_t = FleetOpts::default().store_timeout_ms)]
+        store_timeout_ms: f64,
+        /// The gateways' --replay-store-skew, seconds.
+        #[arg(long, default_value_t = FleetOpts::default().store_skew_s)]
+        store_skew: u64,
+        /// Retries of a request that got no HTTP 200.
+        #[arg(long, default_value_t = FleetOpts::default().retries)]
+        retries: u32,
         #[command(flatten)]
         out: OutArgs,
     },
@@ -374,6 +409,30 @@ pub fn run(cmd: LabCommand) -> Result<ExitCode> {
                 tracing::error!("soak: a verdict failed (see the report)");
                 ExitCode::from(1)
             })
+        }
+        LabCommand::Fleet {
+            rate,
+            seconds,
+            replays,
+            rtt,
+            max_in_flight,
+            store_timeout_ms,
+            store_skew,
+            retries,
+            out,
+        } => {
+            let o = FleetOpts {
+                rate,
+                seconds,
+                replays,
+                rtt_ms: rtt,
+                max_in_flight,
+                store_timeout_ms,
+                store_skew_s: store_skew,
+                retries,
+                keep: out.keep,
+            };
+            finish(zrtt_bench::fleet::run(&bench()?, &o), &out)
         }
         LabCommand::Clean => {
             let removed = zrtt_lab::cleanup_stale_namespaces()?;

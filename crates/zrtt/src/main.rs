@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
+mod admin;
 mod config;
 mod demo;
 mod dns;
@@ -39,7 +40,7 @@ enum Command {
     #[command(subcommand)]
     Lab(lab::LabCommand),
     /// Serve zrtt and TLS 1.3 on one Fast Open port in front of an HTTP/1.1 backend.
-    Gateway(gateway::GatewayArgs),
+    Gateway(Box<gateway::GatewayArgs>),
     /// Fetch a URL like curl: zrtt in the SYN when the host has a key, else TLS 1.3.
     Get(get::GetArgs),
     /// Local HTTP forward proxy: http:// requests to zrtt hosts go over zrtt, the rest unchanged.
@@ -90,7 +91,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Keys(cmd) => keys::run(cmd),
         Command::Lab(cmd) => lab::run(cmd),
-        Command::Gateway(args) => gateway::run(args),
+        Command::Gateway(args) => gateway::run(*args),
         Command::Get(args) => get::run(args),
         Command::Proxy(args) => proxy::run(args),
         Command::Dns(args) => dns::run(args),

@@ -79,6 +79,12 @@ pub struct ProxyArgs {
     /// Concurrent client connections.
     #[arg(long, default_value_t = ProxyConfig::DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
+    /// Admin endpoint on this address, e.g. 127.0.0.1:9155: /metrics
+    /// (OpenMetrics: requests, errors, time to first byte by mode, key
+    /// lookups), /healthz, /readyz (200 while serving with trust roots).
+    /// Prints `admin ADDR`.
+    #[arg(long)]
+    admin: Option<SocketAddr>,
     /// Bound on an origin's response head (then 504); default 60s.
     #[arg(long, value_parser = util::parse_duration)]
     response_timeout: Option<Duration>,
@@ -95,6 +101,7 @@ pub fn run(a: ProxyArgs) -> Result<ExitCode> {
         (None, true) => Vec::new(),
     };
     let roots = util::load_roots(a.cacert.as_deref())?;
+    let have_roots = !roots.is_empty();
     // Keys from record files, or from DNS (verified against TLSA chained
     // to --cacert, or the pinned --cert).
     let dns = if records.is_empty() && !a.no_dns {
@@ -169,6 +176,12 @@ pub fn run(a: ProxyArgs) -> Result<ExitCode> {
             .await
             .with_context(|| format!("binding {}", a.listen))?;
         let metrics = proxy.metrics();
+        let render = metrics.clone();
+        let admin = crate::admin::Admin::start(
+            a.admin,
+            Arc::new(move || zrtt_net::admin::encode(&render.registry())),
+        )
+        .await?;
         for (m, addr) in a.maps.iter().zip(proxy.sidecar_addrs()?) {
             println!("sidecar {addr} -> https://{}:{}", m.host, m.port);
         }
@@ -190,7 +203,10 @@ pub fn run(a: ProxyArgs) -> Result<ExitCode> {
                 }
             })
         });
+        // Ready while serving, once the TLS trust roots are loaded.
+        admin.set_ready(have_roots);
         proxy.run(util::shutdown_signal()).await?;
+        admin.stop().await;
         if let Some(s) = saver {
             s.abort();
         }

@@ -87,6 +87,32 @@ pub fn load(path: Option<&Path>, owner: &str) -> anyhow::Result<ReplayState> {
     Ok(state(filter, generation, owner))
 }
 
+/// The filter a running predecessor handed over (gateway/handover.rs): its
+/// whole state, sealed there, so this start needs no restart refusal. It
+/// takes no generation of the state file yet: [`ReplayState::claim`] does,
+/// once the hand-over is done (an aborted one must leave the running
+/// gateway's snapshot valid).
+pub fn adopt(owner: &str, snapshot: &[u8]) -> anyhow::Result<ReplayState> {
+    let now = zrtt_net::client::system_clock();
+    let filter = BloomReplayFilter::from_snapshot(ReplayConfig::default(), snapshot)
+        .context("the replay filter handed over")?;
+    if filter.latest() > now.saturating_add(ReplayConfig::default().max_future) {
+        bail!("the replay filter handed over saw a time ahead of this clock");
+    }
+    Ok(state(filter, 0, owner))
+}
+
+impl ReplayState {
+    /// Take the state file's next generation for a filter handed over, as
+    /// every start does (a snapshot file there is older than this filter,
+    /// and is removed): the predecessor can no longer save, and this
+    /// process's snapshot is the one the next start restores.
+    pub fn claim(&mut self, path: &Path) -> anyhow::Result<()> {
+        self.generation = take(path)?.0;
+        Ok(())
+    }
+}
+
 fn state(filter: BloomReplayFilter, generation: u64, owner: &str) -> ReplayState {
     ReplayState {
         filter: Arc::new(Mutex::new(filter)),
@@ -260,6 +286,14 @@ fn parse(bytes: &[u8]) -> anyhow::Result<(u64, &[u8], &[u8])> {
 /// state file since (its generation is newer: this snapshot could never be
 /// restored).
 pub fn save(path: &Path, st: &ReplayState) -> anyhow::Result<()> {
+    if st
+        .filter
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .is_sealed()
+    {
+        bail!("handed over to a successor (docs/GATEWAY.md): not saved");
+    }
     let gen_path = generation_path(path);
     let mut gen_file = open_private(&gen_path, false)?
         .with_context(|| format!("{} is gone", gen_path.display()))?;

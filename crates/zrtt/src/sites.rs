@@ -6,13 +6,13 @@
 use std::path::PathBuf;
 use std::str::FromStr;
 
-/// One `--site` value: `backend=ADDR` and either `keystore=DIR` or
+/// One `--site` value: `backend=ADDR` (repeatable: several backends) and either `keystore=DIR` or
 /// `cert=FILE,cert-key=FILE` with any number of `key=FILE,record=FILE`
 /// (TLS only when none), plus `alias=NAME` for more names; comma-separated.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SiteSpec {
-    /// The site's backend (as `--backend`).
-    pub backend: zrtt_net::gateway::Backend,
+    /// The site's backends (as `--backend`), at least one.
+    pub backends: Vec<zrtt_net::gateway::Backend>,
     /// Its key store (keys, records, certificate).
     pub keystore: Option<PathBuf>,
     /// Its certificate chain (PEM) without a key store.
@@ -32,7 +32,7 @@ impl FromStr for SiteSpec {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        let (mut backend, mut keystore, mut cert, mut cert_key) = (None, None, None, None);
+        let (mut backends, mut keystore, mut cert, mut cert_key) = (Vec::new(), None, None, None);
         let (mut keys, mut records, mut aliases) = (Vec::new(), Vec::new(), Vec::new());
         for part in s.split(',').filter(|p| !p.trim().is_empty()) {
             let Some((k, v)) = part.split_once('=') else {
@@ -48,9 +48,10 @@ impl FromStr for SiteSpec {
             match k {
                 "backend" => {
                     let a = v.parse().map_err(|e| format!("backend: {e}"))?;
-                    if backend.replace(a).is_some() {
-                        return Err("backend given twice".into());
+                    if backends.contains(&a) {
+                        return Err(format!("backend {a} given twice"));
                     }
+                    backends.push(a);
                 }
                 "keystore" => once(&mut keystore)?,
                 "cert" => once(&mut cert)?,
@@ -65,7 +66,9 @@ impl FromStr for SiteSpec {
                 }
             }
         }
-        let backend = backend.ok_or("a site needs backend=ADDR:PORT")?;
+        if backends.is_empty() {
+            return Err("a site needs backend=ADDR:PORT".into());
+        }
         match (&keystore, &cert, &cert_key) {
             (Some(_), None, None) if keys.is_empty() && records.is_empty() => {}
             (Some(_), _, _) => {
@@ -78,7 +81,7 @@ impl FromStr for SiteSpec {
             return Err("key= needs record= (the keys' signed records)".into());
         }
         Ok(Self {
-            backend,
+            backends,
             keystore,
             cert,
             cert_key,
@@ -105,6 +108,11 @@ mod tests {
             .parse()
             .unwrap();
         assert_eq!(s.keys.len(), 1);
+        let s: SiteSpec = "keystore=/ks/b,backend=127.0.0.1:8081,backend=proxy-v2+unix:/run/b.sock"
+            .parse()
+            .unwrap();
+        assert_eq!(s.backends.len(), 2);
+        assert!(s.backends[1].proxy_v2);
         for (bad, why) in [
             ("keystore=/ks", "needs backend"),
             ("backend=1.2.3.4:80", "needs keystore"),
@@ -116,6 +124,7 @@ mod tests {
             ),
             ("backend=1.2.3.4:80,keystore=/k,color=red", "a site takes"),
             ("backend=1.2.3.4:80,keystore=/k,keystore=/j", "twice"),
+            ("backend=1.2.3.4:80,backend=1.2.3.4:80,keystore=/k", "twice"),
         ] {
             let e = bad.parse::<SiteSpec>().unwrap_err();
             assert!(e.contains(why), "{bad}: {e}");

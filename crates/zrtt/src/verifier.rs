@@ -13,7 +13,7 @@ use anyhow::{bail, Context, Result};
 use clap::Subcommand;
 use pki_types::pem::PemObject;
 use zrtt_dns::{VerifierPolicy, VerifierStore};
-use zrtt_net::verifier::{Issuer, ProvenanceStore, SharedIssuer, VerifierStats};
+use zrtt_net::verifier::{Issuer, ProvenanceStore, SharedIssuer, VerifierMetrics};
 use zrtt_proto::provenance::{IssuePolicy, VerifierSigner};
 
 use crate::util;
@@ -95,6 +95,12 @@ pub enum VerifierCommand {
         /// Connections served at once.
         #[arg(long, default_value_t = 1024)]
         max_concurrent: usize,
+        /// Admin endpoint on this address, e.g. 127.0.0.1:9154: /metrics
+        /// (OpenMetrics: requests, issued, refused by reason, signing
+        /// latency), /healthz, /readyz (200 while a key can sign). Prints
+        /// `admin ADDR`.
+        #[arg(long)]
+        admin: Option<SocketAddr>,
         /// TOML config file: its `[verifier]` section holds these flags by their
         /// names (docs/GATEWAY.md "Configuration file"); flags given here
         /// replace its single values and add to its lists.
@@ -241,6 +247,7 @@ pub fn run(cmd: VerifierCommand) -> Result<ExitCode> {
             initial,
             max,
             max_concurrent,
+            admin,
             config: _,
         } => {
             let mut policy = IssuePolicy {
@@ -289,6 +296,13 @@ pub fn run(cmd: VerifierCommand) -> Result<ExitCode> {
                 .enable_all()
                 .build()?;
             rt.block_on(async move {
+                let metrics = Arc::new(VerifierMetrics::default());
+                let render = metrics.clone();
+                let admin = crate::admin::Admin::start(
+                    admin,
+                    Arc::new(move || zrtt_net::admin::encode(&render.registry())),
+                )
+                .await?;
                 let l = tokio::net::TcpListener::bind(listen)
                     .await
                     .with_context(|| format!("binding {listen}"))?;
@@ -298,18 +312,22 @@ pub fn run(cmd: VerifierCommand) -> Result<ExitCode> {
                 }
                 // A verifier key store is re-read (and rotated) in the
                 // background; the signing keys in force are replaced each time.
+                // Ready while a key can sign: at once with --key, with a key
+                // store while it has a current key.
+                admin.set_ready(store.as_ref().is_none_or(|(_, s)| s.get().is_some()));
                 if let Some((st, shared)) = store {
                     let st = Arc::new(std::sync::Mutex::new(st));
+                    let ready = admin.readiness();
                     tokio::spawn(async move {
                         let mut tick = tokio::time::interval(refresh);
                         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                         tick.tick().await;
                         loop {
                             tick.tick().await;
-                            let (st, shared) = (st.clone(), shared.clone());
+                            let (st, keys) = (st.clone(), shared.clone());
                             let r = tokio::task::spawn_blocking(move || {
                                 let mut st = st.lock().unwrap_or_else(|p| p.into_inner());
-                                store_tick(&mut st, rotate, &shared)
+                                store_tick(&mut st, rotate, &keys)
                             })
                             .await;
                             match r {
@@ -317,29 +335,28 @@ pub fn run(cmd: VerifierCommand) -> Result<ExitCode> {
                                 Ok(Err(e)) => tracing::error!("verifier key store: {e:#}"),
                                 Err(e) => tracing::error!("verifier key store task: {e}"),
                             }
+                            ready.send_replace(shared.get().is_some());
                         }
                     });
                 }
-                let stats = Arc::new(VerifierStats::default());
                 zrtt_net::verifier::serve(
                     l,
                     issuer,
                     policy,
                     zrtt_net::client::system_clock,
-                    stats.clone(),
+                    metrics.clone(),
                     max_concurrent,
                     async {
                         let _ = tokio::signal::ctrl_c().await;
                     },
                 )
                 .await;
+                admin.stop().await;
                 tracing::info!(
-                    "issued {} (refreshed {}), bad requests {}",
-                    stats.issued.load(std::sync::atomic::Ordering::Relaxed),
-                    stats.refreshed.load(std::sync::atomic::Ordering::Relaxed),
-                    stats
-                        .bad_requests
-                        .load(std::sync::atomic::Ordering::Relaxed)
+                    "issued {} (refreshed {}), refused {}",
+                    metrics.issued_total(),
+                    metrics.refreshed_total(),
+                    metrics.refused_total()
                 );
                 anyhow::Ok(())
             })?;

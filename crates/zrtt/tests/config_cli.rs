@@ -206,6 +206,9 @@ fn systemd_unit_verifies() {
         "ExecStartPre=/usr/local/bin/zrtt gateway --config /etc/zrtt/zrtt.toml --check-config"
     ));
     assert!(unit.contains("ExecReload=/bin/kill -HUP $MAINPID"));
+    // A successor started by SIGHUP becomes the service (docs/GATEWAY.md).
+    assert!(unit.contains("Type=notify") && unit.contains("NotifyAccess=all"));
+    assert!(unit.contains("--handover /run/zrtt/gateway.sock"));
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("zrtt-gateway.service");
     std::fs::write(

@@ -1,6 +1,9 @@
-//! The README's main job as a smoke test: `zrtt demo` at RTT 20 ms with one
-//! fetch per row, asserting round-trip counts with a tolerance (not wall
-//! times). Needs root and nginx (scripts/install-deps.sh); says why it skips.
+//! The README's main job as a smoke test: `zrtt demo` at RTT 200 ms, three
+//! fetches per row, asserting round-trip counts with a tolerance of half a
+//! round trip (not wall times). The RTT is long so that the processes'
+//! own time on a loaded machine (a debug build sharing 2 cores with other
+//! jobs added 12 ms, 0.6 of a 20 ms round trip) cannot pass for a round
+//! trip. Needs root and nginx (scripts/install-deps.sh); says why it skips.
 
 use std::process::Command;
 
@@ -21,7 +24,7 @@ fn demo_round_trips() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("demo.json");
     let out = Command::new(env!("CARGO_BIN_EXE_zrtt"))
-        .args(["demo", "--rtt-ms", "20", "--runs", "3", "--json"])
+        .args(["demo", "--rtt-ms", "200", "--runs", "3", "--json"])
         .arg(&json)
         .output()
         .unwrap();
@@ -39,7 +42,7 @@ fn demo_round_trips() {
     assert_eq!(rts.len(), 4, "{text}");
     let (tls, unproven, proven, pv) = (rts[0], rts[1], rts[2], rts[3]);
     eprintln!(
-        "RTT 20 ms: TLS 1.3 {tls:.2}, zrtt unproven {unproven:.2}, trusted network {proven:.2}, provenance {pv:.2} round trips"
+        "RTT 200 ms: TLS 1.3 {tls:.2}, zrtt unproven {unproven:.2}, trusted network {proven:.2}, provenance {pv:.2} round trips"
     );
     assert!(pv < 1.5, "zrtt proven by provenance took {pv} round trips");
     assert!((2.5..4.0).contains(&tls), "TLS 1.3 took {tls} round trips");

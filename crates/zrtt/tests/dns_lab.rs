@@ -59,10 +59,29 @@ fn unbound_conf(
     minimise: bool,
 ) -> String {
     format!(
-        "server:\n  interface: {res}\n  port: {port}\n  access-control: 198.18.0.0/15 allow\n  do-ip6: no\n  do-not-query-localhost: no\n  username: \"\"\n  chroot: \"\"\n  directory: \"{d}\"\n  pidfile: \"{d}/unbound-{port}.pid\"\n  use-syslog: no\n  logfile: \"\"\n  module-config: \"iterator\"\n  edns-buffer-size: 1232\n  qname-minimisation: {}\nstub-zone:\n  name: \"example.com\"\n  stub-addr: {auth}\n",
+        "server:\n  interface: {res}\n  port: {port}\n  access-control: 198.18.0.0/15 allow\n  do-ip6: no\n  do-not-query-localhost: no\n  username: \"\"\n  chroot: \"\"\n  directory: \"{d}\"\n  pidfile: \"{d}/unbound-{port}.pid\"\n  use-syslog: no\n  logfile: \"\"\n  module-config: \"iterator\"\n  edns-buffer-size: 1232\n  qname-minimisation: {}\nstub-zone:\n  name: \"example.com\"\n  stub-addr: {auth}\nremote-control:\n  control-enable: yes\n  control-interface: \"{d}/unbound-{port}.ctl\"\n  control-use-cert: no\n",
         if minimise { "yes" } else { "no" },
         d = dir.display()
     )
+}
+
+/// Samples of each lookup; the fastest counts.
+const SAMPLES: usize = 3;
+
+/// Empties the resolver's cache of the zone (`unbound-control flush_zone`).
+fn flush(conf: &std::path::Path) {
+    let out = Command::new("unbound-control")
+        .arg("-c")
+        .arg(conf)
+        .args(["flush_zone", "example.com"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "unbound-control: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -164,6 +183,7 @@ fn key_lookups_through_unbound_cold_and_warm() {
         .iter()
         .map(|n| dir.join(format!("p{n}/ca.pem")))
         .collect();
+    let conf_dir = dir.to_path_buf();
     let rows = lab
         .in_host("client", move || {
             let mut rows = Vec::new();
@@ -186,10 +206,26 @@ fn key_lookups_through_unbound_cold_and_warm() {
                 }
                 let addr_name = format!("{addr_name}.example.com");
                 let full_name = format!("{full_name}.example.com");
-                let cold_addr = address_only(server, &addr_name);
-                let (cold_full, lookups) = address_and_key(server, &full_name, ca);
-                let warm_addr = address_only(server, &addr_name);
-                let (warm_full, _) = address_and_key(server, &full_name, ca);
+                // Three samples, the resolver's cache of the zone flushed
+                // before each; the fastest of each kind counts (processing
+                // on a loaded machine only adds time).
+                let mut best = [Duration::MAX; 4];
+                let mut lookups = 0;
+                for _ in 0..SAMPLES {
+                    flush(&conf_dir.join(format!("unbound-{port}.conf")));
+                    let cold_addr = address_only(server, &addr_name);
+                    let (cold_full, n) = address_and_key(server, &full_name, ca);
+                    let warm_addr = address_only(server, &addr_name);
+                    let (warm_full, _) = address_and_key(server, &full_name, ca);
+                    lookups = n;
+                    for (b, t) in best
+                        .iter_mut()
+                        .zip([cold_addr, cold_full, warm_addr, warm_full])
+                    {
+                        *b = (*b).min(t);
+                    }
+                }
+                let [cold_addr, cold_full, warm_addr, warm_full] = best;
                 rows.push((port, cold_addr, cold_full, warm_addr, warm_full, lookups));
             }
             rows

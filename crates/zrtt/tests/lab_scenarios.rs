@@ -76,16 +76,22 @@ fn ladder_round_trips() {
     }
     // Rows that depend on a peer accepting early data are retaken by the
     // scenario when it did not (detected from the client's output).
-    let js = scenario("ladder", &["--rtt", "100", "--samples", "2"]);
+    let js = scenario("ladder", &["--rtt", "100", "--samples", "3"]);
     let rows = js["data"]["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 14);
     let mut seen = Vec::new();
     for r in rows {
         let id = r["id"].as_str().unwrap();
         let design = r["design_rtts"].as_f64().unwrap();
-        let got = r["rtts"][0]["round_trips"]
-            .as_f64()
-            .unwrap_or_else(|| panic!("{id}: no measurement: {r}"));
+        // The fastest sample: processing on a loaded machine only adds
+        // time, so the minimum is the round trips the exchange takes.
+        let fastest = r["rtts"][0]["samples_ms"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{id}: no measurement: {r}"))
+            .iter()
+            .filter_map(|v| v.as_f64())
+            .fold(f64::INFINITY, f64::min);
+        let got = fastest / r["rtts"][0]["rtt_ms"].as_f64().unwrap();
         eprintln!("{id}: {got:.2} round trips (design {design})");
         // The hub adds a little per round trip and process wake-ups some
         // more: the count is the nearest whole number above the design's
@@ -179,7 +185,7 @@ fn faults_leave_no_idempotent_request_unanswered() {
         return;
     }
     // Counts only: every GET answered 200 under the middleboxes and across
-    // a gateway restart (the client's fallbacks and retries), and a clean
+    // a gateway restart and hand-over (the client's fallbacks and retries), and a clean
     // 502 for each while the backend is down; times are the benchmark's.
     let faults = [
         "none",
@@ -187,6 +193,7 @@ fn faults_leave_no_idempotent_request_unanswered() {
         "syn-strip",
         "backend-down",
         "gateway-restart",
+        "gateway-handover",
     ];
     let n = 6;
     let js = scenario(
@@ -224,7 +231,7 @@ fn faults_leave_no_idempotent_request_unanswered() {
         } else {
             assert_eq!(count("ok"), n, "{fault} / {client}");
         }
-        if fault == "gateway-restart" {
+        if fault == "gateway-restart" || fault == "gateway-handover" {
             assert!(r["restart_gap_ms"].as_f64().is_some(), "{r}");
         }
     }
@@ -289,4 +296,70 @@ fn soak_keeps_answering_through_rotations() {
     // The kept clients held tokens sealed under at least two token keys.
     assert!(d["token_key_ids"].as_array().unwrap().len() >= 2, "{d}");
     assert_eq!(d["gateway_died"], false);
+}
+
+#[test]
+fn fleet_accepts_no_replay_and_loses_no_request() {
+    if skip(
+        "fleet_accepts_no_replay_and_loses_no_request",
+        &["redis-server", "redis-cli"],
+    ) {
+        return;
+    }
+    // Facts, not timings: no replay accepted, no request lost through the
+    // gateway kill, the Redis node kill and the rotation, and every replay
+    // sent on a flow the hub gives to another gateway than the one that
+    // ran the original (which the backends confirm: the original ran on the
+    // gateway the hash predicted, and only there). A replay refused
+    // `Replay` is counted by the gateway it reached; one refused `Busy`
+    // (the store's guard after the kills) is equally not accepted.
+    let js = scenario(
+        "fleet",
+        &[
+            "--rate",
+            "20",
+            "--seconds",
+            "10",
+            "--replays",
+            "3",
+            "--rtt",
+            "20",
+        ],
+    );
+    let d = &js["data"];
+    eprintln!(
+        "fleet: {} requests, {} failed, {} early, {} TLS; replays {} sent, {} accepted; check p99 {}",
+        d["requests"], d["failed"], d["answered_early"], d["tls_fallback"],
+        d["replays_sent"], d["replays_accepted"], d["check_p99_s"]
+    );
+    assert!(d["requests"].as_u64().unwrap() > 0);
+    assert_eq!(d["failed"].as_u64(), Some(0), "{}", js["notes"]);
+    assert_eq!(d["succeeded"], d["requests"]);
+    assert_eq!(d["replays_sent"].as_u64(), Some(3));
+    assert_eq!(d["replays_accepted"].as_u64(), Some(0));
+    for r in d["replays"].as_array().unwrap() {
+        let (a, b) = (&r["original_gateway"], &r["replay_gateway"]);
+        assert_ne!(a, b, "{r}");
+        assert_eq!(r["original"], "reply", "{r}");
+        assert_eq!(r["ran_on"], serde_json::json!([a]), "ran once, at {a}: {r}");
+        let answer = r["replay"].as_str().unwrap();
+        assert!(answer == "reject replay" || answer == "reject busy", "{r}");
+        if answer == "reject replay" {
+            assert_eq!(r["counted_at_replay_gateway"], true, "{r}");
+        }
+    }
+    let events: Vec<&str> = d["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["what"].as_str().unwrap())
+        .collect();
+    for what in [
+        "gw2 SIGKILL",
+        "gw2 restarted",
+        "Redis master SIGKILL",
+        "zrtt keys rotate + SIGHUP",
+    ] {
+        assert!(events.contains(&what), "{what}: {events:?}");
+    }
 }

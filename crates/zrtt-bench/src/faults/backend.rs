@@ -21,7 +21,13 @@ struct State {
     listening: AtomicBool,
     delay_ms: AtomicU64,
     served: AtomicU64,
+    /// Paths of the requests under [`ONCE`] answered, in order.
+    seen: std::sync::Mutex<Vec<String>>,
 }
+
+/// Requests whose paths start with this are remembered ([`Backend::seen`]):
+/// how the fleet scenario counts how often a replayed request ran.
+pub(crate) const ONCE: &str = "/once/";
 
 /// A running backend; stopped when dropped.
 pub(crate) struct Backend {
@@ -70,6 +76,15 @@ impl Backend {
         self.state
             .delay_ms
             .store(delay.as_millis() as u64, Ordering::SeqCst);
+    }
+
+    /// Paths under [`ONCE`] answered so far, in order.
+    pub(crate) fn seen(&self) -> Vec<String> {
+        self.state
+            .seen
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default()
     }
 
     /// Requests answered so far.
@@ -154,6 +169,12 @@ fn answer(mut conn: TcpStream, state: &State, body: &[u8]) -> std::io::Result<()
     }
     conn.write_all(&out)?;
     state.served.fetch_add(1, Ordering::SeqCst);
+    let path = head.split(|&b| b == b' ').nth(1).unwrap_or_default();
+    if path.starts_with(ONCE.as_bytes()) {
+        if let Ok(mut seen) = state.seen.lock() {
+            seen.push(String::from_utf8_lossy(path).into_owned());
+        }
+    }
     let _ = conn.shutdown(std::net::Shutdown::Write);
     Ok(())
 }

@@ -92,6 +92,23 @@ impl GatewayProc {
         proc::wait_listening(lab, "server", ADMIN)
     }
 
+    /// A new gateway process takes over from this one (`--handover`, which
+    /// the caller passed in the extra flags); milliseconds until the old
+    /// one exited by itself (its drain).
+    pub(crate) fn hand_over(&mut self, lab: &Lab) -> Result<f64> {
+        let t0 = Instant::now();
+        let old = self.child.take().context("no gateway running")?;
+        self.spawn(lab)?;
+        match old.wait_timeout(Duration::from_secs(30))? {
+            Some(st) if st.success() => Ok(t0.elapsed().as_secs_f64() * 1000.0),
+            Some(st) => bail!("the old gateway exited with {st} after the hand-over"),
+            None => {
+                let _ = old.terminate(Duration::from_secs(2));
+                bail!("the old gateway did not exit within 30 s of the hand-over")
+            }
+        }
+    }
+
     /// SIGTERM by PID, wait for the exit (the drain and the replay
     /// snapshot), start again; milliseconds until it listens again.
     pub(crate) fn restart(&mut self, lab: &Lab) -> Result<f64> {

@@ -33,15 +33,15 @@ pub(crate) struct Attempts {
 }
 
 /// What the workers share.
-pub(super) struct Load {
-    pub(super) attempts: Attempts,
-    pub(super) requests: usize,
-    pub(super) concurrency: usize,
+pub(crate) struct Load {
+    pub(crate) attempts: Attempts,
+    pub(crate) requests: usize,
+    pub(crate) concurrency: usize,
     /// Makes the client configuration of each request: a fresh one each
     /// time (a new client) or the same one (a client that keeps its state).
-    pub(super) client: Box<dyn Fn() -> Arc<ClientConfig> + Send + Sync>,
+    pub(crate) client: Box<dyn Fn() -> Arc<ClientConfig> + Send + Sync>,
     /// Requests finished so far (the caller watches it).
-    pub(super) done: Arc<AtomicUsize>,
+    pub(crate) done: Arc<AtomicUsize>,
 }
 
 /// One request's fate.
@@ -76,7 +76,7 @@ impl Sample {
 
 /// Runs the stream in the calling thread (which must be in the client's
 /// namespace); samples in request order.
-pub(super) fn run(load: Load) -> Result<Vec<Sample>> {
+pub(crate) fn run(load: Load) -> Result<Vec<Sample>> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -159,7 +159,7 @@ where
 /// The client library's own retries on a connection: without Fast Open
 /// after a SYN with data went unanswered, and with fresh keys after a
 /// refusal carrying them.
-fn inner_retries(info: &ConnInfo) -> u32 {
+pub(crate) fn inner_retries(info: &ConnInfo) -> u32 {
     let no_fo = info
         .notes
         .iter()
@@ -170,7 +170,7 @@ fn inner_retries(info: &ConnInfo) -> u32 {
 
 /// One connection: the request, then the whole answer. The status, and
 /// how the connection was made.
-async fn attempt(
+pub(crate) async fn attempt(
     cfg: Arc<ClientConfig>,
     target: Target,
     req: &[u8],

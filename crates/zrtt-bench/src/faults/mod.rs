@@ -68,11 +68,15 @@ pub enum Fault {
     /// The gateway is stopped (SIGTERM, by PID) and started again a third
     /// of the way into the stream, keeping its replay filter.
     GatewayRestart,
+    /// A new gateway process takes over from the running one a third of
+    /// the way into the stream (`--handover`: the listening sockets and
+    /// the replay filter passed over; the old one drains and exits).
+    GatewayHandover,
 }
 
 impl Fault {
     /// Every fault, in the order run.
-    pub const ALL: [Fault; 11] = [
+    pub const ALL: [Fault; 12] = [
         Fault::None,
         Fault::Loss1,
         Fault::Loss5,
@@ -84,6 +88,7 @@ impl Fault {
         Fault::BackendDown,
         Fault::BackendSlow,
         Fault::GatewayRestart,
+        Fault::GatewayHandover,
     ];
 
     /// Name on the command line and in the JSON.
@@ -100,6 +105,7 @@ impl Fault {
             Fault::BackendDown => "backend-down",
             Fault::BackendSlow => "backend-slow",
             Fault::GatewayRestart => "gateway-restart",
+            Fault::GatewayHandover => "gateway-handover",
         }
     }
 
@@ -116,6 +122,7 @@ impl Fault {
             Fault::BackendDown => "backend down".into(),
             Fault::BackendSlow => format!("backend slow ({} ms)", o.slow_ms),
             Fault::GatewayRestart => "gateway restart under load".into(),
+            Fault::GatewayHandover => "gateway hand-over under load".into(),
         }
     }
 
@@ -326,7 +333,8 @@ pub fn run(bench: &Bench, o: &FaultsOpts) -> Result<Report> {
             .rtt("client", "server", rtt),
     )?;
     let backend = Backend::start(&lab, "server", BACKEND, vec![b'x'; o.body_bytes])?;
-    let mut gateway = GatewayProc::start(bench, &lab, &site.keystore, &dir, Vec::new())?;
+    let handover = vec!["--handover".into(), dir.join("handover.sock").into()];
+    let mut gateway = GatewayProc::start(bench, &lab, &site.keystore, &dir, handover)?;
     // A fresh gateway refuses flights stamped before its start + 2 s.
     std::thread::sleep(Duration::from_millis(2500));
     let addr = SocketAddr::from((lab.addr("server")?, GW_PORT));
@@ -387,12 +395,16 @@ pub fn run(bench: &Bench, o: &FaultsOpts) -> Result<Report> {
             let kernel_before = kernel_counters(&lab)?;
             lab.reset_hub_stats();
             let mut restart_gap_ms = None;
-            let samples = if fault == Fault::GatewayRestart {
+            let samples = if matches!(fault, Fault::GatewayRestart | Fault::GatewayHandover) {
                 let t = lab.spawn_in_host("client", move || load::run(spec))?;
                 while done.load(Ordering::SeqCst) < o.requests / 3 && !t.is_finished() {
                     std::thread::sleep(Duration::from_millis(5));
                 }
-                let gap = gateway.restart(&lab);
+                let gap = if fault == Fault::GatewayRestart {
+                    gateway.restart(&lab)
+                } else {
+                    gateway.hand_over(&lab)
+                };
                 let samples = t.join();
                 restart_gap_ms = Some(gap?);
                 samples?

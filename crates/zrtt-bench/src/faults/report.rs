@@ -210,9 +210,14 @@ pub(super) fn report(o: &FaultsOpts, rows: &[Row], backend_served: u64) -> Repor
             ));
         }
         if let Some(gap) = row.restart_gap_ms {
+            let kind = row.kind.label();
+            let what = if row.fault == Fault::GatewayHandover {
+                format!("Gateway hand-over / client {kind}: {gap:.0} ms from starting the new gateway to the old one's exit (its drain; the port stayed open)")
+            } else {
+                format!("Gateway restart / client {kind}: {gap:.0} ms from SIGTERM to the new gateway listening")
+            };
             notes.push(format!(
-                "Gateway restart / client {}: {gap:.0} ms from SIGTERM to the new gateway listening; the new gateway's counters: {}.",
-                row.kind.label(),
+                "{what}; the new gateway's counters: {}.",
                 key_metrics(&row.metrics)
             ));
         }

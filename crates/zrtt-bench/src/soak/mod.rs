@@ -217,7 +217,8 @@ fn client_tls(pki: &[PathBuf]) -> Result<Arc<rustls::ClientConfig>> {
 
 /// Runs the soak. Needs root.
 pub fn run(bench: &Bench, o: &SoakOpts) -> Result<SoakOutcome> {
-    if o.rate.is_nan() || o.rate <= 0.0 || o.duration.is_zero() || o.period < Duration::from_secs(4) {
+    if o.rate.is_nan() || o.rate <= 0.0 || o.duration.is_zero() || o.period < Duration::from_secs(4)
+    {
         bail!("need a rate above 0, a duration, and a period of at least 4 s");
     }
     let work = WorkDir::new(&bench.console, "soak", o.keep)?;

@@ -36,6 +36,16 @@ impl Site {
     /// An ECDSA P-256 certificate from a fresh CA (`zrtt keys cert`), a key
     /// store with a current key, and an empty document root, under `dir`.
     pub(crate) fn create(bench: &Bench, dir: &Path, name: &str) -> Result<Site> {
+        Site::create_with(bench, dir, name, Policy::default())
+    }
+
+    /// The same with the key store's rotation `policy`.
+    pub(crate) fn create_with(
+        bench: &Bench,
+        dir: &Path,
+        name: &str,
+        policy: Policy,
+    ) -> Result<Site> {
         for sub in ["pki", "www", "nginx"] {
             std::fs::create_dir_all(dir.join(sub))?;
         }
@@ -56,13 +66,7 @@ impl Site {
             key_records: Vec::new(),
             www: dir.join("www"),
         };
-        let mut ks = KeyStore::init(
-            &site.keystore,
-            name,
-            &site.cert,
-            &site.key,
-            Policy::default(),
-        )?;
+        let mut ks = KeyStore::init(&site.keystore, name, &site.cert, &site.key, policy)?;
         ks.rotate(system_clock(), &ring::rand::SystemRandom::new())?;
         site.key_records = ks.published_records(system_clock());
         if site.key_records.is_empty() {

@@ -60,6 +60,9 @@ pub struct DnsConfig {
     /// Secondaries (ADDR:PORT) sent NOTIFY when the records change.
     #[serde(default)]
     pub notify: Vec<SocketAddr>,
+    /// The admin endpoint (`/metrics`, `/healthz`, `/readyz`).
+    #[serde(default)]
+    pub admin: Option<SocketAddr>,
 }
 
 fn default_true_opt() -> Option<bool> {

@@ -62,7 +62,9 @@ pub enum ServerError {
 }
 
 mod config;
+mod metrics;
 pub use config::{DnsConfig, HostConfig, VerifierConfig};
+pub use metrics::DnsMetrics;
 
 struct HostState {
     store: KeyStore,
@@ -85,6 +87,9 @@ pub struct ZoneState {
     verifiers: Vec<VerifierState>,
     rotate: bool,
     transfer: Arc<TransferPolicy>,
+    metrics: Arc<DnsMetrics>,
+    /// Set once [`serve`] answers, cleared when it stops.
+    ready: Option<tokio::sync::watch::Sender<bool>>,
 }
 
 /// What [`ZoneState::refresh`] did.
@@ -95,6 +100,8 @@ pub struct RefreshReport {
     pub updated_hosts: Vec<String>,
     /// Rotation reports that changed something, per host.
     pub rotations: Vec<(String, String)>,
+    /// Stores re-read because another process changed them.
+    pub reloaded: Vec<String>,
     /// Errors (the server keeps serving the previous records).
     pub errors: Vec<String>,
     /// The zone's new SOA serial, when records changed.
@@ -158,7 +165,20 @@ impl ZoneState {
             verifiers: Vec::new(),
             rotate,
             transfer: Arc::new(TransferPolicy::default()),
+            metrics: Arc::default(),
+            ready: None,
         })
+    }
+
+    /// The server's metrics (shared with [`serve`] and the handler).
+    pub fn metrics(&self) -> Arc<DnsMetrics> {
+        self.metrics.clone()
+    }
+
+    /// Have [`serve`] set `ready` to `true` once it answers (the zone and
+    /// the key records loaded) and to `false` when it stops.
+    pub fn signal_ready(&mut self, ready: tokio::sync::watch::Sender<bool>) {
+        self.ready = Some(ready);
     }
 
     /// Who may transfer the zone and whom to notify (default: nobody).
@@ -223,6 +243,7 @@ impl ZoneState {
         Handler {
             catalog,
             transfer: self.transfer.clone(),
+            metrics: self.metrics.clone(),
         }
     }
 
@@ -235,8 +256,10 @@ impl ZoneState {
         let mut updates: Vec<(String, BTreeMap<RrKey, Option<RecordSet>>)> = Vec::new();
         for h in &mut self.hosts {
             let name = h.store.name().to_owned();
-            if let Err(e) = h.store.reload_if_changed() {
-                report.errors.push(format!("{name}: reload: {e}"));
+            match h.store.reload_if_changed() {
+                Ok(true) => report.reloaded.push(name.clone()),
+                Ok(false) => {}
+                Err(e) => report.errors.push(format!("{name}: reload: {e}")),
             }
             if self.rotate {
                 match h.store.rotate(now, rng) {
@@ -265,8 +288,10 @@ impl ZoneState {
         }
         for v in &mut self.verifiers {
             let name = v.store.name().to_owned();
-            if let Err(e) = v.store.reload_if_changed() {
-                report.errors.push(format!("verifier {name}: reload: {e}"));
+            match v.store.reload_if_changed() {
+                Ok(true) => report.reloaded.push(format!("verifier {name}")),
+                Ok(false) => {}
+                Err(e) => report.errors.push(format!("verifier {name}: reload: {e}")),
             }
             if self.rotate {
                 match v.store.rotate(now, rng) {
@@ -431,6 +456,7 @@ pub fn is_zrtt_txt(r: &Record) -> bool {
 pub struct Handler {
     catalog: Catalog,
     transfer: Arc<TransferPolicy>,
+    metrics: Arc<DnsMetrics>,
 }
 
 static EDNS_ADVERTISED: LazyLock<Edns> = LazyLock::new(|| {
@@ -442,6 +468,19 @@ static EDNS_ADVERTISED: LazyLock<Edns> = LazyLock::new(|| {
 #[async_trait::async_trait]
 impl RequestHandler for Handler {
     async fn handle_request<R: ResponseHandler, T: Time>(
+        &self,
+        request: &Request,
+        response_handle: R,
+    ) -> ResponseInfo {
+        let started = std::time::Instant::now();
+        let info = self.answer::<R, T>(request, response_handle).await;
+        self.metrics.answered(request, &info, started.elapsed());
+        info
+    }
+}
+
+impl Handler {
+    async fn answer<R: ResponseHandler, T: Time>(
         &self,
         request: &Request,
         response_handle: R,
@@ -562,13 +601,16 @@ pub async fn serve(
 ) -> Result<(), ServerError> {
     let first = state.refresh(clock(), rng).await;
     log_refresh(&first);
+    state.metrics.refreshed(&first, state.zone.serial);
     let notify = |state: &ZoneState, r: &RefreshReport| {
         if r.serial.is_none() || state.transfer.notify.is_empty() {
             return;
         }
         let (origin, to) = (state.zone.origin.clone(), state.transfer.notify.clone());
+        let metrics = state.metrics.clone();
         tokio::task::spawn_blocking(move || {
             for (addr, r) in crate::transfer::notify(&origin, &to) {
+                metrics.notified(r.is_ok());
                 match r {
                     Ok(()) => tracing::info!("NOTIFY {origin} to {addr}: answered"),
                     Err(e) => tracing::warn!("NOTIFY {origin} to {addr}: {e}"),
@@ -582,6 +624,9 @@ pub async fn serve(
         server.register_socket(l.udp);
         server.register_listener(l.tcp, Duration::from_secs(10), 64);
     }
+    if let Some(r) = &state.ready {
+        r.send_replace(true);
+    }
     let mut tick = tokio::time::interval(refresh_every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -589,10 +634,14 @@ pub async fn serve(
             _ = tick.tick() => {
                 let r = state.refresh(clock(), rng).await;
                 log_refresh(&r);
+                state.metrics.refreshed(&r, state.zone.serial);
                 notify(&state, &r);
             }
             _ = shutdown.wait() => break,
         }
+    }
+    if let Some(r) = &state.ready {
+        r.send_replace(false);
     }
     let _ = server.shutdown_gracefully().await;
     Ok(())
@@ -610,37 +659,7 @@ fn log_refresh(r: &RefreshReport) {
     }
 }
 
-/// A shutdown signal (a watch channel), so callers need no extra crate.
-pub mod shutdown {
-    /// Fires once; every clone sees it.
-    #[derive(Clone, Debug)]
-    pub struct Shutdown(tokio::sync::watch::Receiver<bool>);
-
-    /// Triggers a [`Shutdown`].
-    #[derive(Debug)]
-    pub struct Trigger(tokio::sync::watch::Sender<bool>);
-
-    /// A connected pair.
-    pub fn channel() -> (Trigger, Shutdown) {
-        let (tx, rx) = tokio::sync::watch::channel(false);
-        (Trigger(tx), Shutdown(rx))
-    }
-
-    impl Trigger {
-        /// Fire.
-        pub fn fire(&self) {
-            let _ = self.0.send(true);
-        }
-    }
-
-    impl Shutdown {
-        /// Resolves when fired (or when the trigger is dropped).
-        pub async fn wait(&self) {
-            let mut rx = self.0.clone();
-            let _ = rx.wait_for(|v| *v).await;
-        }
-    }
-}
+pub mod shutdown;
 
 /// The AAAA tunnel owner for a host, as served.
 pub fn tunnel_owner(host: &str) -> String {
@@ -663,12 +682,13 @@ mod tests {
         let shared = tmp.path().join("zrtt.toml");
         std::fs::write(
             &shared,
-            "[gateway]\nbackend = \"127.0.0.1:80\"\n[dns]\nzone = \"z.zone\"\n[[dns.host]]\nkeystore = \"ks\"\n",
+            "[gateway]\nbackend = \"127.0.0.1:80\"\n[dns]\nzone = \"z.zone\"\nadmin = \"127.0.0.1:9153\"\n[[dns.host]]\nkeystore = \"ks\"\n",
         )
         .unwrap();
         let c = DnsConfig::from_file(&shared).unwrap();
         assert_eq!(c.zone.unwrap(), tmp.path().join("z.zone"));
         assert_eq!(c.hosts.len(), 1);
+        assert_eq!(c.admin, "127.0.0.1:9153".parse().ok());
         std::fs::write(&own, "zone = \"z.zone\"\nbogus = 1\n").unwrap();
         assert!(DnsConfig::from_file(&own).is_err(), "unknown keys refused");
     }

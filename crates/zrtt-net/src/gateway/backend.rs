@@ -1,8 +1,14 @@
 //! Where a site's requests go: a backend by address, host name or Unix
 //! socket, spoken to in HTTP/1.1 or HTTP/2 over cleartext (h2c, prior
-//! knowledge), through one pooled client per site (keep-alive; idle
+//! knowledge), through one pooled client per backend (keep-alive; idle
 //! connections kept 60 s). A host name is resolved at each new
 //! connection, so a changed DNS answer takes effect without a restart.
+//!
+//! A backend marked `proxy-v2+` gets a PROXY protocol v2 header at the
+//! start of each connection (proxy_header.rs). Such a connection carries
+//! one client's address, so it is never pooled across clients: it is
+//! opened for one client connection ([`open`]) and kept for that
+//! connection's next requests (pool.rs); health checks open their own.
 
 use std::fmt;
 use std::future::Future;
@@ -21,7 +27,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
-use super::Body;
+use super::body::RequestBody;
 
 /// A backend: where it listens and which HTTP it speaks.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -32,6 +38,9 @@ pub struct Backend {
     /// HTTP/2 over cleartext with prior knowledge (RFC 9113 §3.3) instead
     /// of HTTP/1.1.
     pub h2c: bool,
+    /// Send a PROXY protocol v2 header (the client's address and port, and
+    /// the gateway's) at the start of each connection.
+    pub proxy_v2: bool,
 }
 
 /// Where a backend listens.
@@ -51,7 +60,11 @@ pub enum BackendTarget {
 impl Backend {
     /// HTTP/1.1 to `target`.
     pub fn http1(target: BackendTarget) -> Self {
-        Self { target, h2c: false }
+        Self {
+            target,
+            h2c: false,
+            proxy_v2: false,
+        }
     }
 }
 
@@ -68,16 +81,21 @@ impl FromStr for Backend {
     type Err = String;
 
     /// `ADDR:PORT`, `HOST:PORT`, `unix:/PATH`, each optionally after
-    /// `h2c://` (`h2c://HOST:PORT`, `h2c+unix:/PATH`).
+    /// `h2c://` (`h2c://HOST:PORT`, `h2c+unix:/PATH`), all optionally after
+    /// `proxy-v2+` (`proxy-v2+10.0.0.2:80`, `proxy-v2+h2c://app:9000`).
     fn from_str(s: &str) -> Result<Self, String> {
-        let (h2c, rest) = if let Some(r) = s.strip_prefix("h2c://") {
+        let (proxy_v2, rest) = match s.strip_prefix("proxy-v2+") {
+            Some(r) => (true, r),
+            None => (false, s),
+        };
+        let (h2c, rest) = if let Some(r) = rest.strip_prefix("h2c://") {
             (true, r)
-        } else if let Some(r) = s.strip_prefix("h2c+") {
+        } else if let Some(r) = rest.strip_prefix("h2c+") {
             (true, r)
-        } else if let Some(r) = s.strip_prefix("http://") {
+        } else if let Some(r) = rest.strip_prefix("http://") {
             (false, r)
         } else {
-            (false, s)
+            (false, rest)
         };
         let target = if let Some(path) = rest.strip_prefix("unix:") {
             if !path.starts_with('/') {
@@ -109,12 +127,19 @@ impl FromStr for Backend {
                 port,
             }
         };
-        Ok(Self { target, h2c })
+        Ok(Self {
+            target,
+            h2c,
+            proxy_v2,
+        })
     }
 }
 
 impl fmt::Display for Backend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.proxy_v2 {
+            f.write_str("proxy-v2+")?;
+        }
         if self.h2c {
             f.write_str(match self.target {
                 BackendTarget::Tcp { .. } => "h2c://",
@@ -196,32 +221,33 @@ impl tower_service::Service<Uri> for Connector {
 
     fn call(&mut self, _: Uri) -> Self::Future {
         let (target, limit) = (self.target.clone(), self.timeout);
-        Box::pin(async move {
-            let connect = async {
-                match &target {
-                    BackendTarget::Tcp { host, port } => {
-                        let s = TcpStream::connect((host.as_str(), *port)).await?;
-                        s.set_nodelay(true)?;
-                        Ok(BackendStream::Tcp(s))
-                    }
-                    BackendTarget::Unix(p) => {
-                        Ok(BackendStream::Unix(UnixStream::connect(p).await?))
-                    }
-                }
-            };
-            match tokio::time::timeout(limit, connect).await {
-                Ok(r) => r.map(TokioIo::new),
-                Err(_) => Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "connecting to the backend timed out",
-                )),
+        Box::pin(async move { connect(&target, limit).await.map(TokioIo::new) })
+    }
+}
+
+/// A new connection to `target` within `limit`.
+pub(super) async fn connect(target: &BackendTarget, limit: Duration) -> io::Result<BackendStream> {
+    let connect = async {
+        match target {
+            BackendTarget::Tcp { host, port } => {
+                let s = TcpStream::connect((host.as_str(), *port)).await?;
+                s.set_nodelay(true)?;
+                Ok(BackendStream::Tcp(s))
             }
-        })
+            BackendTarget::Unix(p) => Ok(BackendStream::Unix(UnixStream::connect(p).await?)),
+        }
+    };
+    match tokio::time::timeout(limit, connect).await {
+        Ok(r) => r,
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "connecting to the backend timed out",
+        )),
     }
 }
 
 /// The pooled client of one backend.
-pub(super) type BackendClient = Client<Connector, Body>;
+pub(super) type BackendClient = Client<Connector, RequestBody>;
 
 /// A pooled client for `backend`, connecting within `connect_timeout`.
 pub(super) fn client(backend: &Backend, connect_timeout: Duration) -> BackendClient {
@@ -239,6 +265,82 @@ pub(super) fn client(backend: &Backend, connect_timeout: Duration) -> BackendCli
     b.build(connector)
 }
 
+/// One connection of its own to a backend (not pooled), ready for a
+/// request.
+pub(super) enum Sender {
+    Http1(hyper::client::conn::http1::SendRequest<RequestBody>),
+    Http2(hyper::client::conn::http2::SendRequest<RequestBody>),
+}
+
+impl Sender {
+    /// Send `req` (its URI in origin form for HTTP/1.1, absolute for h2c).
+    pub(super) async fn send(
+        &mut self,
+        req: hyper::Request<RequestBody>,
+    ) -> hyper::Result<hyper::Response<hyper::body::Incoming>> {
+        match self {
+            Self::Http1(s) => s.send_request(req).await,
+            Self::Http2(s) => s.send_request(req).await,
+        }
+    }
+
+    /// Whether a request may be sent now (the previous one finished, the
+    /// connection still open).
+    pub(super) fn is_ready(&self) -> bool {
+        match self {
+            Self::Http1(s) => s.is_ready(),
+            Self::Http2(s) => s.is_ready(),
+        }
+    }
+
+    /// Whether `uri` is sent as it is (h2c) or in origin form (HTTP/1.1).
+    pub(super) fn absolute_uri(&self) -> bool {
+        matches!(self, Self::Http2(_))
+    }
+}
+
+/// Open a connection of its own to `backend` within `limit`, write
+/// `header` (a PROXY protocol header) first, then speak its HTTP. An error
+/// here means no request byte was sent. The connection's task ends when it
+/// closes (the sender dropped and the response read, or an upgrade done).
+pub(super) async fn open(
+    backend: &Backend,
+    limit: Duration,
+    header: Option<&[u8]>,
+) -> io::Result<Sender> {
+    let mut stream = connect(&backend.target, limit).await?;
+    if let Some(h) = header {
+        tokio::time::timeout(limit, tokio::io::AsyncWriteExt::write_all(&mut stream, h))
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "writing the PROXY header"))??;
+    }
+    let io = TokioIo::new(stream);
+    let to_io = |e: hyper::Error| io::Error::other(e.to_string());
+    if backend.h2c {
+        let (send, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .handshake(io)
+            .await
+            .map_err(to_io)?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!("backend h2c connection: {e}");
+            }
+        });
+        Ok(Sender::Http2(send))
+    } else {
+        let (send, conn) = hyper::client::conn::http1::handshake(io)
+            .await
+            .map_err(to_io)?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.with_upgrades().await {
+                tracing::debug!("backend connection: {e}");
+            }
+        });
+        Ok(Sender::Http1(send))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -253,12 +355,17 @@ mod tests {
             "unix:/run/app.sock",
             "h2c://app.internal:9000",
             "h2c+unix:/run/grpc.sock",
+            "proxy-v2+127.0.0.1:8080",
+            "proxy-v2+h2c://app.internal:9000",
+            "proxy-v2+unix:/run/app.sock",
         ] {
             let b: Backend = s.parse().unwrap();
             assert_eq!(b.to_string(), s);
         }
         let b: Backend = "h2c://10.0.0.1:9000".parse().unwrap();
-        assert!(b.h2c);
+        assert!(b.h2c && !b.proxy_v2);
+        let b: Backend = "proxy-v2+h2c+unix:/run/a.sock".parse().unwrap();
+        assert!(b.h2c && b.proxy_v2);
         assert_eq!(
             Backend::from(SocketAddr::from(([127, 0, 0, 1], 1))),
             "127.0.0.1:1".parse().unwrap()
@@ -270,6 +377,8 @@ mod tests {
             "a b:80",
             ":80",
             "h2c://",
+            "proxy-v2+",
+            "h2c://proxy-v2+a:1",
         ] {
             assert!(bad.parse::<Backend>().is_err(), "{bad}");
         }

@@ -28,8 +28,13 @@ pub struct Timeouts {
     pub backend_response: Duration,
     /// Waiting for a request's headers on a kept-alive connection.
     pub idle: Duration,
-    /// Whole connection lifetime, except upgraded streams.
-    pub connection: Duration,
+    /// A connection on which no byte moved either way for this long is
+    /// closed (there is no cut of a live connection or stream).
+    pub stream_idle: Duration,
+    /// A request body from which nothing arrives for this long is cut:
+    /// 408 if the backend has not answered yet (nginx's
+    /// `client_body_timeout`).
+    pub request_body: Duration,
     /// An upgraded stream (WebSocket) with no bytes either way is closed
     /// after this.
     pub upgraded_idle: Duration,
@@ -45,7 +50,8 @@ impl Default for Timeouts {
             backend_connect: Duration::from_secs(2),
             backend_response: Duration::from_secs(15),
             idle: Duration::from_secs(30),
-            connection: Duration::from_secs(600),
+            stream_idle: Duration::from_secs(60),
+            request_body: Duration::from_secs(60),
             upgraded_idle: Duration::from_secs(300),
             shutdown_grace: Duration::from_secs(5),
         }
@@ -83,14 +89,19 @@ pub struct GatewayConfig {
     pub keys: Arc<RwLock<ServerConfig>>,
     /// TLS with the certificate that signs the key records.
     pub tls: Arc<rustls::ServerConfig>,
-    /// The default site's backend.
-    pub backend: super::Backend,
+    /// The default site's backends (at least one).
+    pub backends: Vec<super::Backend>,
+    /// How backends are judged healthy (passive marks, active checks).
+    pub backend_health: super::BackendHealth,
+    /// Largest request body passed to a backend (413 beyond it); `None`:
+    /// no limit.
+    pub max_request_body: Option<u64>,
     /// Host names served (the key records' and certificate's names);
     /// requests for any other host get 421 Misdirected Request. Empty:
     /// every host is passed to the backend.
     pub server_names: Vec<String>,
-    /// Further sites (names and backend each; their keys are in `keys`,
-    /// their certificates in `tls`, e.g. [`super::SniCerts`]); `backend`
+    /// Further sites (names and backends each; their keys are in `keys`,
+    /// their certificates in `tls`, e.g. [`super::SniCerts`]); `backends`
     /// and `server_names` are the default site (docs/GATEWAY.md, Sites).
     pub sites: Vec<super::Site>,
     /// Replay filter shared by every connection (and every gateway that
@@ -120,7 +131,9 @@ pub struct GatewayConfig {
 impl std::fmt::Debug for GatewayConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GatewayConfig")
-            .field("backend", &self.backend)
+            .field("backends", &self.backends)
+            .field("backend_health", &self.backend_health)
+            .field("max_request_body", &self.max_request_body)
             .field("admission", &self.admission)
             .field("provenance", &self.provenance.is_some())
             .field("replay_store", &self.replay_store)
@@ -147,7 +160,9 @@ impl GatewayConfig {
         Ok(Self {
             keys,
             tls,
-            backend: backend.into(),
+            backends: vec![backend.into()],
+            backend_health: super::BackendHealth::default(),
+            max_request_body: Some(DEFAULT_MAX_REQUEST_BODY),
             server_names: Vec::new(),
             sites: Vec::new(),
             replay: Arc::new(Mutex::new(replay)),
@@ -162,6 +177,11 @@ impl GatewayConfig {
         })
     }
 }
+
+/// Largest request body by default (1 GiB): large enough for uploads a
+/// site behind the gateway accepts, which applies its own limit (nginx's
+/// `client_max_body_size` is 1 MiB by default).
+pub const DEFAULT_MAX_REQUEST_BODY: u64 = 1 << 30;
 
 /// Most TLS 1.3 early data accepted from a resumed client (as zrtt's
 /// default `max_early_data`).

@@ -277,6 +277,10 @@ pub(super) async fn serve(
         Metrics::inc(&m.early_data_held);
     }
     let ctl = Arc::new(EarlyCtl::default());
+    // The address the client reached (a PROXY v2 header's destination).
+    let local = tcp
+        .local_addr()
+        .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
     let leftover = buf[used..].to_vec();
     let stream = EarlyAnswer::new(
         tcp,
@@ -297,7 +301,7 @@ pub(super) async fn serve(
     relay::serve_http(
         shared.clone(),
         stream,
-        peer,
+        (peer, local),
         gate,
         early,
         Some(ctl),

@@ -40,6 +40,42 @@ impl Gateway {
     pub fn bind(addr: SocketAddr, cfg: GatewayConfig) -> Result<Self> {
         cfg.admission.check().map_err(Error::Config)?;
         let (listeners, fast_open) = tfo::bind_listeners(addr, cfg.listen)?;
+        Self::serve_on(listeners, fast_open, cfg)
+    }
+
+    /// Serve on listening sockets another process handed over (docs/GATEWAY.md,
+    /// Restart without a blackout): the same kernel sockets, so their
+    /// queues, Fast Open settings and address carry over and no SYN meets a
+    /// closed port. Each must be a listening TCP socket on one address.
+    pub fn from_listeners(
+        listeners: Vec<std::net::TcpListener>,
+        cfg: GatewayConfig,
+    ) -> Result<Self> {
+        cfg.admission.check().map_err(Error::Config)?;
+        if listeners.is_empty() {
+            return Err(Error::Config("no listening socket handed over".into()));
+        }
+        let mut fast_open = true;
+        let mut out = Vec::with_capacity(listeners.len());
+        let mut at = None;
+        for l in listeners {
+            let addr = l.local_addr().map_err(Error::io("local address"))?;
+            if at.is_some_and(|a| a != addr) {
+                return Err(Error::Config(format!(
+                    "handed-over sockets listen on {} and {addr}",
+                    at.unwrap_or(addr)
+                )));
+            }
+            at = Some(addr);
+            fast_open &=
+                crate::sys::get_tcp_int(l.as_fd(), crate::sys::TCP_FASTOPEN).is_ok_and(|q| q > 0);
+            l.set_nonblocking(true).map_err(Error::io("O_NONBLOCK"))?;
+            out.push(TcpListener::from_std(l).map_err(Error::io("registering listener"))?);
+        }
+        Self::serve_on(out, fast_open, cfg)
+    }
+
+    fn serve_on(listeners: Vec<TcpListener>, fast_open: bool, cfg: GatewayConfig) -> Result<Self> {
         if fast_open && tfo::fast_open_sysctl().is_some_and(|v| v & 2 == 0) {
             tracing::warn!(
                 "net.ipv4.tcp_fastopen lacks bit 0x2: SYN data will be ignored \
@@ -49,22 +85,42 @@ impl Gateway {
         let sites = super::sites::Sites::new(
             super::Site {
                 names: cfg.server_names.clone(),
-                backend: cfg.backend.clone(),
+                backends: cfg.backends.clone(),
             },
             &cfg.sites,
         );
-        let backends = std::iter::once(&cfg.backend)
-            .chain(cfg.sites.iter().map(|s| &s.backend))
-            .map(|b| super::backend::client(b, cfg.timeouts.backend_connect))
+        if let Some(s) = sites.all().iter().find(|s| s.backends.is_empty()) {
+            return Err(Error::Config(format!("site {} has no backend", s.label())));
+        }
+        let metrics = Arc::new(Metrics::default());
+        let timeouts = super::pool::PoolTimeouts {
+            connect: cfg.timeouts.backend_connect,
+            response: cfg.timeouts.backend_response,
+        };
+        let pools = sites
+            .all()
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                Arc::new(super::pool::Pool::new(
+                    i,
+                    s.label(),
+                    &s.backends,
+                    &cfg.backend_health,
+                    timeouts,
+                    &metrics.backends,
+                ))
+            })
             .collect();
         let shared = Arc::new(Shared {
             admission: Arc::new(Admission::new(cfg.admission.clone(), Instant::now())),
             sites,
             cfg,
-            metrics: Arc::new(Metrics::default()),
-            backends,
+            metrics,
+            pools,
             active: AtomicUsize::new(0),
             shutdown: tokio::sync::watch::Sender::new(false),
+            paused: tokio::sync::watch::Sender::new(false),
         });
         Ok(Self {
             listeners,
@@ -90,6 +146,26 @@ impl Gateway {
         self.shared.metrics.clone()
     }
 
+    /// The listening sockets, to hand over to a successor process (which
+    /// gets its own descriptors of the same sockets).
+    pub fn listening_fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
+        self.listeners.iter().map(AsFd::as_fd).collect()
+    }
+
+    /// Duplicates of the listening sockets' descriptors (for a hand-over
+    /// served while the gateway runs).
+    pub fn dup_listening_fds(&self) -> Result<Vec<std::os::fd::OwnedFd>> {
+        self.listeners
+            .iter()
+            .map(|l| l.as_fd().try_clone_to_owned().map_err(Error::io("dup")))
+            .collect()
+    }
+
+    /// Stops and restarts accepting without closing the listening sockets.
+    pub fn accept_control(&self) -> AcceptControl {
+        AcceptControl(self.shared.clone())
+    }
+
     /// Serve until `shutdown` resolves, then give open connections
     /// `timeouts.shutdown_grace` to finish and abort the rest. Each
     /// listening socket has its own accept loop (a task the runtime can
@@ -98,6 +174,12 @@ impl Gateway {
         if let Some(store) = &self.shared.cfg.replay_store {
             store.connect();
         }
+        let mut checks = JoinSet::new();
+        if let Some(check) = &self.shared.cfg.backend_health.check {
+            for pool in &self.shared.pools {
+                checks.spawn(pool.clone().run_checks(check.clone()));
+            }
+        }
         let mut loops = JoinSet::new();
         for listener in self.listeners {
             loops.spawn(accept_loop(listener, self.shared.clone()));
@@ -105,25 +187,54 @@ impl Gateway {
         shutdown.await;
         self.shared.shutdown.send_replace(true);
         while loops.join_next().await.is_some() {}
+        checks.shutdown().await;
         Ok(())
     }
 }
 
+/// Pauses a running gateway's accept loops: while paused, new connections
+/// wait in the kernel's queues of the listening sockets (which stay open),
+/// and connections already accepted are served as before.
+#[derive(Clone)]
+pub struct AcceptControl(Arc<Shared>);
+
+impl std::fmt::Debug for AcceptControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AcceptControl")
+            .field("paused", &*self.0.paused.borrow())
+            .finish()
+    }
+}
+
+impl AcceptControl {
+    /// Stop calling `accept` (at once for loops waiting in it).
+    pub fn pause(&self) {
+        self.0.paused.send_replace(true);
+    }
+
+    /// Accept again.
+    pub fn resume(&self) {
+        self.0.paused.send_replace(false);
+    }
+}
+
 /// Accepts on one socket until shutdown, then closes it and gives its
-/// connections the grace period.
+/// connections the grace period. While paused, does not accept.
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     let mut tasks = JoinSet::new();
     let mut stop = shared.shutdown.subscribe();
+    let mut paused = shared.paused.subscribe();
     loop {
+        let pause = *paused.borrow_and_update();
         tokio::select! {
             () = async { let _ = stop.wait_for(|s| *s).await; } => break,
-            r = listener.accept() => match r {
+            _ = paused.changed() => {}
+            r = listener.accept(), if !pause => match r {
                 Ok((tcp, peer)) => {
                     let shared = shared.clone();
-                    tasks.spawn(async move {
-                        let limit = shared.cfg.timeouts.connection;
-                        let _ = tokio::time::timeout(limit, handle(shared, tcp, peer)).await;
-                    });
+                    // No total cut: each phase has its bound, and a
+                    // served connection ends when nothing moves (idle.rs).
+                    tasks.spawn(handle(shared, tcp, peer));
                 }
                 Err(e) => {
                     tracing::warn!("accept: {e}");

@@ -1,22 +1,13 @@
-//! Gateway counters (prometheus-client `Counter`s, lock-free) and the admin
-//! endpoint: `/metrics` in the OpenMetrics text format, `/healthz` and
-//! `/readyz` for load balancers and orchestrators.
+//! Gateway counters (prometheus-client `Counter`s, lock-free) and latency
+//! histograms; the admin endpoint that serves them (`/metrics`, `/healthz`,
+//! `/readyz`) is [`crate::admin`], shared by every role.
 
-use std::future::Future;
-use std::sync::Arc;
-use std::time::Duration;
-
-use http_body_util::Full;
-use hyper::body::Bytes;
-use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
-use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
-use tokio::net::TcpListener;
 
 macro_rules! counters {
     ($($(#[doc = $doc:literal])* $name:ident,)*) => {
@@ -26,6 +17,8 @@ macro_rules! counters {
             $($(#[doc = $doc])* pub $name: Counter,)*
             /// Latency histograms.
             pub latency: Latency,
+            /// Per-backend state and counts.
+            pub backends: BackendMetrics,
         }
 
         impl Metrics {
@@ -40,10 +33,11 @@ macro_rules! counters {
                 let mut r = Registry::with_prefix("zrtt_gateway");
                 $(r.register(
                     stringify!($name),
-                    concat!($($doc, )*).trim(),
+                    concat!($($doc, )*).trim().trim_end_matches('.'),
                     self.$name.clone(),
                 );)*
                 self.latency.register(&mut r);
+                self.backends.register(&mut r);
                 r
             }
         }
@@ -194,6 +188,55 @@ impl Latency {
     }
 }
 
+/// Which backend: its site (the site's first name, `*` for a default site
+/// without names) and the backend as configured (`127.0.0.1:8080`,
+/// `unix:/run/app.sock`, `proxy-v2+h2c://app:9000`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BackendLabels {
+    /// The site.
+    pub site: String,
+    /// The backend.
+    pub backend: String,
+}
+
+/// Per-backend gauges and counters (gateway/pool.rs, gateway/health.rs).
+#[derive(Debug, Default)]
+pub struct BackendMetrics {
+    /// 1 while the backend takes requests, 0 while marked down.
+    pub up: Family<BackendLabels, Gauge>,
+    /// Requests sent to the backend (each attempt).
+    pub requests: Family<BackendLabels, Counter>,
+    /// Connections to the backend that failed (requests then go to another).
+    pub connect_failures: Family<BackendLabels, Counter>,
+    /// Active health checks that failed.
+    pub check_failures: Family<BackendLabels, Counter>,
+}
+
+impl BackendMetrics {
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "backend_up",
+            "1 while the backend takes requests, 0 while marked down (passive or active health).",
+            self.up.clone(),
+        );
+        r.register(
+            "backend_requests",
+            "Requests sent to the backend (each attempt).",
+            self.requests.clone(),
+        );
+        r.register(
+            "backend_connect_failures",
+            "Connections to the backend that failed before any byte of a request was sent.",
+            self.connect_failures.clone(),
+        );
+        r.register(
+            "backend_check_failures",
+            "Active health checks of the backend that failed.",
+            self.check_failures.clone(),
+        );
+    }
+}
+
 impl Metrics {
     /// Add one to a counter.
     pub fn inc(counter: &Counter) {
@@ -203,95 +246,13 @@ impl Metrics {
     /// OpenMetrics text: `zrtt_gateway_<name>_total <value>` per counter,
     /// with `# HELP` and `# TYPE` lines, ending in `# EOF`.
     pub fn render(&self) -> String {
-        let mut out = String::new();
-        // Writing to a String cannot fail.
-        let _ = encode(&mut out, &self.registry());
-        out
-    }
-}
-
-/// Whether the gateway takes new connections: `/readyz` answers 200 while
-/// it is `true`, 503 before the listener is bound and while draining.
-pub type Readiness = tokio::sync::watch::Receiver<bool>;
-
-/// Serve the admin endpoint on `listener` until `shutdown`: `GET /metrics`
-/// (OpenMetrics text), `GET /healthz` (200 while the process serves HTTP at
-/// all), `GET /readyz` (200 when `ready`, else 503). HTTP/1.1 through hyper;
-/// each connection has 10 s.
-pub async fn serve_metrics(
-    listener: TcpListener,
-    metrics: Arc<Metrics>,
-    ready: Readiness,
-    shutdown: impl Future<Output = ()>,
-) {
-    tokio::pin!(shutdown);
-    let mut conns = tokio::task::JoinSet::new();
-    loop {
-        let tcp = tokio::select! {
-            () = &mut shutdown => break,
-            r = listener.accept() => match r {
-                Ok((tcp, _)) => tcp,
-                Err(e) => {
-                    tracing::warn!("admin accept: {e}");
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    continue;
-                }
-            },
-            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
-        };
-        let (metrics, ready) = (metrics.clone(), ready.clone());
-        conns.spawn(async move {
-            let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                let r = admin_response(&req, &metrics, *ready.borrow());
-                async move { Ok::<_, std::convert::Infallible>(r) }
-            });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .keep_alive(false)
-                .serve_connection(TokioIo::new(tcp), svc);
-            let _ = tokio::time::timeout(Duration::from_secs(10), conn).await;
-        });
-    }
-    conns.shutdown().await;
-}
-
-fn admin_response<B>(req: &Request<B>, metrics: &Metrics, ready: bool) -> Response<Full<Bytes>> {
-    let text = |status: StatusCode, ctype: &'static str, body: String| {
-        let mut r = Response::new(Full::new(Bytes::from(body)));
-        *r.status_mut() = status;
-        r.headers_mut().insert(
-            hyper::header::CONTENT_TYPE,
-            hyper::header::HeaderValue::from_static(ctype),
-        );
-        r
-    };
-    const PLAIN: &str = "text/plain; charset=utf-8";
-    if req.method() != Method::GET && req.method() != Method::HEAD {
-        return text(StatusCode::METHOD_NOT_ALLOWED, PLAIN, "GET only\n".into());
-    }
-    match req.uri().path() {
-        "/metrics" => text(
-            StatusCode::OK,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            metrics.render(),
-        ),
-        "/healthz" => text(StatusCode::OK, PLAIN, "ok\n".into()),
-        "/readyz" if ready => text(StatusCode::OK, PLAIN, "ready\n".into()),
-        "/readyz" => text(StatusCode::SERVICE_UNAVAILABLE, PLAIN, "not ready\n".into()),
-        _ => text(
-            StatusCode::NOT_FOUND,
-            PLAIN,
-            "/metrics, /healthz or /readyz\n".into(),
-        ),
+        crate::admin::encode(&self.registry())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn get(path: &str) -> Request<()> {
-        Request::get(path).body(()).unwrap_or_default()
-    }
 
     #[test]
     fn renders_openmetrics_with_help_and_totals() {
@@ -353,17 +314,19 @@ mod tests {
         ] {
             assert!(text.contains(want), "{want} in {text}");
         }
-    }
-
-    #[test]
-    fn admin_routes() {
-        let m = Metrics::default();
-        assert_eq!(admin_response(&get("/metrics"), &m, false).status(), 200);
-        assert_eq!(admin_response(&get("/healthz"), &m, false).status(), 200);
-        assert_eq!(admin_response(&get("/readyz"), &m, true).status(), 200);
-        assert_eq!(admin_response(&get("/readyz"), &m, false).status(), 503);
-        assert_eq!(admin_response(&get("/"), &m, true).status(), 404);
-        let post = Request::post("/metrics").body(()).unwrap_or_default();
-        assert_eq!(admin_response(&post, &m, true).status(), 405);
+        let b = BackendLabels {
+            site: "a.example".into(),
+            backend: "127.0.0.1:8080".into(),
+        };
+        m.backends.up.get_or_create(&b).set(1);
+        m.backends.requests.get_or_create(&b).inc();
+        let text = m.render();
+        for want in [
+            "# TYPE zrtt_gateway_backend_up gauge",
+            "zrtt_gateway_backend_up{site=\"a.example\",backend=\"127.0.0.1:8080\"} 1",
+            "zrtt_gateway_backend_requests_total{site=\"a.example\",backend=\"127.0.0.1:8080\"} 1",
+        ] {
+            assert!(text.contains(want), "{want} in {text}");
+        }
     }
 }

@@ -19,14 +19,19 @@
 //! - `tls`: the TLS path on the same port;
 //! - `relay`: the HTTP relay to the backend (early-data marking, 425);
 //! - `backend`: the backends (address, host name or Unix socket; HTTP/1.1
-//!   or h2c) and their pooled clients;
+//!   or h2c; PROXY v2 optional) and their pooled clients;
+//! - `pool`: a site's backends, round robin over the healthy ones, and
+//!   which failed requests may go to another; `health`: passive marks and
+//!   active checks; `proxy_header`: PROXY protocol v2 headers;
+//! - `body`: request bodies streamed with a size limit and a timeout;
+//!   `idle`: a connection on which nothing moves is closed;
 //! - `sites`: which site (names, backend) a request and a connection are
 //!   for, when one gateway serves several;
 //! - `upgrade`: upgraded connections (WebSocket) relayed both ways until
 //!   idle;
 //! - [`replay_store`]: the replay store a fleet shares (Redis), checked
 //!   in `first_flight` after the local filter accepted a flight;
-//! - [`metrics`]: counters and their text exposition.
+//! - [`metrics`]: counters and histograms (served by [`crate::admin`]).
 //!
 //! **Gating** (docs/PROTOCOL.md §8): a reply goes out before the TCP
 //! handshake completes only to a proven address, and then only within the
@@ -39,14 +44,19 @@
 
 mod access_log;
 mod backend;
+mod body;
 pub mod certs;
 mod close;
 pub mod config;
 mod early_answer;
 mod first_flight;
 pub mod gate;
+mod health;
+mod idle;
 mod listener;
 pub mod metrics;
+mod pool;
+mod proxy_header;
 mod relay;
 pub mod replay_store;
 mod sites;
@@ -63,9 +73,13 @@ pub use backend::{Backend, BackendTarget};
 pub use certs::{load_certified_key, ReloadableCert, SniCerts};
 pub use config::{
     new_replay_filter, shared_trust_policy, tls_server_config, tls_server_config_with,
-    GatewayConfig, SharedTrustPolicy, Timeouts,
+    GatewayConfig, SharedTrustPolicy, Timeouts, DEFAULT_MAX_REQUEST_BODY,
 };
-pub use listener::Gateway;
+pub use health::{
+    BackendHealth, HealthCheck, DEFAULT_CHECK_INTERVAL, DEFAULT_CHECK_TIMEOUT,
+    DEFAULT_FAIL_TIMEOUT, DEFAULT_FALL, DEFAULT_MAX_FAILS, DEFAULT_RISE,
+};
+pub use listener::{AcceptControl, Gateway};
 
 /// Fuzz entry point (fuzz/fuzz_targets/early_use.rs): whether a first
 /// flight's early data would be served before the client confirms. Only
@@ -93,7 +107,8 @@ pub fn fuzz_early_use(early: &[u8]) -> bool {
     }
     serve
 }
-pub use metrics::{serve_metrics, Metrics, Readiness};
+pub use crate::admin::Readiness;
+pub use metrics::Metrics;
 pub use replay_store::{ReplayStore, ReplayStoreConfig, StoreAddress};
 pub use sites::Site;
 
@@ -102,12 +117,14 @@ struct Shared {
     cfg: GatewayConfig,
     admission: Arc<Admission>,
     metrics: Arc<Metrics>,
-    /// One pooled client per site, in the sites' order.
-    backends: Vec<backend::BackendClient>,
+    /// Each site's backends, in the sites' order.
+    pools: Vec<Arc<pool::Pool>>,
     sites: sites::Sites,
     active: AtomicUsize,
     /// `true` once the gateway stops (upgraded streams then get the grace).
     shutdown: tokio::sync::watch::Sender<bool>,
+    /// `true` while accepting is paused (listener::AcceptControl).
+    paused: tokio::sync::watch::Sender<bool>,
 }
 
 fn lock<T: ?Sized>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::upgrade::OnUpgrade;
@@ -23,10 +23,12 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use super::body::{BodyFault, Holding, RequestBody};
 use super::early_answer::{EarlyCtl, EarlyUse};
 use super::gate::Gate;
 use super::listener::SourceSlot;
-use super::{access_log, upgrade};
+use super::pool::{Failure, ProxyConns};
+use super::{access_log, idle, upgrade};
 use super::{Body, Metrics, Shared};
 use crate::http::{strip_hop_by_hop, text_response};
 
@@ -60,6 +62,10 @@ const MAX_HTTP_BUFFER: usize = 64 * 1024;
 struct ConnCtx {
     gate: Arc<Gate>,
     peer: SocketAddr,
+    /// The address the client reached (PROXY headers name it).
+    local: SocketAddr,
+    /// Its own connection to a `proxy-v2+` backend, kept between requests.
+    proxied: ProxyConns,
     /// The next request is the one that arrived in the first flight.
     early_pending: AtomicBool,
     /// The zrtt connection's confirmation state (`None` for TLS).
@@ -94,7 +100,7 @@ const MAX_H2_STREAMS: u32 = 128;
 pub(super) async fn serve_http<S>(
     shared: Arc<Shared>,
     io: S,
-    peer: SocketAddr,
+    (peer, local): (SocketAddr, SocketAddr),
     gate: Arc<Gate>,
     early: bool,
     ctl: Option<Arc<EarlyCtl>>,
@@ -105,10 +111,15 @@ pub(super) async fn serve_http<S>(
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let idle_timeout = shared.cfg.timeouts.idle;
+    let t = shared.cfg.timeouts;
+    let idle_timeout = t.idle;
+    let activity = idle::Activity::new();
+    let io = TokioIo::new(idle::Watched::new(io, activity.clone()));
     let ctx = Arc::new(ConnCtx {
         gate,
         peer,
+        local,
+        proxied: ProxyConns::default(),
         early_pending: AtomicBool::new(early),
         early: ctl,
         slot,
@@ -153,18 +164,26 @@ pub(super) async fn serve_http<S>(
                 // the whole answer: hyper stops reading the backend until
                 // the client reads.
                 .max_buf_size(MAX_HTTP_BUFFER);
-            http.serve_connection(TokioIo::new(io), svc)
-                .with_upgrades()
-                .await
+            let conn = http.serve_connection(io, svc).with_upgrades();
+            tokio::pin!(conn);
+            let graceful = |c: std::pin::Pin<&mut _>| {
+                hyper::server::conn::http1::UpgradeableConnection::graceful_shutdown(c)
+            };
+            idle::drive(conn, graceful, &activity, t.stream_idle, t.shutdown_grace).await
         }
         Protocol::Http2 => {
             let mut http = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
             http.timer(TokioTimer::new())
                 .max_concurrent_streams(MAX_H2_STREAMS)
-                .max_send_buf_size(MAX_HTTP_BUFFER)
-                .keep_alive_interval(Some(idle_timeout))
-                .keep_alive_timeout(idle_timeout);
-            http.serve_connection(TokioIo::new(io), svc).await
+                .max_send_buf_size(MAX_HTTP_BUFFER);
+            // No keep-alive pings: they would keep an unused connection
+            // open for ever; one on which nothing moves closes (idle.rs).
+            let conn = http.serve_connection(io, svc);
+            tokio::pin!(conn);
+            let graceful = |c: std::pin::Pin<&mut _>| {
+                hyper::server::conn::http2::Connection::graceful_shutdown(c)
+            };
+            idle::drive(conn, graceful, &activity, t.stream_idle, t.shutdown_grace).await
         }
     };
     if let Err(e) = served {
@@ -225,8 +244,40 @@ fn request_host(parts: &hyper::http::request::Parts) -> Option<String> {
         })
 }
 
-fn full(b: Bytes) -> Body {
-    Full::new(b).map_err(|never| match never {}).boxed()
+/// The answer to a request that got no response: why its body was cut
+/// (413, 408), else why no backend answered (502, 504). The connection
+/// closes after a cut body (its rest may still be on the way).
+fn failure(m: &Metrics, f: Failure, body: &RequestBody) -> Response<Body> {
+    let (status, why) = match (body.fault(), f) {
+        (Some(BodyFault::TooLarge), _) => (StatusCode::PAYLOAD_TOO_LARGE, "request body too large"),
+        (Some(BodyFault::TimedOut), _) => (StatusCode::REQUEST_TIMEOUT, "request body timed out"),
+        (_, Failure::NoneHealthy) => {
+            Metrics::inc(&m.backend_errors);
+            (StatusCode::BAD_GATEWAY, "no backend of this site is up")
+        }
+        (_, Failure::TimedOut) => {
+            Metrics::inc(&m.backend_timeouts);
+            return text_response(StatusCode::GATEWAY_TIMEOUT, "backend timed out");
+        }
+        (_, Failure::Backend(e)) => {
+            tracing::debug!("backend: {e}");
+            Metrics::inc(&m.backend_errors);
+            return text_response(StatusCode::BAD_GATEWAY, "backend unavailable");
+        }
+    };
+    let mut r = text_response(status, why);
+    if status != StatusCode::BAD_GATEWAY {
+        r.headers_mut()
+            .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    r
+}
+
+fn too_large() -> Response<Body> {
+    let mut r = text_response(StatusCode::PAYLOAD_TOO_LARGE, "request body too large");
+    r.headers_mut()
+        .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+    r
 }
 
 async fn forward(shared: &Arc<Shared>, ctx: &ConnCtx, req: Request<Incoming>) -> Response<Body> {
@@ -287,12 +338,21 @@ async fn forward(shared: &Arc<Shared>, ctx: &ConnCtx, req: Request<Incoming>) ->
             );
         }
     }
-    let backend = &shared.sites.get(site).backend;
-    if backend.h2c && upgrade.is_some() {
+    let pool = &shared.pools[site];
+    if upgrade.is_some() && pool.any_h2c() {
         return text_response(
             StatusCode::NOT_IMPLEMENTED,
             "upgrades need an HTTP/1.1 backend",
         );
+    }
+    let limit = shared.cfg.max_request_body;
+    let declared = parts
+        .headers
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if limit.zip(declared).is_some_and(|(l, d)| d > l) {
+        return Holding::wrap(too_large(), body.boxed());
     }
     let path = parts
         .uri
@@ -322,7 +382,7 @@ async fn forward(shared: &Arc<Shared>, ctx: &ConnCtx, req: Request<Incoming>) ->
         upgrade::restore(&mut headers, proto.clone());
     }
     // HTTP/2 carries the host in the request target (:authority); an
-    // HTTP/1.1 backend needs it as Host.
+    // HTTP/1.1 backend needs it as Host (pool.rs drops it for h2c).
     if !headers.contains_key(hyper::header::HOST) {
         if let Some(v) = parts
             .uri
@@ -332,52 +392,41 @@ async fn forward(shared: &Arc<Shared>, ctx: &ConnCtx, req: Request<Incoming>) ->
             headers.insert(hyper::header::HOST, v);
         }
     }
-    // To an h2c backend the host travels as :authority (the URI's), and a
-    // Host field beside it is a duplicate some servers refuse (nginx: 400).
-    if backend.h2c {
-        headers.remove(hyper::header::HOST);
-    }
     // An early request may have to be sent twice (425): keep its body.
-    let (mut body, saved): (Body, Option<Bytes>) = if early {
+    let (mut body, saved): (RequestBody, Option<Bytes>) = if early {
         match Limited::new(body, 64 * 1024).collect().await {
             Ok(c) => {
                 let b = c.to_bytes();
-                (full(b.clone()), Some(b))
+                (RequestBody::full(b.clone()), Some(b))
             }
             Err(_) => return text_response(StatusCode::PAYLOAD_TOO_LARGE, "early body too large"),
         }
     } else {
-        (body.boxed(), None)
+        (
+            RequestBody::new(body.boxed(), limit, shared.cfg.timeouts.request_body),
+            None,
+        )
     };
     let mut attempt_early = early;
     loop {
-        let mut breq = Request::new(body);
-        *breq.method_mut() = parts.method.clone();
-        *breq.uri_mut() = uri.clone();
-        *breq.headers_mut() = headers.clone();
-        if attempt_early {
-            breq.headers_mut().insert(
-                HeaderName::from_static("early-data"),
-                HeaderValue::from_static("1"),
-            );
-        }
+        let build = |b: RequestBody| {
+            let mut breq = Request::new(b);
+            *breq.method_mut() = parts.method.clone();
+            *breq.uri_mut() = uri.clone();
+            *breq.headers_mut() = headers.clone();
+            if attempt_early {
+                breq.headers_mut().insert(
+                    HeaderName::from_static("early-data"),
+                    HeaderValue::from_static("1"),
+                );
+            }
+            breq
+        };
         let sent = std::time::Instant::now();
-        let resp = match tokio::time::timeout(
-            shared.cfg.timeouts.backend_response,
-            shared.backends[site].request(breq),
-        )
-        .await
-        {
-            Err(_) => {
-                Metrics::inc(&m.backend_timeouts);
-                return text_response(StatusCode::GATEWAY_TIMEOUT, "backend timed out");
-            }
-            Ok(Err(e)) => {
-                tracing::debug!("backend: {e}");
-                Metrics::inc(&m.backend_errors);
-                return text_response(StatusCode::BAD_GATEWAY, "backend unavailable");
-            }
-            Ok(Ok(r)) => {
+        let addrs = (ctx.peer, ctx.local);
+        let resp = match pool.send(&build, &body, addrs, &ctx.proxied).await {
+            Err(f) => return Holding::wrap_rest(failure(m, f, &body), &body),
+            Ok(r) => {
                 m.latency.backend.observe(sent.elapsed().as_secs_f64());
                 r
             }
@@ -392,7 +441,7 @@ async fn forward(shared: &Arc<Shared>, ctx: &ConnCtx, req: Request<Incoming>) ->
                 if ctl.wait_confirmed(shared.cfg.timeouts.first_flight).await {
                     Metrics::inc(&m.backend_425_retries);
                     attempt_early = false;
-                    body = full(b.clone());
+                    body = RequestBody::full(b.clone());
                     continue;
                 }
                 Metrics::inc(&m.backend_425_unconfirmed);
@@ -466,7 +515,7 @@ mod tests {
         };
         let site = |names: &[&str]| super::super::Site {
             names: names.iter().map(|n| (*n).to_owned()).collect(),
-            backend: "127.0.0.1:1".parse().unwrap(),
+            backends: vec!["127.0.0.1:1".parse().unwrap()],
         };
         let sites = super::super::sites::Sites::new(site(&["www.example.com"]), &[]);
         let serves = |r| sites.route(request_host(&r).as_deref()).is_some();

@@ -1,5 +1,5 @@
 //! Which site a request is for, when one gateway serves several: each site
-//! has its names and its backend (and, elsewhere, its certificate and its
+//! has its names and its backends (and, elsewhere, its certificate and its
 //! keys). A request goes to the site whose names hold its authority
 //! (request target or `Host`); a connection is bound to the site whose
 //! name it was opened for (the TLS server name, or the name of the key
@@ -15,11 +15,18 @@ pub struct Site {
     /// Host names (lowercase, no trailing dot); empty only for a default
     /// site that takes every name.
     pub names: Vec<String>,
-    /// Its backend.
-    pub backend: Backend,
+    /// Its backends (at least one), chosen round robin among the healthy
+    /// ones (pool.rs).
+    pub backends: Vec<Backend>,
 }
 
 impl Site {
+    /// The name metrics and logs give the site: its first name, `*` for a
+    /// default site without names.
+    pub fn label(&self) -> &str {
+        self.names.first().map_or("*", String::as_str)
+    }
+
     fn serves(&self, host: &str) -> bool {
         let host = host.trim_end_matches('.');
         self.names.iter().any(|n| n.eq_ignore_ascii_case(host))
@@ -50,8 +57,8 @@ impl Sites {
         self.0[0].names.is_empty().then_some(0)
     }
 
-    pub(super) fn get(&self, i: usize) -> &Site {
-        &self.0[i]
+    pub(super) fn all(&self) -> &[Site] {
+        &self.0
     }
 }
 
@@ -63,7 +70,7 @@ mod tests {
     fn site(names: &[&str], port: u16) -> Site {
         Site {
             names: names.iter().map(|s| (*s).to_owned()).collect(),
-            backend: std::net::SocketAddr::from(([127, 0, 0, 1], port)).into(),
+            backends: vec![std::net::SocketAddr::from(([127, 0, 0, 1], port)).into()],
         }
     }
 
@@ -77,7 +84,8 @@ mod tests {
         assert_eq!(s.route(Some("WWW.B.example.")), Some(1));
         assert_eq!(s.route(Some("c.example")), None);
         assert_eq!(s.route(None), None);
-        assert_eq!(s.get(1).backend.to_string(), "127.0.0.1:2");
+        assert_eq!(s.all()[1].backends[0].to_string(), "127.0.0.1:2");
+        assert_eq!(s.all()[1].label(), "b.example");
     }
 
     #[test]

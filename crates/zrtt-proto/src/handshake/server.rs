@@ -113,9 +113,10 @@ impl ServerConfig {
             // what its predecessor might have accepted, or a shared store
             // that cannot vouch for the flight: the client should fall back
             // now and retry later, not fix its clock.
-            ReplayError::Full | ReplayError::BeforeFilterStart | ReplayError::StoreUnavailable => {
-                RejectReason::Busy
-            }
+            ReplayError::Full
+            | ReplayError::BeforeFilterStart
+            | ReplayError::StoreUnavailable
+            | ReplayError::HandedOver => RejectReason::Busy,
             ReplayError::TooOld | ReplayError::InFuture => RejectReason::TimestampSkew,
         };
         self.reject(reason, error.into(), now)

@@ -113,7 +113,7 @@ pub(super) fn keystore_keys(ks: &mut KeyStore, rotate: bool) -> Result<Vec<Serve
 /// from its key store, re-read) and certificate files.
 pub(super) struct LoadedSite {
     pub(super) names: Vec<String>,
-    pub(super) backend: zrtt_net::gateway::Backend,
+    pub(super) backends: Vec<zrtt_net::gateway::Backend>,
     pub(super) store: Option<KeyStore>,
     file_keys: Vec<ServerKey>,
     pub(super) cert: PathBuf,
@@ -128,7 +128,7 @@ impl LoadedSite {
         record_files: &[PathBuf],
         cert: Option<&Path>,
         cert_key: Option<&Path>,
-        backend: zrtt_net::gateway::Backend,
+        backends: Vec<zrtt_net::gateway::Backend>,
         aliases: &[String],
         rotate: bool,
     ) -> Result<Self> {
@@ -138,7 +138,7 @@ impl LoadedSite {
                 keystore_keys(&mut ks, rotate)?;
                 Self {
                     names: vec![ks.name().to_owned()],
-                    backend,
+                    backends,
                     cert: ks.cert_pem_path(),
                     cert_key: ks.cert_key_path(),
                     store: Some(ks),
@@ -155,7 +155,7 @@ impl LoadedSite {
                 }
                 Self {
                     names,
-                    backend,
+                    backends,
                     store: None,
                     file_keys,
                     cert: cert.map(Path::to_path_buf).unwrap_or_default(),

@@ -18,8 +18,11 @@ use zrtt_proto::admission::{AdmissionConfig, IpNet, TokenKeyRing};
 
 use crate::{reload, replay_state, util};
 
+mod backends;
+mod handover;
 mod keys;
 mod provenance;
+mod successor;
 
 use keys::{all_keys, store_token_keys, token_keys, LoadedSite};
 use provenance::{next_lookup, refresh_verifiers};
@@ -32,9 +35,13 @@ pub struct GatewayArgs {
     listen: SocketAddr,
     /// The backend: `ADDR:PORT`, `HOST:PORT` (resolved at each new
     /// connection), or `unix:/PATH`; HTTP/1.1, or HTTP/2 over cleartext
-    /// with an `h2c://` (`h2c+unix:/PATH`) prefix.
-    #[arg(long)]
-    backend: zrtt_net::gateway::Backend,
+    /// with an `h2c://` (`h2c+unix:/PATH`) prefix; a `proxy-v2+` prefix
+    /// sends a PROXY protocol v2 header first. Repeat it for several
+    /// backends, chosen round robin among the healthy ones.
+    #[arg(long = "backend", required = true)]
+    backends: Vec<zrtt_net::gateway::Backend>,
+    #[command(flatten)]
+    backend_opts: Box<backends::BackendArgs>,
     /// Key store (from `zrtt keys init`): semi-static keys, their records and
     /// the certificate. Re-read every --refresh, so rotations by `zrtt dns`
     /// or `zrtt keys rotate` take effect without a restart.
@@ -48,6 +55,17 @@ pub struct GatewayArgs {
     /// in `<file>.gen`).
     #[arg(long)]
     replay_state: Option<PathBuf>,
+    /// Restart without a blackout: a Unix socket (owner only) where this
+    /// gateway hands its listening sockets and replay filter to a new
+    /// gateway process started with the same flag and listen address, then
+    /// drains and exits; a gateway started while none serves there binds
+    /// the address itself (docs/GATEWAY.md, Restart without a blackout).
+    #[arg(long, value_name = "PATH")]
+    handover: Option<PathBuf>,
+    /// Write this process's PID here once it serves (a successor started by
+    /// SIGHUP with --handover writes its own); removed at exit.
+    #[arg(long, value_name = "PATH")]
+    pid_file: Option<PathBuf>,
     #[command(flatten)]
     store: Box<ReplayStoreArgs>,
     /// A further site on this gateway (repeatable): `backend=ADDR:PORT`
@@ -299,6 +317,34 @@ fn parse_store_timeout(s: &str) -> std::result::Result<ShortDuration, String> {
 }
 
 /// A network in CIDR form, or one address (`/32`, `/128`).
+/// The shared replay store of `--replay-store`, if any (not connected yet).
+fn replay_store(
+    a: &ReplayStoreArgs,
+    clock: fn() -> zrtt_proto::UnixTime,
+) -> Result<Option<Arc<ReplayStore>>> {
+    let Some(url) = &a.replay_store else {
+        return Ok(None);
+    };
+    let address: StoreAddress = url.parse()?;
+    if matches!(address, StoreAddress::Cluster(_)) {
+        tracing::warn!(
+            "replay store on a Redis Cluster: a failover that lost recorded flights is guarded except for a race of about one slot-map refresh (docs/FLEET.md, Failures); where a replay must never run twice, use one Redis server without failover"
+        );
+    }
+    let mut store = ReplayStoreConfig::new(address);
+    store.prefix = a.replay_store_prefix.clone();
+    store.timeout = a.replay_store_timeout.0;
+    store.skew = a.replay_store_skew.0;
+    tracing::info!(
+        "replay store {:?}: keys {}:*, kept {:?}, answer within {}",
+        store.address,
+        store.prefix,
+        store.ttl(),
+        a.replay_store_timeout
+    );
+    Ok(Some(ReplayStore::new(store, clock)?))
+}
+
 fn parse_net(s: &str) -> Result<IpNet> {
     s.parse::<IpNet>()
         .or_else(|_| s.parse::<std::net::IpAddr>().map(IpNet::from))
@@ -319,13 +365,18 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         Ok(_) => {}
         Err(e) => tracing::warn!("raising the open files limit: {e}"),
     }
+    // With --handover, SIGHUP starts this executable again (a successor).
+    let invocation = match &a.handover {
+        Some(_) => Some(successor::Invocation::current()?),
+        None => None,
+    };
     let mut sites = vec![LoadedSite::load(
         a.keystore.as_deref(),
         &a.keys,
         &a.records,
         a.cert.as_deref(),
         a.cert_key.as_deref(),
-        a.backend.clone(),
+        a.backends.clone(),
         &[],
         a.rotate,
     )?];
@@ -336,7 +387,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
             &spec.records,
             spec.cert.as_deref(),
             spec.cert_key.as_deref(),
-            spec.backend.clone(),
+            spec.backends.clone(),
             &spec.aliases,
             a.rotate,
         )?;
@@ -367,7 +418,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         .iter()
         .map(|s| zrtt_net::gateway::Site {
             names: s.names.clone(),
-            backend: s.backend.clone(),
+            backends: s.backends.clone(),
         })
         .collect();
     let tokens = token_keys(&a, sites[0].store.as_ref())?;
@@ -424,36 +475,31 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
     let verifier_policy = provenance::provenance(&a, &runtime)?;
     // The replay filter's restart guard starts now, after every lookup:
     // as late as possible before the listener is bound (docs/PROTOCOL.md §7).
-    let mut cfg = GatewayConfig::new(shared_keys.clone(), tls, a.backend.clone())?;
+    let mut cfg = GatewayConfig::new(shared_keys.clone(), tls, a.backends[0].clone())?;
+    cfg.backends = a.backends.clone();
+    a.backend_opts.apply(&mut cfg)?;
     let replay_path =
         replay_state::location(a.replay_state.as_deref(), a.keystore.as_deref(), a.listen);
-    // --check-config runs beside a serving gateway: it must not take the
-    // snapshot a stopping one leaves.
-    let replay = replay_state::load(
-        replay_path.as_deref().filter(|_| !a.check_config),
-        &replay_state::owner(a.listen),
-    )?;
-    cfg.replay = replay.filter.clone();
-    if let Some(url) = &a.store.replay_store {
-        let address: StoreAddress = url.parse()?;
-        if matches!(address, StoreAddress::Cluster(_)) {
-            tracing::warn!(
-                "replay store on a Redis Cluster: a failover that lost recorded flights is guarded except for a race of about one slot-map refresh (docs/FLEET.md, Failures); where a replay must never run twice, use one Redis server without failover"
-            );
+    cfg.replay_store = replay_store(&a.store, cfg.clock)?;
+    // A running gateway hands over its sockets and filter, if one serves
+    // hand-overs at --handover (it stops accepting from then until this
+    // process says READY: everything slow is done before).
+    let mut taken = match &a.handover {
+        Some(p) if !a.check_config => {
+            handover::take(&runtime, p, a.listen, cfg.replay_store.as_ref())?
         }
-        let mut store = ReplayStoreConfig::new(address);
-        store.prefix = a.store.replay_store_prefix.clone();
-        store.timeout = a.store.replay_store_timeout.0;
-        store.skew = a.store.replay_store_skew.0;
-        tracing::info!(
-            "replay store {:?}: keys {}:*, kept {:?}, answer within {}",
-            store.address,
-            store.prefix,
-            store.ttl(),
-            a.store.replay_store_timeout
-        );
-        cfg.replay_store = Some(ReplayStore::new(store, cfg.clock)?);
-    }
+        _ => None,
+    };
+    let mut replay = match &taken {
+        Some(t) => replay_state::adopt(&replay_state::owner(a.listen), &t.snapshot)?,
+        // --check-config runs beside a serving gateway: it must not take the
+        // snapshot a stopping one leaves.
+        None => replay_state::load(
+            replay_path.as_deref().filter(|_| !a.check_config),
+            &replay_state::owner(a.listen),
+        )?,
+    };
+    cfg.replay = replay.filter.clone();
     cfg.admission = admission;
     cfg.server_names = names;
     cfg.sites = other_sites;
@@ -462,6 +508,13 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
     cfg.timeouts.gate = a.gate_timeout;
     cfg.access_log = a.access_log;
     cfg.timeouts.backend_response = a.backend_timeout;
+    if cfg.timeouts.backend_response >= cfg.timeouts.stream_idle {
+        tracing::warn!(
+            "--backend-timeout {:?} is not below --stream-idle-timeout {:?}: a connection waiting that long for a backend is closed as idle first",
+            cfg.timeouts.backend_response,
+            cfg.timeouts.stream_idle
+        );
+    }
     if a.check_config {
         // Everything but binding the address (a running gateway holds it).
         cfg.admission.check().map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -469,7 +522,11 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     runtime.block_on(async move {
-        let gw = Gateway::bind(a.listen, cfg)?;
+        let handed_admin = taken.as_mut().and_then(|t| t.admin.take());
+        let gw = match taken.as_mut() {
+            Some(t) => Gateway::from_listeners(std::mem::take(&mut t.listeners), cfg)?,
+            None => Gateway::bind(a.listen, cfg)?,
+        };
         let metrics = gw.metrics();
         if !gw.fast_open() {
             tracing::warn!("listener without TCP Fast Open");
@@ -478,25 +535,14 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         // Ready once the listener serves, not ready while draining; the
         // admin endpoint stays up until the drain is over.
-        let (ready_tx, ready_rx) = tokio::sync::watch::channel(false);
-        let (admin_stop, admin_stopped) = tokio::sync::oneshot::channel::<()>();
-        let admin = match a.admin {
-            Some(addr) => {
-                let l = tokio::net::TcpListener::bind(addr)
-                    .await
-                    .with_context(|| format!("binding admin address {addr}"))?;
-                println!("admin {}", l.local_addr()?);
-                Some(tokio::spawn(zrtt_net::gateway::serve_metrics(
-                    l,
-                    metrics.clone(),
-                    ready_rx,
-                    async move {
-                        let _ = admin_stopped.await;
-                    },
-                )))
-            }
-            None => None,
-        };
+        let render = metrics.clone();
+        let mut admin = crate::admin::Admin::start_handed(
+            a.admin,
+            handed_admin,
+            Arc::new(move || render.render()),
+        )
+        .await?;
+        let admin_fd = admin.take_fd();
         println!("listening {}", gw.local_addr()?);
         let provenance_refresher = verifier_policy.and_then(|(policy, dns)| {
             let dns = dns?;
@@ -516,6 +562,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
             }))
         });
         let hup = reload::sighup();
+        let hup_successor = hup.clone();
         let cert_watch: Vec<_> = certs
             .into_iter()
             .map(|(_, served, cert, key)| {
@@ -573,22 +620,65 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
                 }))
             })
             .transpose()?;
+        // What a successor takes over: dups of the sockets this process serves.
+        let offer = match &a.handover {
+            Some(_) => Some(handover::Offer {
+                listen: a.listen,
+                accept: gw.accept_control(),
+                listeners: gw.dup_listening_fds()?,
+                admin: admin_fd,
+                filter: replay.filter.clone(),
+            }),
+            None => None,
+        };
+        let first_start = taken.is_none();
+        if let Some(t) = taken {
+            let path = replay_path.clone();
+            replay = tokio::task::spawn_blocking(move || {
+                handover::finish(t, &mut replay, path.as_deref()).map(|()| replay)
+            })
+            .await?
+            .context("hand-over")?;
+        }
         let mut rx = stop_rx;
         let server = tokio::spawn(gw.run(async move {
             let _ = rx.changed().await;
         }));
-        ready_tx.send_replace(true);
-        util::shutdown_signal().await;
-        ready_tx.send_replace(false);
+        let handed_rx = match (&a.handover, offer) {
+            (Some(p), Some(offer)) => Some(handover::offer(p, offer, first_start)?),
+            _ => None,
+        };
+        admin.set_ready(true);
+        successor::serving(a.pid_file.as_deref());
+        if let Some(inv) = invocation {
+            tokio::spawn(successor::on_sighup(inv, hup_successor));
+        }
+        let handed_over = async {
+            match handed_rx {
+                Some(rx) => rx.await.is_ok(),
+                None => std::future::pending().await,
+            }
+        };
+        let handed_over = tokio::select! {
+            () = util::shutdown_signal() => false,
+            true = handed_over => true,
+        };
+        admin.set_ready(false);
         let _ = stop_tx.send(true);
+        // The successor serves the admin socket now.
+        if handed_over {
+            admin.stop_accepting();
+        }
         server.await??;
-        // Every flight this process accepted is in the filter now.
-        if let Some(p) = &replay_path {
+        // Every flight this process accepted is in the filter now (after a
+        // hand-over the successor holds it: a sealed filter is never saved,
+        // also when a SIGTERM raced the hand-over).
+        if let Some(p) = replay_path.as_ref().filter(|_| !handed_over) {
             if let Err(e) = replay_state::save(p, &replay) {
                 tracing::warn!("saving the replay filter to {}: {e:#}", p.display());
             }
         }
-        let _ = admin_stop.send(());
+        admin.stop_accepting();
         for w in cert_watch {
             let _ = w.await;
         }
@@ -598,9 +688,8 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         if let Some(r) = provenance_refresher {
             let _ = r.await;
         }
-        if let Some(a) = admin {
-            let _ = a.await;
-        }
+        admin.stop().await;
+        successor::stopped(a.pid_file.as_deref());
         eprint!("{}", metrics.render());
         anyhow::Ok(())
     })?;

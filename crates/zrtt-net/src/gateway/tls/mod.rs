@@ -48,6 +48,10 @@ pub(super) async fn serve(
         }
     };
     // Each connection sees the session cache through its own address.
+    // The address the client reached (a PROXY v2 header's destination).
+    let local = tcp
+        .local_addr()
+        .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
     let view = SessionView::new(shared.cfg.tls.session_storage.clone(), peer.ip());
     let binding = view.binding_handle();
     let mut config = (*shared.cfg.tls).clone();
@@ -138,7 +142,7 @@ pub(super) async fn serve(
     relay::serve_http(
         shared.clone(),
         tls,
-        peer,
+        (peer, local),
         gate,
         early && protocol == relay::Protocol::Http1,
         Some(ctl),

@@ -1,0 +1,163 @@
+//! A served connection lives as long as bytes move: no byte either way for
+//! `Timeouts::stream_idle` and it is shut down gracefully (HTTP/1.1: after
+//! the request in progress; HTTP/2: GOAWAY), then dropped after the
+//! shutdown grace. There is no cut of a live stream (a long download, a
+//! slow upload, server-sent events that keep talking). Between two
+//! HTTP/1.1 requests the shorter `Timeouts::idle` applies (hyper's header
+//! read timeout).
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Instant;
+
+/// When bytes last moved on a connection.
+#[derive(Debug)]
+pub(super) struct Activity {
+    base: Instant,
+    /// Milliseconds after `base`.
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    pub(super) fn new() -> Arc<Self> {
+        Arc::new(Self {
+            base: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        })
+    }
+
+    fn touch(&self) {
+        let ms = u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    fn last(&self) -> Instant {
+        self.base + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
+    }
+
+    /// Resolves once nothing moved for `idle`.
+    pub(super) async fn idle_for(&self, idle: Duration) {
+        loop {
+            let deadline = self.last() + idle;
+            if Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep_until(deadline).await;
+        }
+    }
+}
+
+/// An I/O stream that records its activity.
+pub(super) struct Watched<S> {
+    inner: S,
+    activity: Arc<Activity>,
+}
+
+impl<S> Watched<S> {
+    pub(super) fn new(inner: S, activity: Arc<Activity>) -> Self {
+        Self { inner, activity }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.touch();
+        }
+        r
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        b: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, b);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        r
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        r
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// Drive the hyper connection `conn` until it ends, or until nothing moved
+/// on it for `idle`: then `graceful` starts its shutdown and it has `grace`
+/// to finish.
+pub(super) async fn drive<F>(
+    mut conn: Pin<&mut F>,
+    graceful: impl FnOnce(Pin<&mut F>),
+    activity: &Activity,
+    idle: Duration,
+    grace: Duration,
+) -> hyper::Result<()>
+where
+    F: Future<Output = hyper::Result<()>>,
+{
+    tokio::select! {
+        r = conn.as_mut() => return r,
+        () = activity.idle_for(idle) => {}
+    }
+    tracing::debug!("closing a connection idle for {idle:?}");
+    graceful(conn.as_mut());
+    tokio::time::timeout(grace, conn).await.unwrap_or(Ok(()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn only_a_connection_where_nothing_moves_is_idle() {
+        let a = Activity::new();
+        let idle = Duration::from_secs(60);
+        let start = Instant::now();
+        // Bytes every 50 s keep it alive.
+        let talker = async {
+            for _ in 0..4 {
+                tokio::time::sleep(Duration::from_secs(50)).await;
+                a.touch();
+            }
+        };
+        tokio::join!(talker, a.idle_for(idle));
+        assert_eq!(Instant::now() - start, Duration::from_secs(260));
+    }
+}
