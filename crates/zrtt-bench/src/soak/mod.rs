@@ -5,12 +5,12 @@
 //! on disk every period, while the gateway's memory and open files are
 //! sampled (issue 11, "Prove: soak").
 //!
-//! The load is open loop ([`load`]): requests start when due whatever the
+//! The load is open loop (`load.rs`): requests start when due whatever the
 //! answers' latency, on two threads in the client host, each request a new
 //! connection (zrtt in the SYN, the library's TLS fallback, the faults
 //! scenario's retries of a GET that got no answer). The events are in
-//! [`events`]; the report and its verdicts (0 failed requests, memory
-//! drift within the bound, every event served) in [`report`].
+//! `events.rs`; the report and its verdicts (0 failed requests, memory
+//! drift within the bound, every event served) in `report.rs`.
 //! docs/RELIABILITY.md ("Soak") has the method and the reading.
 
 use std::collections::BTreeMap;
