@@ -119,6 +119,7 @@ impl Gateway {
             metrics,
             pools,
             active: AtomicUsize::new(0),
+            peak_active: AtomicUsize::new(0),
             shutdown: tokio::sync::watch::Sender::new(false),
             paused: tokio::sync::watch::Sender::new(false),
         });
@@ -184,6 +185,7 @@ impl Gateway {
         for listener in self.listeners {
             loops.spawn(accept_loop(listener, self.shared.clone()));
         }
+        checks.spawn(super::trim::run(self.shared.clone()));
         shutdown.await;
         self.shared.shutdown.send_replace(true);
         while loops.join_next().await.is_some() {}
@@ -301,6 +303,7 @@ impl Drop for ActiveGuard<'_> {
 
 async fn handle(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
     let active = shared.active.fetch_add(1, Ordering::Relaxed) + 1;
+    shared.peak_active.fetch_max(active, Ordering::Relaxed);
     let _guard = ActiveGuard(&shared.active);
     Metrics::inc(&shared.metrics.connections);
     let _ = tcp.set_nodelay(true);

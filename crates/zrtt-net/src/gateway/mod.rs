@@ -61,6 +61,7 @@ mod relay;
 pub mod replay_store;
 mod sites;
 mod tls;
+mod trim;
 mod upgrade;
 
 use std::sync::atomic::AtomicUsize;
@@ -121,6 +122,8 @@ struct Shared {
     pools: Vec<Arc<pool::Pool>>,
     sites: sites::Sites,
     active: AtomicUsize,
+    /// Most connections open at once since the memory trim last looked (trim.rs).
+    peak_active: AtomicUsize,
     /// `true` once the gateway stops (upgraded streams then get the grace).
     shutdown: tokio::sync::watch::Sender<bool>,
     /// `true` while accepting is paused (listener::AcceptControl).
