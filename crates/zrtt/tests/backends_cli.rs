@@ -16,15 +16,6 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A free loopback port (nothing listens on it once returned).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// nginx in `dir` with these `servers` (server blocks); waits for `ports`.
 fn nginx(dir: &Path, servers: &str, ports: &[u16]) -> Guard {
     let d = dir.display();

@@ -34,14 +34,6 @@ const HOST: &str = "www.example.com";
 /// draining): only a broken setup reaches it.
 const PATIENCE: Duration = Duration::from_secs(60);
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn record(dir: &Path) -> KeyRecord {
     KeyRecord::decode(&std::fs::read(dir.join("k1.rec")).unwrap()).unwrap()
 }
@@ -124,29 +116,41 @@ struct Gw {
     stdout: BufReader<std::process::ChildStdout>,
 }
 
+/// `zrtt gateway` on `listen` with the test's key, record and certificate
+/// and `--handover sock` (and `--admin` if given).
+fn gateway_args<'a>(
+    listen: &'a str,
+    backend: &'a str,
+    admin: Option<&'a str>,
+    sock: &'a str,
+) -> Vec<&'a str> {
+    let mut args = vec![
+        "gateway",
+        "--listen",
+        listen,
+        "--backend",
+        backend,
+        "--key",
+        "k1.key",
+        "--record",
+        "k1.rec",
+        "--cert",
+        "cert.pem",
+        "--cert-key",
+        "cert.key",
+        "--handover",
+        sock,
+    ];
+    if let Some(a) = admin {
+        args.extend(["--admin", a]);
+    }
+    args
+}
+
 fn start(dir: &Path, listen: &str, admin: &str, backend: &str, sock: &str) -> Gw {
     let mut child = Command::new(env!("CARGO_BIN_EXE_zrtt"))
-        .args([
-            "gateway",
-            "--listen",
-            listen,
-            "--backend",
-            backend,
-            "--admin",
-            admin,
-            "--key",
-            "k1.key",
-            "--record",
-            "k1.rec",
-            "--cert",
-            "cert.pem",
-            "--cert-key",
-            "cert.key",
-            "--handover",
-            sock,
-            "--replay-state",
-            "replay.state",
-        ])
+        .args(gateway_args(listen, backend, Some(admin), sock))
+        .args(["--replay-state", "replay.state"])
         .current_dir(dir)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -195,22 +199,6 @@ fn exit_status(gw: &mut Gw) -> std::process::ExitStatus {
         assert!(start.elapsed() < PATIENCE, "did not exit");
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-fn counter(admin: &str, name: &str) -> u64 {
-    let mut s = TcpStream::connect(admin).unwrap();
-    s.set_read_timeout(Some(PATIENCE)).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let key = format!("zrtt_gateway_{name}_total ");
-    out.lines()
-        .find_map(|l| l.strip_prefix(&key))
-        .unwrap_or_else(|| panic!("no {name} in {out}"))
-        .trim()
-        .parse()
-        .unwrap()
 }
 
 #[test]
@@ -284,7 +272,7 @@ fn a_new_gateway_takes_the_sockets_and_the_replay_filter_without_a_gap() {
     );
     assert_eq!(answer(&listen, &flight(&rec)), Answer::Reply);
     // The admin socket came along: the successor's counters answer there.
-    assert!(counter(&admin, "zrtt_accepted") >= 1);
+    assert!(gateway_counter(&admin, "zrtt_accepted") >= 1);
     assert_eq!(
         new.guard.0.try_wait().unwrap(),
         None,
@@ -327,26 +315,7 @@ fn a_failed_or_mismatched_successor_leaves_the_running_gateway_serving() {
 
     // Another listen address: refused before anything is paused.
     let other = format!("127.0.0.1:{}", free_port());
-    let out = zrtt(
-        dir,
-        &[
-            "gateway",
-            "--listen",
-            &other,
-            "--backend",
-            &backend,
-            "--key",
-            "k1.key",
-            "--record",
-            "k1.rec",
-            "--cert",
-            "cert.pem",
-            "--cert-key",
-            "cert.key",
-            "--handover",
-            &sock_s,
-        ],
-    );
+    let out = zrtt(dir, &gateway_args(&other, &backend, None, &sock_s));
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("refused") && err.contains(&other), "{err}");
@@ -357,25 +326,7 @@ fn a_failed_or_mismatched_successor_leaves_the_running_gateway_serving() {
     let busy_admin = taken.local_addr().unwrap().to_string();
     let out = zrtt(
         dir,
-        &[
-            "gateway",
-            "--listen",
-            &listen,
-            "--backend",
-            &backend,
-            "--admin",
-            &busy_admin,
-            "--key",
-            "k1.key",
-            "--record",
-            "k1.rec",
-            "--cert",
-            "cert.pem",
-            "--cert-key",
-            "cert.key",
-            "--handover",
-            &sock_s,
-        ],
+        &gateway_args(&listen, &backend, Some(&busy_admin), &sock_s),
     );
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
@@ -395,7 +346,7 @@ fn a_failed_or_mismatched_successor_leaves_the_running_gateway_serving() {
     }
     assert_eq!(answer(&listen, &seen), Answer::Reject(RejectReason::Replay));
     assert_eq!(old.guard.0.try_wait().unwrap(), None, "still serving");
-    assert!(counter(&admin, "zrtt_accepted") >= 2);
+    assert!(gateway_counter(&admin, "zrtt_accepted") >= 2);
     // The failed successors took no generation of the state file: the old
     // process's snapshot is saved at its exit and restored by the next start.
     terminate(&mut old);

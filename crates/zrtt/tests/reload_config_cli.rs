@@ -9,7 +9,6 @@
 mod common;
 use common::*;
 
-use std::net::TcpListener;
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -17,14 +16,6 @@ use std::time::{Duration, Instant};
 
 const HOST: &str = "www.example.com";
 const PATIENCE: Duration = Duration::from_secs(60);
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn config(dir: &Path, listen: &str, backend: &str) {
     let text = format!(

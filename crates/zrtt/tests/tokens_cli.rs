@@ -9,30 +9,12 @@
 mod common;
 use common::*;
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const HOST: &str = "www.example.com";
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn wait_listening(addr: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(addr).is_err() {
-        assert!(Instant::now() < deadline, "{addr} did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 /// A gateway on free ports with `extra` flags; its listen and admin addresses.
 fn gateway(dir: &Path, extra: &[&str]) -> (Guard, String, String) {
@@ -65,23 +47,6 @@ fn gateway_on(dir: &Path, gw: &str, extra: &[&str]) -> (Guard, String, String) {
     wait_listening(&gw);
     wait_listening(&admin);
     (child, gw, admin)
-}
-
-/// One counter of the gateway's metrics.
-fn counter(admin: &str, name: &str) -> u64 {
-    let mut s = TcpStream::connect(admin).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let key = format!("zrtt_gateway_{name}_total ");
-    out.lines()
-        .find_map(|l| l.strip_prefix(&key))
-        .unwrap_or_else(|| panic!("no {name} in {out}"))
-        .trim()
-        .parse()
-        .unwrap()
 }
 
 /// `zrtt get` over zrtt only (so a silent fall back to TLS fails the
@@ -144,8 +109,8 @@ fn a_returning_client_is_answered_early_without_configuration() {
 
     // First visit: no token yet; the gateway issues one, the client keeps it.
     get(dir, &gw, "k1.rec", &[]);
-    assert_eq!(counter(&admin, "tokens_issued"), 1);
-    assert_eq!(counter(&admin, "tokens_accepted"), 0);
+    assert_eq!(gateway_counter(&admin, "tokens_issued"), 1);
+    assert_eq!(gateway_counter(&admin, "tokens_accepted"), 0);
     let state = dir.join(".state/zrtt/tokens");
     let text = std::fs::read_to_string(&state).unwrap();
     assert!(text.contains(&format!("token {HOST} 127.0.0.1 ")), "{text}");
@@ -154,13 +119,13 @@ fn a_returning_client_is_answered_early_without_configuration() {
 
     // Second visit from the same address: the token proves it.
     get(dir, &gw, "k1.rec", &[]);
-    assert_eq!(counter(&admin, "tokens_accepted"), 1);
-    assert_eq!(counter(&admin, "tokens_refused"), 0);
+    assert_eq!(gateway_counter(&admin, "tokens_accepted"), 1);
+    assert_eq!(gateway_counter(&admin, "tokens_refused"), 0);
 
     // --no-state: a first visit again, the state file untouched.
     let before = std::fs::read(&state).unwrap();
     get(dir, &gw, "k1.rec", &["--no-state"]);
-    assert_eq!(counter(&admin, "tokens_accepted"), 1);
+    assert_eq!(gateway_counter(&admin, "tokens_accepted"), 1);
     assert_eq!(std::fs::read(&state).unwrap(), before);
 }
 
@@ -203,10 +168,10 @@ fn gateways_sharing_a_key_store_accept_each_others_tokens() {
 
     // A token from gateway A opens at gateway B (same host name and address).
     get(dir, &gw_a, record, &[]);
-    assert_eq!(counter(&admin_a, "tokens_issued"), 1);
+    assert_eq!(gateway_counter(&admin_a, "tokens_issued"), 1);
     get(dir, &gw_b, record, &[]);
-    assert_eq!(counter(&admin_b, "tokens_accepted"), 1);
-    assert_eq!(counter(&admin_b, "tokens_refused"), 0);
+    assert_eq!(gateway_counter(&admin_b, "tokens_accepted"), 1);
+    assert_eq!(gateway_counter(&admin_b, "tokens_refused"), 0);
 }
 
 /// A restart keeps the replay filter (docs/PROTOCOL.md §7): the stopping
@@ -236,7 +201,7 @@ fn a_restart_keeps_the_replay_filter_and_accepts_flights_at_once() {
     // No snapshot yet: this start refuses flights stamped in its first seconds.
     std::thread::sleep(Duration::from_secs(3));
     get(dir, &gw, "k1.rec", &["--no-state"]);
-    assert_eq!(counter(&admin, "zrtt_accepted"), 1);
+    assert_eq!(gateway_counter(&admin, "zrtt_accepted"), 1);
     let st = Command::new("kill")
         .args(["-TERM", &first.0.id().to_string()])
         .status()
@@ -250,9 +215,9 @@ fn a_restart_keeps_the_replay_filter_and_accepts_flights_at_once() {
     let (_second, gw, admin) = gateway_on(dir, &gw, &args);
     assert!(!state.exists(), "read once, then removed");
     get(dir, &gw, "k1.rec", &["--no-state"]);
-    assert_eq!(counter(&admin, "zrtt_accepted"), 1);
+    assert_eq!(gateway_counter(&admin, "zrtt_accepted"), 1);
     assert_eq!(
-        counter(&admin, "zrtt_rejects_sent"),
+        gateway_counter(&admin, "zrtt_rejects_sent"),
         0,
         "no restart refusal"
     );
@@ -339,7 +304,7 @@ fn a_client_learns_the_verifiers_a_record_names_and_is_proven_next_time() {
 
     // First contact: not proven; afterwards the state holds a certificate.
     get(dir, &gw, "pv.rec", &[&resolve]);
-    assert_eq!(counter(&admin, "provenance_accepted"), 0);
+    assert_eq!(gateway_counter(&admin, "provenance_accepted"), 0);
     let state = dir.join(".state/zrtt/provenance");
     let text = std::fs::read_to_string(&state).unwrap();
     assert!(text.lines().any(|l| l.starts_with("127.0.0.1 ")), "{text}");
@@ -348,7 +313,7 @@ fn a_client_learns_the_verifiers_a_record_names_and_is_proven_next_time() {
     // Next first contact (the token state removed): proven by the certificate.
     std::fs::remove_file(dir.join(".state/zrtt/tokens")).unwrap();
     get(dir, &gw, "pv.rec", &[&resolve]);
-    assert_eq!(counter(&admin, "provenance_accepted"), 1);
-    assert_eq!(counter(&admin, "tokens_accepted"), 0);
-    assert_eq!(counter(&admin, "provenance_refused"), 0);
+    assert_eq!(gateway_counter(&admin, "provenance_accepted"), 1);
+    assert_eq!(gateway_counter(&admin, "tokens_accepted"), 0);
+    assert_eq!(gateway_counter(&admin, "provenance_refused"), 0);
 }

@@ -9,31 +9,14 @@
 mod common;
 use common::*;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const HOST: &str = "www.example.com";
 const PV: &str = "pv1.example.com";
 const ZONE: &str = "$ORIGIN example.com.\n$TTL 3600\n@ IN SOA ns1 hostmaster ( 1 7200 900 1209600 300 )\n  IN NS ns1\nns1 IN A 127.0.0.1\nwww IN A 127.0.0.1\npv1 IN A 127.0.0.1\n";
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn wait_listening(addr: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(addr).is_err() {
-        assert!(Instant::now() < deadline, "{addr} did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 fn spawn(dir: &Path, args: &[&str], stderr: Stdio) -> Guard {
     Guard(
@@ -47,24 +30,8 @@ fn spawn(dir: &Path, args: &[&str], stderr: Stdio) -> Guard {
     )
 }
 
-fn metrics(admin: &str) -> String {
-    let mut s = TcpStream::connect(admin).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
 fn metric(admin: &str, name: &str) -> u64 {
-    let m = metrics(admin);
-    m.lines()
-        .find_map(|l| l.strip_prefix(&format!("zrtt_gateway_{name}_total ")))
-        .unwrap_or_else(|| panic!("no {name} in {m}"))
-        .trim()
-        .parse()
-        .unwrap()
+    gateway_counter(admin, name)
 }
 
 #[test]
@@ -281,7 +248,7 @@ fn gateway_trusts_the_keys_a_verifier_publishes_in_dns_and_nothing_else() {
         metric(&admin, "provenance_accepted"),
         1,
         "{}",
-        metrics(&admin)
+        admin_metrics(&admin)
     );
     assert_eq!(metric(&admin, "zrtt_answered_early"), 1);
     assert_eq!(metric(&admin, "provenance_refused"), 0);
@@ -292,7 +259,7 @@ fn gateway_trusts_the_keys_a_verifier_publishes_in_dns_and_nothing_else() {
         metric(&admin, "provenance_refused"),
         1,
         "{}",
-        metrics(&admin)
+        admin_metrics(&admin)
     );
     assert_eq!(metric(&admin, "provenance_accepted"), 1);
     assert_eq!(metric(&admin, "zrtt_answered_gated"), 1);

@@ -103,3 +103,45 @@ pub fn key_and_record(dir: &Path, host: &str) {
         ],
     );
 }
+
+/// A TCP port free on 127.0.0.1 right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits (at most 10 s) until something accepts on `addr`.
+pub fn wait_listening(addr: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(std::time::Instant::now() < deadline, "{addr} did not start");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// The exposition text an admin endpoint serves at `/metrics`.
+pub fn admin_metrics(admin: &str) -> String {
+    let mut s = std::net::TcpStream::connect(admin).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// The gateway counter `zrtt_gateway_<name>_total` at `admin`.
+pub fn gateway_counter(admin: &str, name: &str) -> u64 {
+    let out = admin_metrics(admin);
+    let key = format!("zrtt_gateway_{name}_total ");
+    out.lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .unwrap_or_else(|| panic!("no {name} in {out}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
