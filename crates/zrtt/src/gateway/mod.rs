@@ -316,7 +316,6 @@ fn parse_store_timeout(s: &str) -> std::result::Result<ShortDuration, String> {
     s.parse()
 }
 
-/// A network in CIDR form, or one address (`/32`, `/128`).
 /// The shared replay store of `--replay-store`, if any (not connected yet).
 fn replay_store(
     a: &ReplayStoreArgs,
@@ -345,6 +344,7 @@ fn replay_store(
     Ok(Some(ReplayStore::new(store, clock)?))
 }
 
+/// A network in CIDR form, or one address (`/32`, `/128`).
 fn parse_net(s: &str) -> Result<IpNet> {
     s.parse::<IpNet>()
         .or_else(|_| s.parse::<std::net::IpAddr>().map(IpNet::from))
