@@ -27,6 +27,10 @@ pub(super) enum BodyFault {
     TimedOut,
     /// The client's stream failed (reset, malformed chunking).
     Client,
+    /// The gateway answered (502, 504) and took the unread rest away: a
+    /// backend still reading the upload must see it fail, not end (an h2c
+    /// upload would otherwise send END_STREAM: a cut body as a whole one).
+    Abandoned,
 }
 
 /// The error a [`RequestBody`] ends with.
@@ -39,6 +43,7 @@ impl std::fmt::Display for BodyError {
             BodyFault::TooLarge => "request body over the size limit",
             BodyFault::TimedOut => "request body timed out",
             BodyFault::Client => "request body failed",
+            BodyFault::Abandoned => "request body abandoned: the gateway answered",
         })
     }
 }
@@ -219,8 +224,13 @@ impl Holding {
         resp: hyper::Response<Body>,
         body: &RequestBody,
     ) -> hyper::Response<Body> {
-        match lock(&body.0).inner.take() {
-            Some(rest) => Self::wrap(resp, rest),
+        let mut s = lock(&body.0);
+        match s.inner.take() {
+            Some(rest) => {
+                s.fault.get_or_insert(BodyFault::Abandoned);
+                drop(s);
+                Self::wrap(resp, rest)
+            }
             None => resp,
         }
     }
