@@ -12,9 +12,10 @@ use bytes::Bytes;
 use clap::Args;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
-use zrtt_dns::resolver::{Resolved, Resolver, ResolverConfig, Trust};
+use zrtt_dns::resolver::{ResolveError, Resolved, Resolver, ResolverConfig, Trust};
 use zrtt_net::client::{
     CertKeySource, ClientConfig, ConnInfo, DnsKeySource, KeySource, Target, ZrttStream,
+    KEY_RACE_GRACE,
 };
 
 use crate::dnskeys::{parse_dns_server, ClientFlags};
@@ -91,6 +92,13 @@ pub struct GetArgs {
     /// the host (TLSA is then not needed).
     #[arg(long)]
     cert: Option<PathBuf>,
+    /// Wait for the key records before connecting. By default, when the
+    /// address comes before the keys (a QNAME-minimising resolver answers
+    /// the keys of a name it has not seen one round trip later), TLS starts
+    /// at once and the keys win only if they come before its handshake
+    /// finished (docs/DNS.md "Keys later than the address").
+    #[arg(long)]
+    no_key_race: bool,
     #[command(flatten)]
     flags: ClientFlags,
     /// Exit 22 on HTTP status >= 400.
@@ -103,13 +111,27 @@ pub struct GetArgs {
 
 struct Failure(u8, String);
 
-/// Look `host` up in DNS: addresses and verified keys. `Err` only for
-/// configuration errors (exit code, message); lookup failures are notes.
+/// The rest of a DNS resolution still under way (the key records).
+type PendingResolution =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Resolved, ResolveError>> + Send>>;
+
+/// What the DNS lookup found before the connection starts.
+enum Lookup {
+    /// Everything: addresses and keys.
+    Done(Arc<Resolver>, Resolved),
+    /// The addresses; the key records are still coming.
+    AddressesFirst(Arc<Resolver>, Vec<IpAddr>, PendingResolution),
+}
+
+/// Look `host` up in DNS: addresses and verified keys (unless the addresses
+/// come first and `--no-key-race` is not given, see [`Lookup`]). `Err`
+/// only for configuration errors (exit code, message); lookup failures are
+/// notes.
 async fn dns_lookup(
     a: &GetArgs,
     host: &str,
     notes: &mut Vec<String>,
-) -> Result<Option<(Arc<Resolver>, Resolved)>, Failure> {
+) -> Result<Option<Lookup>, Failure> {
     let cfg = match a.dns_server {
         Some(s) => ResolverConfig::new(s),
         None => match ResolverConfig::system() {
@@ -140,10 +162,49 @@ async fn dns_lookup(
             Err(e) => return fail(77, format!("{e:#}")),
         }
     }
-    match resolver
-        .resolve(host, zrtt_net::client::system_clock())
-        .await
-    {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let mut full: PendingResolution = {
+        let resolver = resolver.clone();
+        let host = host.to_owned();
+        Box::pin(async move {
+            resolver
+                .resolve_addresses_first(&host, zrtt_net::client::system_clock(), move |found| {
+                    let _ = tx.send(found);
+                })
+                .await
+        })
+    };
+    let t_dns = Instant::now();
+    // Everything cached completes in the first poll, so `full` wins then.
+    let outcome = tokio::select! {
+        biased;
+        r = &mut full => r,
+        Ok(found) = rx, if !a.no_key_race => {
+            // Keys that are only a little behind the address still win
+            // without a TLS handshake started for nothing.
+            if let Ok(r) = tokio::time::timeout(KEY_RACE_GRACE, &mut full).await {
+                return Ok(lookup_done(resolver, r, &server, notes));
+            }
+            notes.push(format!(
+                "DNS {server}: {} address(es) in {:.1} ms, key records still coming \
+                 (TLS starts beside them)",
+                found.len(),
+                t_dns.elapsed().as_secs_f64() * 1000.0
+            ));
+            return Ok(Some(Lookup::AddressesFirst(resolver, found, full)));
+        }
+    };
+    Ok(lookup_done(resolver, outcome, &server, notes))
+}
+
+/// The notes of a finished DNS lookup, and what it found.
+fn lookup_done(
+    resolver: Arc<Resolver>,
+    outcome: Result<Resolved, ResolveError>,
+    server: &str,
+    notes: &mut Vec<String>,
+) -> Option<Lookup> {
+    match outcome {
         Ok(r) => {
             notes.push(format!(
                 "DNS {server}: {} quer{} in {:.1} ms, {} address(es), {} verified key(s){}",
@@ -169,11 +230,11 @@ async fn dns_lookup(
             for (t, e) in &r.failed {
                 notes.push(format!("DNS {t} lookup failed: {e}"));
             }
-            Ok(Some((resolver, r)))
+            Some(Lookup::Done(resolver, r))
         }
         Err(e) => {
             notes.push(format!("DNS lookup failed: {e}"));
-            Ok(None)
+            None
         }
     }
 }
@@ -271,10 +332,12 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
         None
     };
     if addr.is_none() {
-        addr = dns
-            .as_ref()
-            .and_then(|(_, r)| r.addrs.first())
-            .map(|ip| SocketAddr::new(*ip, port));
+        addr = match &dns {
+            Some(Lookup::Done(_, r)) => r.addrs.first(),
+            Some(Lookup::AddressesFirst(_, found, _)) => found.first(),
+            None => None,
+        }
+        .map(|ip| SocketAddr::new(*ip, port));
     }
     let addr = match addr {
         Some(a) => a,
@@ -297,8 +360,13 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
         }
     }
     let roots = load_roots(a)?;
+    let mut pending_keys = None;
     let key_source: Arc<dyn KeySource> = match dns {
-        Some((resolver, _)) => Arc::new(DnsKeySource::new(resolver)),
+        Some(Lookup::Done(resolver, _)) => Arc::new(DnsKeySource::new(resolver)),
+        Some(Lookup::AddressesFirst(resolver, _, rest)) => {
+            pending_keys = Some(rest);
+            Arc::new(DnsKeySource::new(resolver))
+        }
         None => {
             let cert_der = match (&a.cert, records.is_empty()) {
                 (Some(p), _) => match util::load_cert(p) {
@@ -420,13 +488,22 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
     }
 
     // Connect and send.
-    let stream = ZrttStream::new(
-        Arc::new(cfg),
-        Target {
-            host: host.clone(),
-            addr,
-        },
-    );
+    let target = Target {
+        host: host.clone(),
+        addr,
+    };
+    let stream = match pending_keys {
+        Some(rest) => ZrttStream::with_pending_keys(
+            Arc::new(cfg),
+            target,
+            Box::pin(async move {
+                if let Err(e) = rest.await {
+                    tracing::debug!("key lookup: {e}");
+                }
+            }),
+        ),
+        None => ZrttStream::new(Arc::new(cfg), target),
+    };
     let info_handle = stream.info();
     let t_start = t0.elapsed();
     let (mut sender, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await

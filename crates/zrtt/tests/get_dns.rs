@@ -122,7 +122,13 @@ fn get_resolves_key_and_address_through_dns_and_falls_back_with_reasons() {
     let (out, err) = get(
         dir,
         &url,
-        &["--dns-server", &dns_addr, "--cacert", "pki/ca.pem"],
+        &[
+            "--dns-server",
+            &dns_addr,
+            "--cacert",
+            "pki/ca.pem",
+            "--no-key-race",
+        ],
     );
     assert!(out.starts_with("0rtt-"), "{out}\n{err}");
     assert!(
@@ -144,6 +150,7 @@ fn get_resolves_key_and_address_through_dns_and_falls_back_with_reasons() {
             "pki/ca.pem",
             "--cert",
             "pki2/cert.pem",
+            "--no-key-race",
         ],
     );
     assert!(out.starts_with("tls-fallback"), "{out}\n{err}");
@@ -165,6 +172,7 @@ fn get_resolves_key_and_address_through_dns_and_falls_back_with_reasons() {
             &dns_addr,
             "--cacert",
             "pki2/ca.pem",
+            "--no-key-race",
             &url,
         ],
     );
@@ -174,6 +182,26 @@ fn get_resolves_key_and_address_through_dns_and_falls_back_with_reasons() {
         "{err}"
     );
     assert_eq!(out.status.code(), Some(35), "{err}");
+
+    // Key records a second behind the address (as a QNAME-minimising
+    // resolver answers them for a name it has not seen): TLS starts on the
+    // address, finishes first and carries the request.
+    let slow = DelayingDns::start(
+        &dns_addr,
+        &[RTYPE_HTTPS, RTYPE_TLSA],
+        Duration::from_secs(3),
+    );
+    let (out, err) = get(
+        dir,
+        &url,
+        &["--dns-server", &slow.addr, "--cacert", "pki/ca.pem"],
+    );
+    assert!(out.starts_with("tls-fallback"), "{out}\n{err}");
+    assert!(
+        err.contains("key records still coming") && err.contains("before the key records came"),
+        "{err}"
+    );
+    drop(slow);
 
     // An unmodified client through `zrtt proxy`: keys and address from DNS,
     // the request goes over zrtt to the gateway.
@@ -265,4 +293,73 @@ fn get_falls_back_when_dns_does_not_answer() {
         "{err}"
     );
     assert_eq!(out.status.code(), Some(7), "{err}");
+}
+
+const RTYPE_TLSA: u16 = 52;
+const RTYPE_HTTPS: u16 = 65;
+
+/// A UDP DNS relay in front of `upstream` that holds the answers to the
+/// given query types for `delay`; stops when dropped.
+struct DelayingDns {
+    addr: String,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl DelayingDns {
+    fn start(upstream: &str, slow: &[u16], delay: Duration) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let addr = sock.local_addr().unwrap().to_string();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let (upstream, slow, flag) = (upstream.to_owned(), slow.to_vec(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while !flag.load(Ordering::Relaxed) {
+                let Ok((n, from)) = sock.recv_from(&mut buf) else {
+                    continue;
+                };
+                let query = buf[..n].to_vec();
+                let held = qtype(&query).is_some_and(|t| slow.contains(&t));
+                let (sock, upstream) = (sock.try_clone().unwrap(), upstream.clone());
+                std::thread::spawn(move || {
+                    let up = UdpSocket::bind("127.0.0.1:0").unwrap();
+                    up.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                    up.send_to(&query, &upstream).unwrap();
+                    let mut ans = [0u8; 4096];
+                    if let Ok(m) = up.recv(&mut ans) {
+                        if held {
+                            std::thread::sleep(delay);
+                        }
+                        let _ = sock.send_to(&ans[..m], from);
+                    }
+                });
+            }
+        });
+        Self {
+            addr,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for DelayingDns {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The QTYPE of a DNS query (uncompressed question, as clients send it).
+fn qtype(msg: &[u8]) -> Option<u16> {
+    let mut i = 12;
+    while *msg.get(i)? != 0 {
+        i += 1 + usize::from(msg[i]);
+    }
+    Some(u16::from_be_bytes([*msg.get(i + 1)?, *msg.get(i + 2)?]))
 }

@@ -252,7 +252,24 @@ impl Resolver {
     /// where possible (see the module docs). Fails only when nothing at all
     /// could be looked up.
     pub async fn resolve(&self, host: &str, now: UnixTime) -> Result<Resolved, ResolveError> {
-        self.resolve_inner(host, now, 0).await
+        self.resolve_inner(host, now, 0, None).await
+    }
+
+    /// Like [`Self::resolve`], and calls `on_addresses` with the host's
+    /// addresses as soon as the A or the AAAA answer brings some (whichever
+    /// first; the result has both), before the key records. A QNAME-minimising resolver answers HTTPS and TLSA
+    /// for a name it has not seen one probe later than A (docs/DNS.md §6a),
+    /// so a client can start TLS on the address while the keys are on their
+    /// way and use whichever is ready first. Not called when no address came
+    /// back (the result then says why).
+    pub async fn resolve_addresses_first(
+        &self,
+        host: &str,
+        now: UnixTime,
+        on_addresses: impl FnOnce(Vec<IpAddr>) + Send,
+    ) -> Result<Resolved, ResolveError> {
+        self.resolve_inner(host, now, 0, Some(Box::new(on_addresses)))
+            .await
     }
 
     /// Like [`Self::resolve`] but from the cache only, without sending
@@ -313,7 +330,7 @@ impl Resolver {
         }
         let mut out = Vec::with_capacity(hosts.len());
         for h in hosts {
-            let r = self.resolve_inner(&h, now, within.as_secs()).await;
+            let r = self.resolve_inner(&h, now, within.as_secs(), None).await;
             out.push((h, r));
         }
         out
@@ -329,6 +346,7 @@ impl Resolver {
         host: &str,
         now: UnixTime,
         refresh_within: u64,
+        on_addresses: Option<Box<dyn FnOnce(Vec<IpAddr>) + Send + '_>>,
     ) -> Result<Resolved, ResolveError> {
         let t0 = Instant::now();
         let host_n = checked_name(host)?;
@@ -340,20 +358,48 @@ impl Resolver {
 
         // One parallel batch: HTTPS, A, AAAA and (unless pinned) TLSA.
         let want_tlsa = pinned.is_none();
-        let (https, a, aaaa, tlsa) = tokio::join!(
+        // The first of A and AAAA that brings addresses reports them: a
+        // minimising resolver answers AAAA one probe after A, with the keys.
+        let report = Mutex::new(on_addresses);
+        let reported = |f: &Fetched| {
+            let found = addresses_of(f);
+            if !found.is_empty() {
+                if let Some(report) = lock(&report).take() {
+                    report(found);
+                }
+            }
+        };
+        let addresses = async {
+            tokio::join!(
+                async {
+                    let a = self
+                        .fetch(&fqdn, RecordType::A, cached(&fqdn, RecordType::A), now_s)
+                        .await;
+                    reported(&a.0);
+                    a
+                },
+                async {
+                    let aaaa = self
+                        .fetch(
+                            &fqdn,
+                            RecordType::AAAA,
+                            cached(&fqdn, RecordType::AAAA),
+                            now_s,
+                        )
+                        .await;
+                    reported(&aaaa.0);
+                    aaaa
+                },
+            )
+        };
+        let (https, (a, aaaa), tlsa) = tokio::join!(
             self.fetch(
                 &fqdn,
                 RecordType::HTTPS,
                 cached(&fqdn, RecordType::HTTPS),
                 now_s
             ),
-            self.fetch(&fqdn, RecordType::A, cached(&fqdn, RecordType::A), now_s),
-            self.fetch(
-                &fqdn,
-                RecordType::AAAA,
-                cached(&fqdn, RecordType::AAAA),
-                now_s
-            ),
+            addresses,
             async {
                 if want_tlsa {
                     Some(
@@ -434,6 +480,20 @@ impl Resolver {
         let (res, sent) = exchange::query(&self.cfg, name, t).await;
         (res.map(|msg| self.cache.insert(&msg, name, t, now)), sent)
     }
+}
+
+/// The addresses in an A or AAAA answer.
+fn addresses_of(f: &Fetched) -> Vec<IpAddr> {
+    let Ok(Answer::Records(v)) = f else {
+        return Vec::new();
+    };
+    v.iter()
+        .filter_map(|rd| match rd {
+            RData::A(x) => Some(IpAddr::V4(x.0)),
+            RData::AAAA(x) => Some(IpAddr::V6(x.0)),
+            _ => None,
+        })
+        .collect()
 }
 
 fn rdata_bytes(rd: &RData) -> Option<Vec<u8>> {

@@ -536,14 +536,18 @@ async fn attempt_zrtt(
 }
 
 /// A TLS connection and the times to its TCP and TLS handshakes.
-struct TlsReady {
+pub(super) struct TlsReady {
     tls: TlsStream<TcpStream>,
     time_connect: Duration,
     time_appconnect: Duration,
 }
 
 /// TCP connect and TLS 1.3 handshake on the same port.
-async fn tls_handshake(cfg: &ClientConfig, target: &Target, t0: Instant) -> Result<TlsReady> {
+pub(super) async fn tls_handshake(
+    cfg: &ClientConfig,
+    target: &Target,
+    t0: Instant,
+) -> Result<TlsReady> {
     let tcp = tokio::time::timeout(cfg.connect_timeout, TcpStream::connect(target.addr))
         .await
         .map_err(|_| Error::Timeout("connect"))?
@@ -568,7 +572,7 @@ async fn tls_handshake(cfg: &ClientConfig, target: &Target, t0: Instant) -> Resu
 }
 
 /// Send `request` on a ready TLS connection.
-async fn tls_send(ready: TlsReady, request: &[u8]) -> Result<(Conn, ConnInfo)> {
+pub(super) async fn tls_send(ready: TlsReady, request: &[u8]) -> Result<(Conn, ConnInfo)> {
     let TlsReady {
         mut tls,
         time_connect,

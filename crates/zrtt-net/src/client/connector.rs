@@ -26,6 +26,7 @@ use hyper_util::rt::TokioIo;
 
 use super::config::ClientConfig;
 use super::connect::{ConnInfo, Target};
+use super::key_race::KEY_RACE_GRACE;
 use super::resolve::{Resolve, SystemResolver};
 use super::stream::{ConnInfoHandle, ZrttStream};
 use crate::error::{Error, Result};
@@ -33,10 +34,11 @@ use crate::error::{Error, Result};
 /// Connects `https://` URIs over zrtt (the first request in the SYN),
 /// with the TLS 1.3 fallback of its [`ClientConfig`] on the same port.
 ///
-/// Each call resolves the host (after the key source's
-/// [`prefetch`](super::KeySource::prefetch)) and returns a [`ZrttStream`]
-/// at once: nothing is sent until hyper writes the first request, which
-/// becomes the early data. Connections are pooled by hyper-util's `Client`
+/// Each call resolves the host while the key source's
+/// [`prefetch`](super::KeySource::prefetch) runs, and returns a
+/// [`ZrttStream`] once the address is known: nothing is sent until hyper
+/// writes the first request, which becomes the early data. Keys that are
+/// still coming then race a TLS handshake ([`super::establish_when_keys`]). Connections are pooled by hyper-util's `Client`
 /// per scheme and authority; later requests on a pooled connection travel
 /// inside its channel. Only HTTP/1.1. Cheap to clone (three `Arc`s).
 ///
@@ -155,22 +157,48 @@ impl tower_service::Service<Uri> for ZrttConnector {
             }
             let (host, port) = host_port(&uri, 443)?;
             let cfg = &this.config;
-            let prefetch = cfg.keys.prefetch(&host, (cfg.clock)());
-            if tokio::time::timeout(this.resolve_timeout, prefetch)
-                .await
-                .is_err()
-            {
-                tracing::debug!("{host}: key prefetch timed out");
-            }
-            let addr =
-                tokio::time::timeout(this.resolve_timeout, this.resolver.resolve(&host, port))
+            // Keys and address in parallel; keys still missing once the
+            // address is known (and KEY_RACE_GRACE later) race TLS.
+            let mut keys = Box::pin(tokio::time::timeout(
+                this.resolve_timeout,
+                cfg.keys.prefetch(&host, (cfg.clock)()),
+            ));
+            let resolve =
+                tokio::time::timeout(this.resolve_timeout, this.resolver.resolve(&host, port));
+            tokio::pin!(resolve);
+            let mut keys_done = false;
+            let addr = loop {
+                tokio::select! {
+                    biased;
+                    k = keys.as_mut(), if !keys_done => {
+                        keys_done = true;
+                        if k.is_err() {
+                            tracing::debug!("{host}: key prefetch timed out");
+                        }
+                    }
+                    r = &mut resolve => break r,
+                }
+            };
+            let addr = addr
+                .map_err(|_| Error::Timeout("resolving the gateway"))?
+                .map_err(Error::io("resolving the gateway"))?;
+            if !keys_done {
+                keys_done = tokio::time::timeout(KEY_RACE_GRACE, keys.as_mut())
                     .await
-                    .map_err(|_| Error::Timeout("resolving the gateway"))?
-                    .map_err(Error::io("resolving the gateway"))?;
-            Ok(TokioIo::new(ZrttStream::new(
-                this.config.clone(),
-                Target { host, addr },
-            )))
+                    .is_ok();
+            }
+            let target = Target { host, addr };
+            Ok(TokioIo::new(if keys_done {
+                ZrttStream::new(this.config.clone(), target)
+            } else {
+                ZrttStream::with_pending_keys(
+                    this.config.clone(),
+                    target,
+                    Box::pin(async move {
+                        let _ = keys.await;
+                    }),
+                )
+            }))
         })
     }
 }

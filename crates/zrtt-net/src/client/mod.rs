@@ -14,6 +14,8 @@
 //!   ([`SystemResolver`], [`DnsAddresses`]);
 //! - [`establish`] (`connect.rs`): one connection, zrtt with Fast Open,
 //!   a retry with fresh keys, TLS raced in parallel when zrtt is late;
+//! - [`establish_when_keys`] (`key_race.rs`): TLS started on the address
+//!   while the key records are still coming, whichever is ready first;
 //! - [`PathMemory`] (`paths.rs`): per-destination RTTs and failures;
 //! - [`ZrttStream`] (`stream.rs`): a lazily connecting byte stream for
 //!   hyper: the first request written becomes the early data;
@@ -24,6 +26,7 @@ mod config;
 mod connect;
 mod connector;
 mod dns;
+mod key_race;
 mod keys;
 mod paths;
 mod resolve;
@@ -38,6 +41,7 @@ pub use connect::{early_eligible, establish, handshake_done, Conn, ConnInfo, Mod
 pub(crate) use connector::host_port;
 pub use connector::{conn_info, ZrttConnector, ZrttConnectorBuilder};
 pub use dns::{DnsAddresses, DnsKeySource};
+pub use key_race::{establish_when_keys, KEY_RACE_GRACE};
 pub use keys::{CertKeySource, KeySource, PrefetchFuture};
 pub use paths::PathMemory;
 pub use resolve::{Resolve, ResolveFuture, SystemResolver};

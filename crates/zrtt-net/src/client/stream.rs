@@ -16,6 +16,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::config::ClientConfig;
 use super::connect::{establish, Conn, ConnInfo, Target};
+use super::key_race::establish_when_keys;
+use super::keys::PrefetchFuture;
 use crate::error::Result;
 
 type Establishing = Pin<Box<dyn Future<Output = Result<(Conn, ConnInfo)>> + Send>>;
@@ -27,6 +29,7 @@ enum StreamState {
         cfg: Arc<ClientConfig>,
         target: Target,
         buf: Vec<u8>,
+        keys: Option<PrefetchFuture>,
     },
     Connecting(Establishing),
     Ready(Conn),
@@ -62,10 +65,22 @@ impl ZrttStream {
                 cfg,
                 target,
                 buf: Vec::new(),
+                keys: None,
             },
             info: Arc::new(Mutex::new(None)),
             read_waker: None,
         }
+    }
+
+    /// A stream to `target` whose key records are still being fetched by
+    /// `keys`: at the first flush TLS starts beside them and whichever is
+    /// ready first carries the request ([`establish_when_keys`]).
+    pub fn with_pending_keys(cfg: Arc<ClientConfig>, target: Target, keys: PrefetchFuture) -> Self {
+        let mut s = Self::new(cfg, target);
+        if let StreamState::Buffering { keys: k, .. } = &mut s.state {
+            *k = Some(keys);
+        }
+        s
     }
 
     /// What happened while connecting (`None` until connected).
@@ -74,13 +89,24 @@ impl ZrttStream {
     }
 
     fn start(&mut self) {
-        if let StreamState::Buffering { cfg, target, buf } = &mut self.state {
+        if let StreamState::Buffering {
+            cfg,
+            target,
+            buf,
+            keys,
+        } = &mut self.state
+        {
             let cfg = cfg.clone();
             let target = target.clone();
             let request = std::mem::take(buf);
-            self.state = StreamState::Connecting(Box::pin(async move {
-                establish(&cfg, &target, &request).await
-            }));
+            self.state = StreamState::Connecting(match keys.take() {
+                Some(keys) => {
+                    Box::pin(
+                        async move { establish_when_keys(&cfg, &target, &request, keys).await },
+                    )
+                }
+                None => Box::pin(async move { establish(&cfg, &target, &request).await }),
+            });
         }
     }
 
