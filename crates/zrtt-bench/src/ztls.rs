@@ -55,9 +55,17 @@ enum Kind {
     Tls13,
     ZrttUnproven,
     ZrttProven,
+    /// The default client (proven): TLS starts beside key records that
+    /// come after the address, whichever is ready first carries the request.
+    ZrttRaced,
 }
 
-const KINDS: [Kind; 3] = [Kind::Tls13, Kind::ZrttUnproven, Kind::ZrttProven];
+const KINDS: [Kind; 4] = [
+    Kind::Tls13,
+    Kind::ZrttUnproven,
+    Kind::ZrttProven,
+    Kind::ZrttRaced,
+];
 
 impl Kind {
     fn id(self) -> &'static str {
@@ -65,6 +73,7 @@ impl Kind {
             Kind::Tls13 => "tls13",
             Kind::ZrttUnproven => "zrtt-unproven",
             Kind::ZrttProven => "zrtt-proven",
+            Kind::ZrttRaced => "zrtt-raced",
         }
     }
 }
@@ -121,8 +130,9 @@ fn flush(env: &Env, host: &str, tag: &str) -> Result<()> {
     run_capture(c).map(|_| ())
 }
 
-/// One fetch with DNS: ms from the client's start to the first response byte.
-fn fetch(env: &Env, k: Kind, resolver: Ipv4Addr) -> Result<f64> {
+/// One fetch with DNS: ms from the client's start to the first response
+/// byte, and whether the request went over TLS.
+fn fetch(env: &Env, k: Kind, resolver: Ipv4Addr) -> Result<(f64, bool)> {
     match k {
         Kind::Tls13 => {
             let mut c = env.lab.command("client", "curl")?;
@@ -143,40 +153,45 @@ fn fetch(env: &Env, k: Kind, resolver: Ipv4Addr) -> Result<f64> {
                 &format!("https://{TLS_NAME}/"),
             ]);
             let f = write_out(c, "curl", 3, 2)?;
-            secs_field(&f[1])
+            Ok((secs_field(&f[1])?, true))
         }
-        Kind::ZrttUnproven | Kind::ZrttProven => {
+        Kind::ZrttUnproven | Kind::ZrttProven | Kind::ZrttRaced => {
             let mut c = env.lab.command("client", &env.bench.zrtt)?;
             c.args(["get", "--no-state"]);
-            if k == Kind::ZrttProven {
+            if k != Kind::ZrttUnproven {
                 c.arg("--provenance-state").arg(&env.provenance_state);
             }
-            c.args([
-                "-o",
-                "/dev/null",
-                "-m",
-                "15s",
-                "--zrtt-only",
-                "--dns-server",
-            ])
-            .arg(format!("{resolver}:53"))
-            .arg("--cacert")
-            .arg(&env.www.ca)
-            .arg("--cert")
-            .arg(&env.www.cert)
-            .args([
-                "-w",
-                "%{time_namelookup} %{time_starttransfer} %{http_code} %{zrtt_mode}",
-                &format!("https://{ZRTT_NAME}/"),
-            ]);
+            c.args(["-o", "/dev/null", "-m", "15s"]);
+            if k != Kind::ZrttRaced {
+                c.args(["--zrtt-only", "--no-key-race"]);
+            }
+            c.arg("--dns-server")
+                .arg(format!("{resolver}:53"))
+                .arg("--cacert")
+                .arg(&env.www.ca)
+                .arg("--cert")
+                .arg(&env.www.cert)
+                .args([
+                    "-w",
+                    "%{time_namelookup} %{time_starttransfer} %{http_code} %{zrtt_mode}",
+                    &format!("https://{ZRTT_NAME}/"),
+                ]);
             let f = write_out(c, "zrtt get", 4, 2)?;
+            if k == Kind::ZrttRaced {
+                // Either path is this row's answer; the report counts them.
+                let tls = f[3] == "tls-fallback";
+                if !tls {
+                    env.modes.check(&f[3], "0rtt-early", k.id())?;
+                }
+                return Ok((secs_field(&f[1])?, tls));
+            }
             let expect = if k == Kind::ZrttProven {
                 "0rtt-early"
             } else {
                 "0rtt-gated"
             };
             env.modes.check(&f[3], expect, k.id())?;
-            secs_field(&f[1])
+            Ok((secs_field(&f[1])?, false))
         }
     }
 }
@@ -302,6 +317,8 @@ pub fn run(bench: &Bench, o: &ZtlsOpts) -> Result<Report> {
     // samples[loc][placement][cold=0/warm=1][kind]
     let mut samples =
         vec![vec![vec![vec![Vec::new(); KINDS.len()]; 2]; PLACEMENTS.len()]; LOCATIONS.len()];
+    // Raced samples that went over TLS: [loc][placement][cold/warm].
+    let mut raced_tls = vec![vec![[0usize; 2]; PLACEMENTS.len()]; LOCATIONS.len()];
     let mut failures = Failures::new("ztls");
     let total = LOCATIONS.len() * PLACEMENTS.len() * 2 * o.samples * KINDS.len();
     let mut progress = Progress::new(&bench.console, "ztls", total);
@@ -332,7 +349,12 @@ pub fn run(bench: &Bench, o: &ZtlsOpts) -> Result<Report> {
                         }
                         .and_then(|()| fetch(&env, *k, resolvers[pi]));
                         match r {
-                            Ok(v) => samples[li][pi][ci][ki].push(v),
+                            Ok((v, tls)) => {
+                                samples[li][pi][ci][ki].push(v);
+                                if tls && *k == Kind::ZrttRaced {
+                                    raced_tls[li][pi][ci] += 1;
+                                }
+                            }
                             Err(e) => failures.record(
                                 &progress,
                                 format!("{loc} {tag} {cache} {}: {e:#}", k.id()),
@@ -349,12 +371,17 @@ pub fn run(bench: &Bench, o: &ZtlsOpts) -> Result<Report> {
     lab.down().context("tearing the lab down")?;
     failures.at_most(total / 10, "more than 10% of fetches failed")?;
     let notes = failures.note("fetches").into_iter().chain(modes).collect();
-    Ok(report(o, &samples, notes))
+    Ok(report(o, &samples, &raced_tls, notes))
 }
 
 type Samples = Vec<Vec<Vec<Vec<Vec<f64>>>>>;
 
-fn report(o: &ZtlsOpts, samples: &Samples, notes: Vec<String>) -> Report {
+fn report(
+    o: &ZtlsOpts,
+    samples: &Samples,
+    raced_tls: &[Vec<[usize; 2]>],
+    notes: Vec<String>,
+) -> Report {
     let mut r = Report::new("ztls", "ZTLS Table 3: first response with DNS, by resolver placement and server distance (`zrtt lab ztls`)");
     r.standard_setup();
     r.setup.push(format!(
@@ -376,10 +403,12 @@ fn report(o: &ZtlsOpts, samples: &Samples, notes: Vec<String>) -> Report {
             "zrtt unproven (≈ ZTLS)",
             "zrtt proven",
             "proven saves",
+            "zrtt client, keys raced (TLS used)",
+            "raced − TLS 1.3",
             "paper ZTLS / TLS (warm)",
         ],
     );
-    t.numeric = (3..8).collect();
+    t.numeric = (3..10).collect();
     let mut cats = Vec::new();
     let mut ser: Vec<Series> = [
         "TLS 1.3 (warm)",
@@ -423,6 +452,13 @@ fn report(o: &ZtlsOpts, samples: &Samples, notes: Vec<String>) -> Report {
                         m[0].median - m[2].median,
                         (m[0].median - m[2].median) / rtt
                     ),
+                    format!(
+                        "{:.1} ({}/{})",
+                        m[3].median,
+                        raced_tls[li][pi][ci],
+                        samples[li][pi][ci][3].len()
+                    ),
+                    format!("{:+.1}", m[3].median - m[0].median),
                     if ci == 1 {
                         format!("{pz} / {pt}")
                     } else {
@@ -439,6 +475,7 @@ fn report(o: &ZtlsOpts, samples: &Samples, notes: Vec<String>) -> Report {
                 }
                 cells.push(json!({
                     "resolver": tag, "server": loc, "server_rtt_ms": rtt, "cache": cache,
+                    "raced_over_tls": raced_tls[li][pi][ci],
                     "paper_median_ms": {"ztls": pz, "tls": pt},
                     "stacks": KINDS.iter().enumerate().map(|(ki, k)| json!({
                         "id": k.id(), "summary_ms": m[ki].to_json(),
