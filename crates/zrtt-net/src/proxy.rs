@@ -154,6 +154,8 @@ impl std::fmt::Debug for ProxyConfig {
 impl ProxyConfig {
     /// Concurrent client connections by default.
     pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+    /// Idle origin connections kept per scheme and authority by default.
+    pub const DEFAULT_MAX_IDLE_PER_ORIGIN: usize = 8;
 
     /// Defaults: system resolver, gateway on 443, [`Self::DEFAULT_MAX_CONNECTIONS`]
     /// connections, 8 idle connections per origin, [`ProxyTimeouts::default`].
@@ -164,7 +166,7 @@ impl ProxyConfig {
             zrtt_ports: ZrttPorts::default(),
             timeouts: ProxyTimeouts::default(),
             max_connections: Self::DEFAULT_MAX_CONNECTIONS,
-            pool_max_idle_per_origin: 8,
+            pool_max_idle_per_origin: Self::DEFAULT_MAX_IDLE_PER_ORIGIN,
             maps: Vec::new(),
         }
     }

@@ -79,6 +79,11 @@ pub struct ProxyArgs {
     /// Concurrent client connections.
     #[arg(long, default_value_t = ProxyConfig::DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
+    /// Idle origin connections kept per scheme and authority for later
+    /// requests; 0 opens a new connection for every request (as HAProxy's
+    /// `http-reuse never`), so each one is a first flight.
+    #[arg(long, default_value_t = ProxyConfig::DEFAULT_MAX_IDLE_PER_ORIGIN)]
+    max_idle_per_origin: usize,
     /// Admin endpoint on this address, e.g. 127.0.0.1:9155: /metrics
     /// (OpenMetrics: requests, errors, time to first byte by mode, key
     /// lookups), /healthz, /readyz (200 while serving with trust roots).
@@ -162,6 +167,7 @@ pub fn run(a: ProxyArgs) -> Result<ExitCode> {
     cfg.resolver = resolver;
     cfg.zrtt_ports = ports;
     cfg.max_connections = a.max_connections;
+    cfg.pool_max_idle_per_origin = a.max_idle_per_origin;
     cfg.maps = a.maps.clone();
     if let Some(t) = a.response_timeout {
         cfg.timeouts.response = t;
