@@ -22,6 +22,7 @@
 #                   gateway's TLS path (HTTP/2), headless
 #   python3-prometheus-client  a real OpenMetrics parser for the /metrics
 #                   pages of every role (crates/zrtt/tests/metrics_cli.rs)
+#   haproxy         the DZone article's sidecar pair in `zrtt lab sidecar`
 #   redis-server,   the fleet's shared replay store (docs/FLEET.md): one
 #   redis-tools     server and a 3-node Redis Cluster (redis-cli --cluster
 #                   create) in zrtt-net's tests/fleet.rs
@@ -46,6 +47,7 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 /usr/bin/python3 -c 'import prometheus_client' >/dev/null 2>&1 || need+=(python3 python3-prometheus-client)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
+command -v haproxy >/dev/null 2>&1 || need+=(haproxy)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

@@ -37,6 +37,7 @@ pub mod plt;
 mod proc;
 mod progress;
 mod report;
+pub mod sidecar;
 pub mod soak;
 mod stack;
 pub mod throughput;

@@ -14,6 +14,7 @@ use zrtt_bench::faults::{Fault, FaultsOpts};
 use zrtt_bench::fleet::FleetOpts;
 use zrtt_bench::ladder::LadderOpts;
 use zrtt_bench::plt::PltOpts;
+use zrtt_bench::sidecar::SidecarOpts;
 use zrtt_bench::soak::SoakOpts;
 use zrtt_bench::throughput::ThroughputOpts;
 use zrtt_bench::ztls::ZtlsOpts;
@@ -195,6 +196,20 @@ pub enum LabCommand {
         #[command(flatten)]
         out: OutArgs,
     },
+    /// Sidecars for unmodified applications (the DZone article's HAProxy
+    /// pair with TFO, TLS 1.3 and 0-RTT) against `zrtt proxy --map` and a
+    /// gateway: first and later connections at several RTTs. Writes
+    /// sidecar.md/.svg/.json.
+    Sidecar {
+        /// Round-trip times, milliseconds.
+        #[arg(long, value_delimiter = ',', default_value = csv(SidecarOpts::default().rtts_ms))]
+        rtts: Vec<u64>,
+        /// Requests per stack, RTT and connection kind.
+        #[arg(long, default_value_t = SidecarOpts::default().samples)]
+        samples: usize,
+        #[command(flatten)]
+        out: OutArgs,
+    },
     /// New connections per second and server CPU per request on one core:
     /// nginx plain HTTP, nginx TLS 1.3 (full and resumed) and the zrtt
     /// gateway, on loopback, servers on CPU 0, load on CPU 1, beside
@@ -329,6 +344,14 @@ pub fn run(cmd: LabCommand) -> Result<ExitCode> {
                 keep: out.keep,
             };
             finish(zrtt_bench::plt::run(&bench()?, &o), &out)
+        }
+        LabCommand::Sidecar { rtts, samples, out } => {
+            let o = SidecarOpts {
+                rtts_ms: rtts,
+                samples,
+                keep: out.keep,
+            };
+            finish(zrtt_bench::sidecar::run(&bench()?, &o), &out)
         }
         LabCommand::Ztls {
             samples,

@@ -363,3 +363,59 @@ fn fleet_accepts_no_replay_and_loses_no_request() {
         assert!(events.contains(&what), "{what}: {events:?}");
     }
 }
+
+#[test]
+fn sidecar_carries_requests_over_each_stack() {
+    if skip(
+        "sidecar_carries_requests_over_each_stack",
+        &["nginx", "curl", "haproxy", "nstat"],
+    ) {
+        return;
+    }
+    // The comparison is the benchmark's (docs/RESULTS.md); this checks that
+    // every stack answered every request, which ones put data in the SYN,
+    // and the round trips of the two paths that do not depend on a peer's
+    // choice: zrtt proven (one) and TLS 1.3 + Fast Open (at least two).
+    let samples = 2;
+    let js = scenario(
+        "sidecar",
+        &["--rtts", "100", "--samples", &samples.to_string()],
+    );
+    let cells = js["data"]["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 8 * 2, "8 stacks, first and later");
+    let cell = |stack: &str, conn: &str| {
+        cells
+            .iter()
+            .find(|c| c["stack"] == stack && c["connection"] == conn)
+            .unwrap_or_else(|| panic!("no cell {stack} {conn}"))
+    };
+    let fastest_rtts = |c: &serde_json::Value| {
+        c["samples_ms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap() / 100.0)
+            .fold(f64::INFINITY, f64::min)
+    };
+    for c in cells {
+        assert_eq!(c["samples_ms"].as_array().unwrap().len(), samples, "{c}");
+    }
+    for s in ["zrtt-unproven", "zrtt-proven"] {
+        assert_eq!(
+            cell(s, "first")["requests_with_syn_data"],
+            2 * samples as u64,
+            "{s}: every flight rides in the SYN"
+        );
+    }
+    // Fast Open with a cookie from the first connection.
+    assert!(
+        cell("curl-tfo", "later")["requests_with_syn_data"]
+            .as_u64()
+            .unwrap()
+            >= samples as u64
+    );
+    let proven = fastest_rtts(cell("zrtt-proven", "first"));
+    assert!(proven < 1.5, "zrtt proven, first connection: {proven} RTT");
+    let tls = fastest_rtts(cell("curl-tls13-tfo", "later"));
+    assert!(tls > 1.9, "TLS 1.3 + TFO: {tls} RTT");
+}
