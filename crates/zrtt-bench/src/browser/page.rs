@@ -27,8 +27,8 @@ pub(super) fn html() -> String {
     let mut s = String::from(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>zrtt browser lab</title>\n\
          <style>body{font-family:sans-serif;margin:12px}img{width:64px;height:64px;margin:3px;image-rendering:pixelated}\
-         pre{white-space:pre-wrap;font-size:13px;background:#eee;padding:6px}p.f{font-size:9px;color:#888}</style></head><body>\n\
-         <h1>zrtt lab browser: 30 objects on three hosts</h1>\n<pre id=\"zrtt-timing\">loading</pre>\n<div>\n",
+         pre{white-space:pre-wrap;word-break:break-all;font-size:12px;background:#eee;padding:6px}p.f{font-size:9px;color:#888}</style></head><body>\n\
+         <h1>zrtt lab browser: the HTML and 30 images on three hosts</h1>\n<p id=\"summary\">loading</p>\n<pre id=\"zrtt-timing\">loading</pre>\n<div>\n",
     );
     for (h, path, _) in objects() {
         s.push_str(&format!(
@@ -62,6 +62,9 @@ const SCRIPT: &str = r#"addEventListener('load', function () {
     images: imgs.length,
     images_loaded: imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length
   };
+  document.getElementById('summary').textContent = location.href + ' loaded in ' +
+    Math.round(n.loadEventStart) + ' ms (Navigation Timing loadEventStart), ' +
+    t.images_loaded + ' of ' + t.images + ' images';
   document.getElementById('zrtt-timing').textContent = 'ZRTT-' + 'TIMING ' + JSON.stringify(t);
 });
 "#;
