@@ -377,6 +377,24 @@ fn report(o: &BrowserOpts, run: &RunInfo, samples: &[Vec<Vec<Sample>>]) -> Repor
         x: Axis::Categories(o.rtts_ms.iter().map(|r| r.to_string()).collect()),
         series,
     });
+    let mut total: BTreeMap<String, u64> = BTreeMap::new();
+    for s in samples.iter().flatten().flatten() {
+        if let Some(Value::Object(p)) = s.proxy.as_ref().map(proxy_json) {
+            for (k, v) in p {
+                *total.entry(k).or_default() += v.as_u64().unwrap_or(0);
+            }
+        }
+    }
+    let get = |k: &str| total.get(k).copied().unwrap_or(0);
+    notes.push(format!(
+        "Through zrtt proxy, all loads: {} requests to the lab's hosts over zrtt; new zrtt connections {} answered before the TCP handshake completed, {} after it (the gateways' per-destination budget, docs/PROTOCOL.md §8), {} TLS fallbacks. Chromium's own background requests: {} passed through, {} answered 502.",
+        get("zrtt_requests"),
+        get("zrtt_connections_zrtt_early"),
+        get("zrtt_connections_zrtt_gated"),
+        get("zrtt_connections_tls_fallback"),
+        get("passthrough_requests"),
+        get("bad_gateway"),
+    ));
     if o.screenshot.is_some() {
         notes.push("![The page loaded through zrtt proxy](browser.png)".into());
     }
