@@ -90,7 +90,7 @@ impl Default for BrowserOpts {
     fn default() -> Self {
         BrowserOpts {
             rtts_ms: vec![20, 100, 200],
-            samples: 5,
+            samples: 9,
             think: Duration::from_millis(1500),
             screenshot: None,
             keep: false,
