@@ -1,4 +1,4 @@
-//! zrtt-bench: the lab scenarios (`zrtt lab ladder|ztls|asap|plt|throughput|faults`)
+//! zrtt-bench: the lab scenarios (`zrtt lab ladder|ztls|asap|plt|browser|throughput|faults`)
 //! and the demo (`zrtt demo`), as a library the `zrtt` binary calls.
 //!
 //! Each scenario builds its own emulated WAN ([`zrtt_lab`]) with real peers
@@ -6,7 +6,7 @@
 //! clients, verifiers and DNS), measures, tears everything down, and returns a
 //! [`Report`]: a markdown table, an SVG and JSON beside the papers' figures.
 //!
-//! - [`ladder`], [`ztls`], [`asap`], [`plt`], [`throughput`], [`faults`]: one module per
+//! - [`ladder`], [`ztls`], [`asap`], [`plt`], [`browser`], [`throughput`], [`faults`]: one module per
 //!   scenario, each with an options struct (`Default` holds the documented
 //!   defaults) and `run`; [`demo`] likewise returns a [`demo::DemoReport`].
 //! - `stack`: the one builder for a site's server side (backend nginx, TLS
@@ -28,6 +28,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 pub mod asap;
+pub mod browser;
 mod client;
 pub mod demo;
 pub mod faults;

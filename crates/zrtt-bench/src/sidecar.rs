@@ -437,7 +437,7 @@ fn report(o: &SidecarOpts, samples: &Samples, fast_open: &[u64], notes: Vec<Stri
         o.samples
     ));
     r.setup.push(format!(
-        "Reproduce: `sudo zrtt lab sidecar --rtts {} --samples {}`.",
+        "Reproduce: `sudo zrtt lab sidecar --rtt {} --samples {}`.",
         o.rtts_ms
             .iter()
             .map(ToString::to_string)

@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use clap::Subcommand;
 use zrtt_bench::asap::AsapOpts;
+use zrtt_bench::browser::BrowserOpts;
 use zrtt_bench::faults::{Fault, FaultsOpts};
 use zrtt_bench::fleet::FleetOpts;
 use zrtt_bench::ladder::LadderOpts;
@@ -203,10 +204,29 @@ pub enum LabCommand {
     Sidecar {
         /// Round-trip times, milliseconds.
         #[arg(long, value_delimiter = ',', default_value = csv(SidecarOpts::default().rtts_ms))]
-        rtts: Vec<u64>,
+        rtt: Vec<u64>,
         /// Requests per stack, RTT and connection kind.
         #[arg(long, default_value_t = SidecarOpts::default().samples)]
         samples: usize,
+        #[command(flatten)]
+        out: OutArgs,
+    },
+    /// The plt page (31 objects, three hosts) in headless Chromium, cold (a
+    /// new profile each load): http:// and https:// (TLS 1.3) straight to
+    /// nginx, and http:// through `zrtt proxy` over zrtt to gateways in front
+    /// of the same nginx; page-load time from the browser's Navigation
+    /// Timing. Needs chromium. Writes browser.md/.svg/.json and a
+    /// screenshot, browser.png.
+    Browser {
+        /// Round-trip times, milliseconds.
+        #[arg(long, value_delimiter = ',', default_value = csv(BrowserOpts::default().rtts_ms))]
+        rtt: Vec<u64>,
+        /// Cold page loads per mode and RTT (medians reported).
+        #[arg(long, default_value_t = BrowserOpts::default().samples)]
+        samples: usize,
+        /// Pause before each page load, milliseconds.
+        #[arg(long, default_value_t = BrowserOpts::default().think.as_millis() as u64)]
+        think_ms: u64,
         #[command(flatten)]
         out: OutArgs,
     },
@@ -345,13 +365,28 @@ pub fn run(cmd: LabCommand) -> Result<ExitCode> {
             };
             finish(zrtt_bench::plt::run(&bench()?, &o), &out)
         }
-        LabCommand::Sidecar { rtts, samples, out } => {
+        LabCommand::Sidecar { rtt, samples, out } => {
             let o = SidecarOpts {
-                rtts_ms: rtts,
+                rtts_ms: rtt,
                 samples,
                 keep: out.keep,
             };
             finish(zrtt_bench::sidecar::run(&bench()?, &o), &out)
+        }
+        LabCommand::Browser {
+            rtt,
+            samples,
+            think_ms,
+            out,
+        } => {
+            let o = BrowserOpts {
+                rtts_ms: rtt,
+                samples,
+                think: Duration::from_millis(think_ms),
+                screenshot: Some(out.out.join("browser.png")),
+                keep: out.keep,
+            };
+            finish(zrtt_bench::browser::run(&bench()?, &o), &out)
         }
         LabCommand::Ztls {
             samples,

@@ -379,7 +379,7 @@ fn sidecar_carries_requests_over_each_stack() {
     let samples = 2;
     let js = scenario(
         "sidecar",
-        &["--rtts", "100", "--samples", &samples.to_string()],
+        &["--rtt", "100", "--samples", &samples.to_string()],
     );
     let cells = js["data"]["cells"].as_array().unwrap();
     assert_eq!(cells.len(), 8 * 2, "8 stacks, first and later");

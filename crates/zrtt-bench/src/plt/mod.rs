@@ -29,7 +29,7 @@ use crate::Bench;
 use loader::{client_configs, load_pages, Loader};
 
 /// The page's hosts; the first serves the HTML.
-const HOSTS: [&str; 3] = ["www.example.com", "static.example.com", "img.example.com"];
+pub(crate) const HOSTS: [&str; 3] = ["www.example.com", "static.example.com", "img.example.com"];
 /// Object sizes (KB) on each host: ten per host, 30 in all, median about 11 KB.
 const OBJECT_KB: [usize; 10] = [2, 4, 6, 8, 10, 12, 16, 24, 40, 64];
 /// Connections per host, as browsers do.
@@ -118,7 +118,7 @@ impl Default for PltOpts {
 }
 
 /// The objects of the page, as (host index, path, bytes).
-fn objects() -> Vec<(usize, String, usize)> {
+pub(crate) fn objects() -> Vec<(usize, String, usize)> {
     let mut v = Vec::new();
     for h in 0..HOSTS.len() {
         for (i, kb) in OBJECT_KB.iter().enumerate() {

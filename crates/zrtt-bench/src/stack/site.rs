@@ -46,15 +46,35 @@ impl Site {
         name: &str,
         policy: Policy,
     ) -> Result<Site> {
-        for sub in ["pki", "www", "nginx"] {
+        let pki = dir.join("pki");
+        make_cert(bench, &pki, name)?;
+        Site::with_pki(dir, name, &pki, policy)
+    }
+
+    /// Sites for each of `names`, in `<dir>/s<i>`, sharing one certificate
+    /// for `cert_name` (which covers them all, e.g. `*.example.com`) from
+    /// one CA in `<dir>/pki`, each with its own key store (default policy)
+    /// and document root: one `--cert` verifies all their records.
+    pub(crate) fn create_sharing_cert(
+        bench: &Bench,
+        dir: &Path,
+        cert_name: &str,
+        names: &[&str],
+    ) -> Result<Vec<Site>> {
+        let pki = dir.join("pki");
+        make_cert(bench, &pki, cert_name)?;
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| Site::with_pki(&dir.join(format!("s{i}")), n, &pki, Policy::default()))
+            .collect()
+    }
+
+    /// A site for `name` under `dir` with the certificate in `pki`.
+    fn with_pki(dir: &Path, name: &str, pki: &Path, policy: Policy) -> Result<Site> {
+        for sub in ["www", "nginx"] {
             std::fs::create_dir_all(dir.join(sub))?;
         }
-        let pki = dir.join("pki");
-        let mut cert = std::process::Command::new(&bench.zrtt);
-        cert.args(["keys", "cert", "--name", name, "--alg", "ecdsa-p256"])
-            .args(["--days", "30", "--out-dir"])
-            .arg(&pki);
-        run_capture(cert).context("creating the site's certificate")?;
         let mut site = Site {
             name: name.into(),
             dir: dir.into(),
@@ -105,6 +125,18 @@ impl Site {
             self.key_records.clone(),
         ))
     }
+}
+
+/// A fresh CA and an ECDSA P-256 certificate for `name` in `pki`
+/// (`zrtt keys cert`).
+fn make_cert(bench: &Bench, pki: &Path, name: &str) -> Result<()> {
+    std::fs::create_dir_all(pki)?;
+    let mut cert = std::process::Command::new(&bench.zrtt);
+    cert.args(["keys", "cert", "--name", name, "--alg", "ecdsa-p256"])
+        .args(["--days", "30", "--out-dir"])
+        .arg(pki);
+    run_capture(cert).context("creating the site's certificate")?;
+    Ok(())
 }
 
 fn pem_cert(path: &Path) -> Result<CertificateDer<'static>> {

@@ -1,0 +1,404 @@
+//! `zrtt lab browser`: an unmodified headless Chromium loads the `plt`
+//! scenario's page (31 objects on three hosts) cold, with a new profile
+//! each time: plain HTTP and HTTPS (TLS 1.3) straight to nginx, and
+//! `http://` through `zrtt proxy`, which carries the requests over zrtt to
+//! gateways in front of the same nginx (first contact, proven by
+//! provenance verifiers). The page-load time is the browser's own
+//! Navigation Timing (`loadEventStart`), which the page writes into its
+//! DOM for `--dump-dom`. docs/LAB.md (section browser) has the method and
+//! the reading.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use serde_json::{json, Value};
+use zrtt_lab::{Lab, Topology};
+
+mod chromium;
+mod page;
+
+use crate::plt::{objects, HOSTS};
+use crate::proc::{self, WorkDir};
+use crate::progress::Progress;
+use crate::report::{round3, Axis, Chart, Report, Series, Summary, Table};
+use crate::stack::{Gateway, NginxTls, Site, SiteStack, Verifiers};
+use crate::Bench;
+use chromium::{Proxy, Route};
+
+const HTTP_PORT: u16 = 80;
+const TLS_PORT: u16 = 443;
+const GW_PORT: u16 = 4435;
+
+/// How Chromium loads the page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Http,
+    Tls13,
+    ZrttProxy,
+}
+
+const MODES: [Mode; 3] = [Mode::Http, Mode::Tls13, Mode::ZrttProxy];
+
+impl Mode {
+    fn id(self) -> &'static str {
+        match self {
+            Mode::Http => "http",
+            Mode::Tls13 => "tls13",
+            Mode::ZrttProxy => "zrtt-proxy",
+        }
+    }
+    fn label(self) -> &'static str {
+        match self {
+            Mode::Http => "Chromium, http:// direct (TCP)",
+            Mode::Tls13 => "Chromium, https:// direct (TLS 1.3)",
+            Mode::ZrttProxy => "Chromium, http:// through zrtt proxy (zrtt, first contact)",
+        }
+    }
+    fn url(self) -> String {
+        let scheme = if self == Mode::Tls13 { "https" } else { "http" };
+        format!("{scheme}://{}/", HOSTS[0])
+    }
+}
+
+/// The TFO reproduction (CS244, Chrome, a cached Wikipedia page): page-load
+/// time in seconds without / with TFO at RTT 20, 100, 200 ms.
+const TFO_PAPER: [(u64, f64, f64); 3] = [(20, 1.72, 1.53), (100, 4.01, 2.88), (200, 7.7, 5.43)];
+/// Issue 16's target: through zrtt proxy at least this much faster than
+/// Chromium over TLS 1.3 at RTT 100 ms.
+const TARGET_GAIN: f64 = 0.35;
+
+/// Options of `zrtt lab browser`.
+#[derive(Clone, Debug)]
+pub struct BrowserOpts {
+    /// Round-trip times, milliseconds.
+    pub rtts_ms: Vec<u64>,
+    /// Cold page loads per mode and RTT (medians reported).
+    pub samples: usize,
+    /// Pause before each load (the gateways' per-destination budget refills;
+    /// docs/PROTOCOL.md §8).
+    pub think: Duration,
+    /// Where the screenshot of one page loaded through zrtt proxy goes.
+    pub screenshot: Option<PathBuf>,
+    /// Keep the working directory (configs, keys, logs) for inspection.
+    pub keep: bool,
+}
+
+impl Default for BrowserOpts {
+    fn default() -> Self {
+        BrowserOpts {
+            rtts_ms: vec![20, 100, 200],
+            samples: 9,
+            think: Duration::from_millis(1500),
+            screenshot: None,
+            keep: false,
+        }
+    }
+}
+
+/// One load's result.
+struct Sample {
+    timing: page::Timing,
+    /// The proxy's counters after the load (zrtt proxy only).
+    proxy: Option<BTreeMap<String, f64>>,
+}
+
+/// Loads the page in Chromium with every mode at every RTT. Needs root,
+/// nginx, chromium and openssl.
+pub fn run(bench: &Bench, o: &BrowserOpts) -> Result<Report> {
+    proc::require_tools(&["nginx", "chromium", "openssl"])?;
+    if o.samples == 0 || o.rtts_ms.is_empty() {
+        bail!("need at least one sample and one RTT");
+    }
+    let work = WorkDir::new(&bench.console, "browser", o.keep)?;
+    let dir = work.path.clone();
+    let first = Duration::from_millis(o.rtts_ms[0]);
+    let mut topo = Topology::new().host("client").host("verifier");
+    for i in 0..HOSTS.len() {
+        topo = topo
+            .host(&format!("s{i}"))
+            .rtt("client", &format!("s{i}"), first);
+    }
+    topo = topo.rtt("client", "verifier", Duration::from_millis(10));
+    // One certificate for the three names: `zrtt proxy --cert` takes one,
+    // and Chromium trusts one SPKI hash.
+    let sites = Site::create_sharing_cert(bench, &dir, "*.example.com", &HOSTS)?;
+    std::fs::write(sites[0].www.join("index.html"), page::html())?;
+    for (k, (h, path, size)) in objects().into_iter().enumerate() {
+        let p = sites[h].www.join(path.trim_start_matches('/'));
+        std::fs::create_dir_all(p.parent().unwrap_or(&sites[h].www))?;
+        std::fs::write(p, page::bmp(h, k, size))?;
+    }
+    let spki = chromium::spki_hash(&sites[0].cert)?;
+    let load_before = loadavg();
+    let lab = Lab::up(topo)?;
+    chromium::install_policies(&lab)?;
+    let verifiers = Verifiers::start(bench, &lab, &dir)?;
+    let mut servers = Vec::new();
+    let mut rules = Vec::new();
+    let mut gateways = Vec::new();
+    for (i, site) in sites.iter().enumerate() {
+        let host = format!("s{i}");
+        let ip = lab.addr(&host)?;
+        let at = |port| SocketAddr::from((ip, port));
+        servers.push(
+            SiteStack::new(bench, &host, site)
+                .http(at(HTTP_PORT), false)
+                .tls(at(TLS_PORT), NginxTls::TLS13, false)
+                .keepalive_requests(1000)
+                .gateway(Gateway::proven_by(at(GW_PORT), &verifiers))
+                .start(&lab, "client")?,
+        );
+        rules.push(format!("MAP {} {ip}", site.name));
+        gateways.push(at(GW_PORT));
+    }
+    for s in &servers {
+        s.settle();
+    }
+    // Any other name fails at once, as it would without DNS.
+    rules.push("MAP * ~NOTFOUND".into());
+    let direct = Route::Direct {
+        resolver_rules: rules.join(", "),
+        spki,
+    };
+
+    let mut samples: Vec<Vec<Vec<Sample>>> = o
+        .rtts_ms
+        .iter()
+        .map(|_| MODES.iter().map(|_| Vec::new()).collect())
+        .collect();
+    let mut progress = Progress::new(&bench.console, "browser", o.rtts_ms.len() * o.samples);
+    let mut shot = o.screenshot.clone();
+    if let Some(p) = shot.as_ref().and_then(|p| p.parent()) {
+        std::fs::create_dir_all(p)?;
+    }
+    for (ri, &rtt_ms) in o.rtts_ms.iter().enumerate() {
+        for i in 0..HOSTS.len() {
+            lab.set_rtt("client", &format!("s{i}"), Duration::from_millis(rtt_ms))?;
+        }
+        // Modes interleaved, so that a change in the machine's load spreads
+        // over all of them.
+        for n in 0..o.samples {
+            progress.tick(&format!("RTT {rtt_ms} ms: load {}", n + 1));
+            for (mi, &m) in MODES.iter().enumerate() {
+                std::thread::sleep(o.think);
+                let netlog = o
+                    .keep
+                    .then(|| dir.join(format!("netlog-{rtt_ms}-{}-{n}.json", m.id())));
+                let netlog = netlog.as_deref();
+                let s = match m {
+                    Mode::Http | Mode::Tls13 => Sample {
+                        timing: chromium::load(&lab, &dir, &m.url(), &direct, None, netlog)?,
+                        proxy: None,
+                    },
+                    Mode::ZrttProxy => {
+                        let proxy =
+                            Proxy::start(bench, &lab, &dir, &sites, &gateways, &verifiers.state)?;
+                        let timing = chromium::load(
+                            &lab,
+                            &dir,
+                            &m.url(),
+                            &Route::Proxy,
+                            shot.as_deref(),
+                            netlog,
+                        );
+                        let metrics = proxy.finish(&lab)?;
+                        shot = None;
+                        Sample {
+                            timing: timing?,
+                            proxy: Some(metrics),
+                        }
+                    }
+                };
+                samples[ri][mi].push(s);
+            }
+        }
+    }
+    drop(servers);
+    drop(verifiers);
+    lab.down()?;
+    let run = RunInfo {
+        chromium: chromium::version(),
+        load: format!("{load_before} before, {} after", loadavg()),
+    };
+    Ok(report(o, &run, &samples))
+}
+
+/// What the report says about the run besides the samples.
+struct RunInfo {
+    chromium: String,
+    /// The machine's load averages (1, 5, 15 min) before and after.
+    load: String,
+}
+
+/// `/proc/loadavg`'s three load averages.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// The proxy counters the report keeps (by the metric's name and labels).
+const PROXY_COUNTERS: [&str; 8] = [
+    "zrtt_proxy_zrtt_requests_total",
+    "zrtt_proxy_passthrough_requests_total",
+    "zrtt_proxy_tunnels_total",
+    "zrtt_proxy_bad_gateway_total",
+    "zrtt_proxy_zrtt_connections_total{mode=\"zrtt_early\"}",
+    "zrtt_proxy_zrtt_connections_total{mode=\"zrtt_gated\"}",
+    "zrtt_proxy_zrtt_connections_total{mode=\"tls_fallback\"}",
+    "zrtt_proxy_connections_total",
+];
+
+fn proxy_json(m: &BTreeMap<String, f64>) -> Value {
+    let mut v = serde_json::Map::new();
+    for k in PROXY_COUNTERS {
+        let short = k
+            .trim_start_matches("zrtt_proxy_")
+            .replace("_total{mode=\"", "_")
+            .replace("\"}", "")
+            .replace("_total", "");
+        v.insert(short, json!(m.get(k).copied().unwrap_or(0.0) as u64));
+    }
+    Value::Object(v)
+}
+
+fn report(o: &BrowserOpts, run: &RunInfo, samples: &[Vec<Vec<Sample>>]) -> Report {
+    let mut r = Report::new(
+        "browser",
+        "Chromium page loads, cold, direct and through zrtt proxy (`zrtt lab browser`)",
+    );
+    r.standard_setup();
+    let bytes: usize = page::html().len() + objects().iter().map(|o| o.2).sum::<usize>();
+    r.setup.push(format!(
+        "Page: the plt page (HTML {} B on {} plus {} images, {} KB in all, on three hosts at the same RTT), loaded by headless Chromium (`--headless=new`, a new profile and, through the proxy, a new `zrtt proxy` per load: cold, first contact); page-load time = Navigation Timing `loadEventStart`; median of {} loads per mode, modes interleaved, {:?} apart; nginx 1.22 (HTTP/1.1, TLS 1.3 without tickets) on every host, `zrtt gateway` in front of the same nginx.",
+        page::html().len(), HOSTS[0], objects().len(), bytes / 1024, o.samples, o.think
+    ));
+    r.setup.push(format!(
+        "{}; `zrtt` {} build; load average {}.",
+        run.chromium,
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        },
+        run.load
+    ));
+    r.setup.push(format!(
+        "Reproduce: `sudo zrtt lab browser --rtt {} --samples {} --think-ms {} --out docs/results`.",
+        o.rtts_ms.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(","),
+        o.samples,
+        o.think.as_millis()
+    ));
+    let mut t = Table::new(
+        "Median page-load time in Chromium (loadEventStart), ms",
+        &[
+            "RTT (ms)",
+            "http:// direct (TCP)",
+            "https:// direct (TLS 1.3)",
+            "http:// via zrtt proxy",
+            "zrtt proxy vs TLS 1.3",
+            "HTML first byte, TLS 1.3 / zrtt proxy",
+            "paper: Chrome TCP / TFO (s), gain",
+        ],
+    );
+    let mut series: Vec<Series> = MODES
+        .iter()
+        .map(|m| Series {
+            name: m.label().into(),
+            values: Vec::new(),
+            reference: false,
+        })
+        .collect();
+    let mut rows = Vec::new();
+    let mut notes = Vec::new();
+    for (ri, &rtt) in o.rtts_ms.iter().enumerate() {
+        let med = |mi: usize, f: fn(&page::Timing) -> f64| {
+            let v: Vec<f64> = samples[ri][mi].iter().map(|s| f(&s.timing)).collect();
+            Summary::of(&v)
+        };
+        let load: Vec<Summary> = (0..MODES.len()).map(|mi| med(mi, |t| t.load_ms)).collect();
+        let first_byte: Vec<Summary> = (0..MODES.len())
+            .map(|mi| med(mi, |t| t.html_response_start_ms))
+            .collect();
+        for (mi, s) in series.iter_mut().enumerate() {
+            s.values.push(Some(load[mi].median));
+        }
+        let gain = 1.0 - load[2].median / load[1].median;
+        let paper = TFO_PAPER
+            .iter()
+            .find(|p| p.0 == rtt)
+            .map(|p| format!("{} / {} ({:.0}%)", p.1, p.2, (1.0 - p.2 / p.1) * 100.0))
+            .unwrap_or_else(|| "–".into());
+        t.row(vec![
+            rtt.to_string(),
+            format!("{:.0}", load[0].median),
+            format!("{:.0}", load[1].median),
+            format!("{:.0}", load[2].median),
+            format!("{:.0}% faster", gain * 100.0),
+            format!("{:.0} / {:.0}", first_byte[1].median, first_byte[2].median),
+            paper,
+        ]);
+        if rtt == 100 {
+            notes.push(format!(
+                "Issue 16's target at RTT 100 ms: through zrtt proxy at least {:.0}% faster than TLS 1.3 directly; measured {:.0}%: {}.",
+                TARGET_GAIN * 100.0,
+                gain * 100.0,
+                if gain >= TARGET_GAIN { "met" } else { "not met" }
+            ));
+        }
+        rows.push(json!({
+            "rtt_ms": rtt,
+            "modes": MODES.iter().enumerate().map(|(mi, m)| json!({
+                "id": m.id(), "label": m.label(), "url": m.url(),
+                "load_ms": load[mi].to_json(),
+                "html_response_start_ms": first_byte[mi].to_json(),
+                "samples": samples[ri][mi].iter().map(|s| json!({
+                    "load_ms": round3(s.timing.load_ms),
+                    "dom_content_loaded_ms": round3(s.timing.dom_content_loaded_ms),
+                    "html_response_start_ms": round3(s.timing.html_response_start_ms),
+                    "last_response_end_ms": round3(s.timing.last_response_end_ms),
+                    "resources": s.timing.resources,
+                    "images": s.timing.images,
+                    "images_loaded": s.timing.images_loaded,
+                    "page": s.timing.raw,
+                    "proxy": s.proxy.as_ref().map(proxy_json),
+                })).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+        }));
+    }
+    r.tables.push(t);
+    r.charts.push(Chart {
+        title: "Median page-load time in Chromium".into(),
+        x_label: "RTT (ms)".into(),
+        y_label: "ms".into(),
+        x: Axis::Categories(o.rtts_ms.iter().map(|r| r.to_string()).collect()),
+        series,
+    });
+    let mut total: BTreeMap<String, u64> = BTreeMap::new();
+    for s in samples.iter().flatten().flatten() {
+        if let Some(Value::Object(p)) = s.proxy.as_ref().map(proxy_json) {
+            for (k, v) in p {
+                *total.entry(k).or_default() += v.as_u64().unwrap_or(0);
+            }
+        }
+    }
+    let get = |k: &str| total.get(k).copied().unwrap_or(0);
+    notes.push(format!(
+        "Through zrtt proxy, all loads: {} requests to the lab's hosts over zrtt; new zrtt connections {} answered before the TCP handshake completed, {} after it (the gateways' per-destination budget, docs/PROTOCOL.md §8), {} TLS fallbacks. Chromium's own background requests: {} passed through, {} answered 502.",
+        get("zrtt_requests"),
+        get("zrtt_connections_zrtt_early"),
+        get("zrtt_connections_zrtt_gated"),
+        get("zrtt_connections_tls_fallback"),
+        get("passthrough_requests"),
+        get("bad_gateway"),
+    ));
+    if o.screenshot.is_some() {
+        notes.push("![The page loaded through zrtt proxy](browser.png)".into());
+    }
+    r.notes = notes;
+    r.data = json!({"page_bytes": bytes, "objects": objects().len(), "samples": o.samples, "rtts": rows});
+    r
+}

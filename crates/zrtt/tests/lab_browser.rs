@@ -1,0 +1,102 @@
+//! `zrtt lab browser` as a smoke test: one RTT, one cold Chromium load per
+//! mode. Asserts facts only (the page and all its objects loaded, through
+//! the proxy over zrtt and not its TLS fallback, the browser's timings
+//! parsed, a screenshot written), never a timing. Needs root, nginx,
+//! chromium and openssl; says why it skips.
+
+use std::process::{Command, Stdio};
+
+fn skip(test: &str, tools: &[&str]) -> bool {
+    if !zrtt_lab::is_root() {
+        eprintln!("{test}: skipped: needs root");
+        return true;
+    }
+    for t in tools {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {t}")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !found {
+            eprintln!("{test}: skipped: {t} not installed (run scripts/install-deps.sh)");
+            return true;
+        }
+    }
+    false
+}
+
+#[test]
+fn browser_loads_the_page_through_zrtt_proxy() {
+    if skip(
+        "browser_loads_the_page_through_zrtt_proxy",
+        &["nginx", "chromium", "openssl"],
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_zrtt"))
+        .args(["lab", "browser", "--rtt", "100", "--samples", "1"])
+        .args(["--think-ms", "500", "--out"])
+        .arg(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "zrtt lab browser failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ns = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    assert!(
+        !String::from_utf8_lossy(&ns.stdout).contains(&format!("zrtt-{pid}-")),
+        "namespaces left behind"
+    );
+    assert!(
+        !std::path::Path::new(&format!("/etc/netns/zrtt-{pid}-client")).exists(),
+        "the client's Chromium policies left behind"
+    );
+    for ext in ["md", "svg", "png"] {
+        let f = dir.path().join(format!("browser.{ext}"));
+        assert!(f.metadata().is_ok_and(|m| m.len() > 0), "{f:?}");
+    }
+    let png = std::fs::read(dir.path().join("browser.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let text = std::fs::read_to_string(dir.path().join("browser.json")).unwrap();
+    let js: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let rtt = &js["data"]["rtts"][0];
+    assert_eq!(rtt["rtt_ms"], 100);
+    let modes = rtt["modes"].as_array().unwrap();
+    let ids: Vec<&str> = modes.iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["http", "tls13", "zrtt-proxy"]);
+    for m in modes {
+        let id = m["id"].as_str().unwrap();
+        let samples = m["samples"].as_array().unwrap();
+        assert_eq!(samples.len(), 1, "{id}");
+        let s = &samples[0];
+        eprintln!("{id}: {s}");
+        // Every object fetched and decoded, the browser's timing parsed,
+        // and the page is the one asked for (no HTTPS upgrade).
+        assert_eq!(s["resources"], 30, "{id}");
+        assert_eq!(s["images"], 30, "{id}");
+        assert_eq!(s["images_loaded"], 30, "{id}");
+        assert!(s["load_ms"].as_f64().unwrap() > 0.0, "{id}");
+        assert_eq!(s["page"]["url"], m["url"], "{id}");
+        assert_eq!(s["page"]["next_hop_protocol"], "http/1.1", "{id}");
+        let proxy = &s["proxy"];
+        if id != "zrtt-proxy" {
+            assert!(proxy.is_null(), "{id}");
+            continue;
+        }
+        // The HTML and its 30 objects (and the favicon, if asked) went to
+        // the zrtt hosts, on zrtt connections, never the TLS fallback.
+        let n = |k: &str| proxy[k].as_u64().unwrap();
+        assert!(n("zrtt_requests") >= 31, "{proxy}");
+        assert_eq!(n("zrtt_connections_tls_fallback"), 0, "{proxy}");
+        assert!(
+            n("zrtt_connections_zrtt_early") + n("zrtt_connections_zrtt_gated") >= 3,
+            "a zrtt connection to each of the three hosts: {proxy}"
+        );
+    }
+}
