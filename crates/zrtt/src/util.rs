@@ -135,6 +135,8 @@ mod tests {
     fn durations() {
         assert_eq!(parse_duration("1h").unwrap().as_secs(), 3600);
         assert_eq!(parse_duration("90").unwrap().as_secs(), 90);
+        assert_eq!(parse_duration("1500ms").unwrap().as_millis(), 1500);
+        assert_eq!(parse_duration("1h 30m").unwrap().as_secs(), 5400);
         assert!(parse_duration("h").is_err());
     }
 }

@@ -31,20 +31,15 @@ impl DurationSpec {
     }
 }
 
-/// Parse `90s`, `30m`, `1h`, `2d` or plain seconds.
+/// Parse a duration: plain seconds (`90`) or humantime's units (`90s`,
+/// `1500ms`, `30m`, `1h`, `2d`, `1h 30m`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let (num, mul) = match s.as_bytes().last() {
-        Some(b's') => (&s[..s.len() - 1], 1),
-        Some(b'm') => (&s[..s.len() - 1], 60),
-        Some(b'h') => (&s[..s.len() - 1], 3600),
-        Some(b'd') => (&s[..s.len() - 1], 86400),
-        _ => (s, 1),
-    };
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("invalid duration {s:?}: use e.g. 90s, 30m, 1h, 2d"))?;
-    Ok(Duration::from_secs(n.saturating_mul(mul)))
+    if let Ok(secs) = s.parse::<u64>() {
+        return Ok(Duration::from_secs(secs));
+    }
+    humantime::parse_duration(s)
+        .map_err(|e| format!("invalid duration {s:?} ({e}): use e.g. 90s, 1500ms, 30m, 1h, 2d"))
 }
 
 /// The `name` key of a policy file.
