@@ -23,6 +23,8 @@
 #   python3-prometheus-client  a real OpenMetrics parser for the /metrics
 #                   pages of every role (crates/zrtt/tests/metrics_cli.rs)
 #   haproxy         the DZone article's sidecar pair in `zrtt lab sidecar`
+#   bind9, nsd      BIND and NSD as secondaries of `zrtt dns` (zone transfer
+#                   and NOTIFY through a key rotation, tests/dns_cli.rs)
 #   redis-server,   the fleet's shared replay store (docs/FLEET.md): one
 #   redis-tools     server and a 3-node Redis Cluster (redis-cli --cluster
 #                   create) in zrtt-net's tests/fleet.rs
@@ -48,6 +50,8 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v haproxy >/dev/null 2>&1 || need+=(haproxy)
+command -v named >/dev/null 2>&1 || need+=(bind9)
+command -v nsd >/dev/null 2>&1 || need+=(nsd)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

@@ -521,24 +521,13 @@ fn https_ids_at(server: SocketAddr) -> Vec<u32> {
     }
 }
 
-/// `zrtt dns` feeds a Knot secondary: the secondary transfers the zone
-/// (AXFR), and when the keys rotate `zrtt dns` bumps the SOA serial and
-/// sends NOTIFY, so the secondary serves the new key; a transfer from an
-/// address not allowed is refused.
-#[test]
-fn a_knot_secondary_follows_zrtt_dns_through_a_rotation() {
-    let Some(knotd) = knotd() else {
-        eprintln!("knotd not installed (run scripts/install-deps.sh): skipped");
-        return;
-    };
-    let d = tempfile::tempdir().unwrap();
+/// `zrtt dns` as a primary whose keys live 30 s (the next one is published
+/// 20 s after the first), allowing transfers from 127.0.0.1 and notifying
+/// `secondary`; returns its guard and address.
+fn rotating_primary(dir: &Path, secondary: SocketAddr) -> (Guard, SocketAddr) {
+    ok(dir, &["keys", "cert", "--name", HOST, "--out-dir", "pki"]);
     ok(
-        d.path(),
-        &["keys", "cert", "--name", HOST, "--out-dir", "pki"],
-    );
-    // Keys that live 30 s: the next one is published 20 s after the first.
-    ok(
-        d.path(),
+        dir,
         &[
             "keys",
             "init",
@@ -556,11 +545,9 @@ fn a_knot_secondary_follows_zrtt_dns_through_a_rotation() {
             "5s",
         ],
     );
-    std::fs::write(d.path().join("example.com.zone"), ZONE).unwrap();
-    let (zport, kport) = (free_port(), free_port());
-    let primary: SocketAddr = format!("127.0.0.1:{zport}").parse().unwrap();
-    let secondary: SocketAddr = format!("127.0.0.1:{kport}").parse().unwrap();
-    let _zrtt = Guard(
+    std::fs::write(dir.join("example.com.zone"), ZONE).unwrap();
+    let primary: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let guard = Guard(
         Command::new(env!("CARGO_BIN_EXE_zrtt"))
             .args(["dns", "--zone", "example.com.zone", "--keystore", "ks"])
             .args(["--listen", &primary.to_string(), "--log-level", "warn"])
@@ -570,12 +557,60 @@ fn a_knot_secondary_follows_zrtt_dns_through_a_rotation() {
                 "--notify",
                 &secondary.to_string(),
             ])
-            .current_dir(d.path())
+            .current_dir(dir)
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
             .unwrap(),
     );
+    (guard, primary)
+}
+
+/// The secondary `who` at `secondary` transfers the zone and serves what
+/// the primary serves, then follows the primary's next key (serial bumped,
+/// NOTIFY, transfer) within a minute.
+fn follows_rotation(who: &str, primary: SocketAddr, secondary: SocketAddr) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let first = loop {
+        let (p, s) = (https_ids_at(primary), https_ids_at(secondary));
+        if !s.is_empty() && s == p {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{who}: no transfer: primary {p:x?}, secondary {s:x?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let s = https_ids_at(secondary);
+        if !s.is_empty() && s != first && s == https_ids_at(primary) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{who}: the secondary kept {first:x?} (serving {s:x?}) after the primary rotated"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// `zrtt dns` feeds a Knot secondary: the secondary transfers the zone
+/// (AXFR), and when the keys rotate `zrtt dns` bumps the SOA serial and
+/// sends NOTIFY, so the secondary serves the new key; a transfer from an
+/// address not allowed is refused.
+#[test]
+fn a_knot_secondary_follows_zrtt_dns_through_a_rotation() {
+    let Some(knotd) = knotd() else {
+        eprintln!("knotd not installed (run scripts/install-deps.sh): skipped");
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let kport = free_port();
+    let secondary: SocketAddr = format!("127.0.0.1:{kport}").parse().unwrap();
+    let (_zrtt, primary) = rotating_primary(d.path(), secondary);
+    let zport = primary.port();
     let kdir = d.path().join("knot2");
     std::fs::create_dir_all(kdir.join("db")).unwrap();
     let user = if unsafe_is_root() {
@@ -603,32 +638,7 @@ fn a_knot_secondary_follows_zrtt_dns_through_a_rotation() {
             .spawn()
             .unwrap(),
     );
-    // The secondary transfers the zone and serves what the primary serves.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let first = loop {
-        let (p, s) = (https_ids_at(primary), https_ids_at(secondary));
-        if !s.is_empty() && s == p {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no transfer: primary {p:x?}, secondary {s:x?}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    // The next key (20 s later): serial bumped, NOTIFY, transfer.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let s = https_ids_at(secondary);
-        if !s.is_empty() && s != first && s == https_ids_at(primary) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the secondary kept {first:x?} (serving {s:x?}) after the primary rotated"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    follows_rotation("knot", primary, secondary);
     // A transfer from an address not allowed is refused.
     if let Some(dig) = dig() {
         let out = Command::new(&dig)
@@ -654,4 +664,103 @@ fn a_knot_secondary_follows_zrtt_dns_through_a_rotation() {
             "the allowed transfer has the keys: {text}"
         );
     }
+}
+
+// ---------------------------------------------------------------- BIND, NSD
+
+/// A server stopped with SIGTERM (so it stops the processes it forked),
+/// then SIGKILL if it has not exited within 5 s.
+struct TermGuard(std::process::Child);
+
+impl Drop for TermGuard {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn installed(paths: &[&str]) -> Option<PathBuf> {
+    paths.iter().map(PathBuf::from).find(|p| p.exists())
+}
+
+/// `zrtt dns` feeds a BIND 9 secondary (named): AXFR, then the next key
+/// through NOTIFY and a transfer, as with Knot. BIND asks for IXFR first;
+/// `zrtt dns` answers with the whole zone, which RFC 1995 allows.
+#[test]
+fn a_bind_secondary_follows_zrtt_dns_through_a_rotation() {
+    let Some(named) = installed(&["/usr/sbin/named", "/usr/bin/named"]) else {
+        eprintln!("named not installed (run scripts/install-deps.sh): skipped");
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let sport = free_port();
+    let secondary: SocketAddr = format!("127.0.0.1:{sport}").parse().unwrap();
+    let (_zrtt, primary) = rotating_primary(d.path(), secondary);
+    let bdir = d.path().join("bind");
+    std::fs::create_dir_all(&bdir).unwrap();
+    let conf = format!(
+        "options {{\n  directory \"{b}\";\n  pid-file \"{b}/named.pid\";\n  listen-on port {sport} {{ 127.0.0.1; }};\n  listen-on-v6 {{ none; }};\n  recursion no;\n  notify no;\n  dnssec-validation no;\n}};\n\
+         controls {{ }};\n\
+         zone \"example.com\" {{\n  type secondary;\n  primaries {{ 127.0.0.1 port {zport}; }};\n  file \"{b}/example.com.db\";\n  allow-notify {{ 127.0.0.1; }};\n}};\n",
+        b = bdir.display(),
+        zport = primary.port()
+    );
+    std::fs::write(bdir.join("named.conf"), conf).unwrap();
+    // -g: foreground, logs to stderr; no -u: stays the user running the test.
+    let _named = TermGuard(
+        Command::new(named)
+            .arg("-g")
+            .arg("-c")
+            .arg(bdir.join("named.conf"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    follows_rotation("BIND", primary, secondary);
+}
+
+/// `zrtt dns` feeds an NSD secondary: AXFR, then the next key through
+/// NOTIFY and a transfer.
+#[test]
+fn an_nsd_secondary_follows_zrtt_dns_through_a_rotation() {
+    let Some(nsd) = installed(&["/usr/sbin/nsd", "/usr/bin/nsd"]) else {
+        eprintln!("nsd not installed (run scripts/install-deps.sh): skipped");
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let sport = free_port();
+    let secondary: SocketAddr = format!("127.0.0.1:{sport}").parse().unwrap();
+    let (_zrtt, primary) = rotating_primary(d.path(), secondary);
+    let ndir = d.path().join("nsd");
+    std::fs::create_dir_all(&ndir).unwrap();
+    let conf = format!(
+        "server:\n  ip-address: 127.0.0.1@{sport}\n  port: {sport}\n  zonesdir: \"{n}\"\n  database: \"\"\n  pidfile: \"{n}/nsd.pid\"\n  xfrdfile: \"{n}/xfrd.state\"\n  xfrdir: \"{n}\"\n  zonelistfile: \"{n}/zone.list\"\n  username: \"\"\n  chroot: \"\"\n  verbosity: 1\n\
+         remote-control:\n  control-enable: no\n\
+         zone:\n  name: example.com\n  zonefile: \"example.com.zone\"\n  allow-notify: 127.0.0.1 NOKEY\n  request-xfr: AXFR 127.0.0.1@{zport} NOKEY\n",
+        n = ndir.display(),
+        zport = primary.port()
+    );
+    std::fs::write(ndir.join("nsd.conf"), conf).unwrap();
+    let _nsd = TermGuard(
+        Command::new(nsd)
+            .arg("-d")
+            .arg("-c")
+            .arg(ndir.join("nsd.conf"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    follows_rotation("NSD", primary, secondary);
 }
