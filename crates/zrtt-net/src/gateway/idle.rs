@@ -5,6 +5,14 @@
 //! slow upload, server-sent events that keep talking). Between two
 //! HTTP/1.1 requests the shorter `Timeouts::idle` applies (hyper's header
 //! read timeout).
+//!
+//! Each HTTP/2 response is watched too ([`StreamExec`]): one whose body
+//! makes no progress toward the client for `Timeouts::stream_idle` (the
+//! client withholds flow-control credit, or the backend sends nothing) is
+//! cancelled while the connection's other streams go on: RST_STREAM to
+//! the client, the backend request dropped (a half-read backend
+//! connection is closed, not reused), as nginx's `send_timeout` does per
+//! request.
 
 use std::future::Future;
 use std::io;
@@ -139,6 +147,89 @@ where
     tracing::debug!("closing a connection idle for {idle:?}");
     graceful(conn.as_mut());
     tokio::time::timeout(grace, conn).await.unwrap_or(Ok(()))
+}
+
+tokio::task_local! {
+    /// The HTTP/2 stream whose task is being polled ([`StreamExec`]).
+    static STREAM: Arc<StreamWatch>;
+}
+
+/// One HTTP/2 stream's response progress.
+#[derive(Debug)]
+pub(super) struct StreamWatch {
+    activity: Arc<Activity>,
+    /// Set once the response head is out (before it, the backend and
+    /// request body timeouts apply).
+    armed: tokio::sync::Notify,
+}
+
+impl StreamWatch {
+    /// The watch of the stream being served, `None` outside an HTTP/2
+    /// stream task.
+    pub(super) fn current() -> Option<Arc<Self>> {
+        STREAM.try_with(Arc::clone).ok()
+    }
+
+    /// `resp`'s body, counted as progress when hyper takes a frame of it
+    /// (which on HTTP/2 it does only with flow-control credit from the
+    /// client); the watch starts now.
+    pub(super) fn watch(
+        self: &Arc<Self>,
+        resp: hyper::Response<super::Body>,
+    ) -> hyper::Response<super::Body> {
+        use http_body_util::BodyExt;
+        self.activity.touch();
+        self.armed.notify_one();
+        let activity = self.activity.clone();
+        resp.map(|b| {
+            b.map_frame(move |f| {
+                activity.touch();
+                f
+            })
+            .boxed()
+        })
+    }
+
+    /// Resolves once the response head is out and then no frame of its
+    /// body was taken for `idle`.
+    async fn stalled(&self, idle: Duration) {
+        self.armed.notified().await;
+        self.activity.idle_for(idle).await;
+    }
+}
+
+/// The executor of an HTTP/2 connection's streams: each stream's task
+/// runs with its [`StreamWatch`] and is dropped (RST_STREAM CANCEL to the
+/// client, the backend request with it) once its response stalls for
+/// `idle`.
+#[derive(Clone)]
+pub(super) struct StreamExec {
+    pub(super) idle: Duration,
+    /// Counts the cancelled streams.
+    pub(super) stalled: prometheus_client::metrics::counter::Counter,
+}
+
+impl<F> hyper::rt::Executor<F> for StreamExec
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn execute(&self, fut: F) {
+        let watch = Arc::new(StreamWatch {
+            activity: Activity::new(),
+            armed: tokio::sync::Notify::new(),
+        });
+        let (idle, stalled) = (self.idle, self.stalled.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = STREAM.scope(watch.clone(), fut) => {}
+                () = watch.stalled(idle) => {
+                    stalled.inc();
+                    tracing::debug!("response without progress for {idle:?}: stream cancelled");
+                }
+            }
+        });
+    }
 }
 
 #[cfg(test)]
