@@ -2,6 +2,7 @@
 //! 2026-11-26): an HTTP/2 client that withholds flow-control credit while
 //! keeping its connection busy holds a backend request only for the stream
 //! idle timeout, and never more requests at once than the stream cap; an
+//! HTTP/1.1 client that stops reading is closed at that timeout; an
 //! HTTP/1.1 request head that stops half-way gets 408 and a close. Checks
 //! states, reset reasons and counters, polled within generous bounds.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
@@ -197,7 +198,7 @@ async fn a_client_withholding_credit_holds_backend_requests_briefly_and_within_t
     // The third request reached the backend only once a stalled one had
     // been cancelled: never more than the cap at once.
     assert_eq!(seen.most_in_flight.load(Ordering::SeqCst), 2);
-    assert_eq!(env.metric("streams_stalled"), 3);
+    assert_eq!(env.metric("responses_stalled"), 3);
     eventually(Duration::from_secs(10), "nothing in flight", || {
         env.metrics.requests_in_flight.get() == 0
     })
@@ -256,5 +257,73 @@ async fn a_request_head_that_stops_gets_408_and_a_close() {
     assert!(got.is_empty(), "{}", String::from_utf8_lossy(&got));
     assert_eq!(env.metric("request_heads_timed_out"), 1);
     assert_eq!(env.metric("requests"), 0);
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http1_client_that_stops_reading_but_keeps_sending_is_closed() {
+    let metrics = Arc::new(tokio::sync::OnceCell::new());
+    let (backend, seen) = endless_backend(metrics.clone()).await;
+    let mut timeouts = Timeouts::default();
+    timeouts.backend_response = Duration::from_secs(5);
+    timeouts.stream_idle = Duration::from_secs(1);
+    let env = start_gateway(GatewayOpts {
+        backend: Some(backend),
+        timeouts,
+        ..Default::default()
+    })
+    .await;
+    metrics.set(env.metrics.clone()).ok().unwrap();
+    let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(tls_roots())
+    .with_no_client_auth();
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(env.addr).await.unwrap();
+    let name = pki_types::ServerName::try_from(HOST).unwrap();
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    let (_unread, mut w) = tokio::io::split(tls);
+    w.write_all(format!("GET /endless HTTP/1.1\r\nHost: {HOST}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    w.flush().await.unwrap();
+    eventually(
+        Duration::from_secs(30),
+        "the request reached the backend",
+        || seen.requests.load(Ordering::SeqCst) == 1,
+    )
+    .await;
+    // The answer is never read; a pipelined request trickles in a byte at
+    // a time. hyper reads none of it while the answer is blocked (so the
+    // connection's idle timer would end it too, after the shutdown
+    // grace); the response's own watch closes it at the idle timeout.
+    let next = format!(
+        "GET /next HTTP/1.1\r\nHost: {HOST}\r\nX-Pad: {}\r\n",
+        "p".repeat(2000)
+    );
+    let trickle = async {
+        for b in next.as_bytes() {
+            if w.write_all(&[*b]).await.is_err() || w.flush().await.is_err() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    };
+    let closed = tokio::time::timeout(Duration::from_secs(90), trickle).await;
+    assert!(closed.unwrap_or(false), "the connection was kept open");
+    eventually(
+        Duration::from_secs(30),
+        "the backend connection closed",
+        || seen.closed.load(Ordering::SeqCst) == 1,
+    )
+    .await;
+    assert_eq!(env.metric("responses_stalled"), 1);
     env.stop().await;
 }

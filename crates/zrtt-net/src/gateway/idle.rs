@@ -17,7 +17,7 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -129,11 +129,12 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
 
 /// Drive the hyper connection `conn` until it ends, or until nothing moved
 /// on it for `idle`: then `graceful` starts its shutdown and it has `grace`
-/// to finish.
+/// to finish. If `stalled` resolves first (an HTTP/1.1 response that made
+/// no progress), the connection is dropped at once.
 pub(super) async fn drive<F>(
     mut conn: Pin<&mut F>,
     graceful: impl FnOnce(Pin<&mut F>),
-    activity: &Activity,
+    (activity, stalled): (&Activity, impl Future<Output = ()>),
     idle: Duration,
     grace: Duration,
 ) -> hyper::Result<()>
@@ -143,6 +144,10 @@ where
     tokio::select! {
         r = conn.as_mut() => return r,
         () = activity.idle_for(idle) => {}
+        () = stalled => {
+            tracing::debug!("response without progress for {idle:?}: connection closed");
+            return Ok(());
+        }
     }
     tracing::debug!("closing a connection idle for {idle:?}");
     graceful(conn.as_mut());
@@ -154,47 +159,77 @@ tokio::task_local! {
     static STREAM: Arc<StreamWatch>;
 }
 
-/// One HTTP/2 stream's response progress.
+/// The progress of the responses on their way to a client: an HTTP/2
+/// stream's (one each), or an HTTP/1.1 connection's (one at a time).
 #[derive(Debug)]
 pub(super) struct StreamWatch {
     activity: Arc<Activity>,
-    /// Set once the response head is out (before it, the backend and
-    /// request body timeouts apply).
+    /// Responses whose head is out and whose body is not dropped yet
+    /// (before the head, the backend and request body timeouts apply).
+    open: AtomicUsize,
     armed: tokio::sync::Notify,
 }
 
+/// Ends a response's watch when its body is dropped.
+struct InResponse(Arc<StreamWatch>);
+
+impl Drop for InResponse {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 impl StreamWatch {
-    /// The watch of the stream being served, `None` outside an HTTP/2
-    /// stream task.
+    pub(super) fn new() -> Arc<Self> {
+        Arc::new(Self {
+            activity: Activity::new(),
+            open: AtomicUsize::new(0),
+            armed: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// The watch of the HTTP/2 stream being served, `None` outside an
+    /// HTTP/2 stream task.
     pub(super) fn current() -> Option<Arc<Self>> {
         STREAM.try_with(Arc::clone).ok()
     }
 
     /// `resp`'s body, counted as progress when hyper takes a frame of it
-    /// (which on HTTP/2 it does only with flow-control credit from the
-    /// client); the watch starts now.
+    /// (which it does only once the client made room: HTTP/2 flow-control
+    /// credit, HTTP/1.1 a write buffer with space); watched from now until
+    /// the body is dropped.
     pub(super) fn watch(
         self: &Arc<Self>,
         resp: hyper::Response<super::Body>,
     ) -> hyper::Response<super::Body> {
         use http_body_util::BodyExt;
         self.activity.touch();
+        self.open.fetch_add(1, Ordering::AcqRel);
         self.armed.notify_one();
-        let activity = self.activity.clone();
+        let guard = InResponse(self.clone());
         resp.map(|b| {
             b.map_frame(move |f| {
-                activity.touch();
+                guard.0.activity.touch();
                 f
             })
             .boxed()
         })
     }
 
-    /// Resolves once the response head is out and then no frame of its
-    /// body was taken for `idle`.
-    async fn stalled(&self, idle: Duration) {
-        self.armed.notified().await;
-        self.activity.idle_for(idle).await;
+    /// Resolves once a response is out and no frame of it was taken for
+    /// `idle`.
+    pub(super) async fn stalled(&self, idle: Duration) {
+        loop {
+            if self.open.load(Ordering::Acquire) == 0 {
+                self.armed.notified().await;
+                continue;
+            }
+            let deadline = self.activity.last() + idle;
+            if Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep_until(deadline).await;
+        }
     }
 }
 
@@ -215,10 +250,7 @@ where
     F::Output: Send + 'static,
 {
     fn execute(&self, fut: F) {
-        let watch = Arc::new(StreamWatch {
-            activity: Activity::new(),
-            armed: tokio::sync::Notify::new(),
-        });
+        let watch = StreamWatch::new();
         let (idle, stalled) = (self.idle, self.stalled.clone());
         tokio::spawn(async move {
             tokio::select! {

@@ -115,9 +115,10 @@ counters! {
     backend_timeouts,
     /// Connections switched to another protocol (`101`, e.g. WebSocket) and relayed.
     upgrades,
-    /// HTTP/2 responses cancelled (RST_STREAM, backend request dropped):
-    /// no progress toward the client for the stream idle timeout.
-    streams_stalled,
+    /// Responses cancelled (HTTP/2: RST_STREAM; HTTP/1.1: connection
+    /// closed; the backend request dropped): no progress toward the client
+    /// for the stream idle timeout.
+    responses_stalled,
     /// HTTP/1.1 request heads that did not arrive in time: 408, closed.
     request_heads_timed_out,
     /// Address tokens issued.

@@ -111,6 +111,10 @@ pub(super) async fn serve_http<S>(
     let t = shared.cfg.timeouts;
     let metrics = shared.metrics.clone();
     let max_streams = shared.cfg.max_concurrent_streams;
+    // HTTP/1.1: one response at a time, watched per connection (HTTP/2
+    // streams have their own, idle.rs).
+    let h1_watch = (protocol == Protocol::Http1).then(idle::StreamWatch::new);
+    let conn_watch = h1_watch.clone();
     let activity = idle::Activity::new();
     let io = TokioIo::new(idle::Watched::new(io, activity.clone()));
     let ctx = Arc::new(ConnCtx {
@@ -127,6 +131,7 @@ pub(super) async fn serve_http<S>(
     let svc = hyper::service::service_fn(move |req| {
         let shared = shared.clone();
         let ctx = ctx.clone();
+        let conn_watch = conn_watch.clone();
         async move {
             let entry = shared
                 .cfg
@@ -136,7 +141,7 @@ pub(super) async fn serve_http<S>(
             let mut resp = forward(&shared, &ctx, req).await;
             // HTTP/2: a response that stops moving toward the client is
             // cancelled on its own (idle.rs).
-            if let Some(w) = idle::StreamWatch::current() {
+            if let Some(w) = idle::StreamWatch::current().or_else(|| conn_watch.clone()) {
                 resp = w.watch(resp);
             }
             let resp = resp.map(|b| {
@@ -180,7 +185,16 @@ pub(super) async fn serve_http<S>(
                 hyper::server::conn::http1::UpgradeableConnection::graceful_shutdown(c)
             };
             let pinned = std::pin::Pin::new(&mut conn);
-            let r = idle::drive(pinned, graceful, &activity, t.stream_idle, t.shutdown_grace).await;
+            let stalled = async {
+                if let Some(w) = &h1_watch {
+                    w.stalled(t.stream_idle).await;
+                    Metrics::inc(&metrics.responses_stalled);
+                } else {
+                    std::future::pending::<()>().await;
+                }
+            };
+            let watched = (&*activity, stalled);
+            let r = idle::drive(pinned, graceful, watched, t.stream_idle, t.shutdown_grace).await;
             match (r, conn.into_parts()) {
                 (Err(e), Some(parts)) if e.is_timeout() => {
                     head_timed_out(parts.io.into_inner(), &parts.read_buf, &metrics, t).await;
@@ -196,7 +210,7 @@ pub(super) async fn serve_http<S>(
             // backend request, so the cap bounds those too.
             let exec = idle::StreamExec {
                 idle: t.stream_idle,
-                stalled: metrics.streams_stalled.clone(),
+                stalled: metrics.responses_stalled.clone(),
             };
             let mut http = hyper::server::conn::http2::Builder::new(exec);
             http.timer(TokioTimer::new())
@@ -209,7 +223,8 @@ pub(super) async fn serve_http<S>(
             let graceful = |c: std::pin::Pin<&mut _>| {
                 hyper::server::conn::http2::Connection::graceful_shutdown(c)
             };
-            idle::drive(conn, graceful, &activity, t.stream_idle, t.shutdown_grace).await
+            let watched = (&*activity, std::future::pending());
+            idle::drive(conn, graceful, watched, t.stream_idle, t.shutdown_grace).await
         }
     };
     if let Err(e) = served {
