@@ -3,16 +3,17 @@
 //! the request in progress; HTTP/2: GOAWAY), then dropped after the
 //! shutdown grace. There is no cut of a live stream (a long download, a
 //! slow upload, server-sent events that keep talking). Between two
-//! HTTP/1.1 requests the shorter `Timeouts::idle` applies (hyper's header
-//! read timeout).
+//! HTTP/1.1 requests `Timeouts::request_head` applies (hyper's header read
+//! timeout; relay.rs answers 408 to a head begun and not finished).
 //!
-//! Each HTTP/2 response is watched too ([`StreamExec`]): one whose body
-//! makes no progress toward the client for `Timeouts::stream_idle` (the
-//! client withholds flow-control credit, or the backend sends nothing) is
-//! cancelled while the connection's other streams go on: RST_STREAM to
-//! the client, the backend request dropped (a half-read backend
-//! connection is closed, not reused), as nginx's `send_timeout` does per
-//! request.
+//! Each response is watched too ([`StreamWatch`]): one whose body makes
+//! no progress toward the client for `Timeouts::stream_idle` (the client
+//! withholds flow-control credit or stops reading, or the backend sends
+//! nothing) is cancelled, as nginx's `send_timeout` does per request:
+//! on HTTP/2 its stream alone ([`StreamExec`]: RST_STREAM to the client,
+//! the connection's other streams go on), on HTTP/1.1 the connection
+//! ([`drive`]). Its backend request is dropped with it (a half-read
+//! backend connection is closed, not reused).
 
 use std::future::Future;
 use std::io;
