@@ -96,7 +96,9 @@ pub struct GatewayConfig {
     pub tls: Arc<rustls::ServerConfig>,
     /// The default site's backends (at least one).
     pub backends: Vec<super::Backend>,
-    /// How backends are judged healthy (passive marks, active checks).
+    /// How backends are judged healthy (passive marks, active checks):
+    /// the default site's, and every site's without its own
+    /// (`Site::health`).
     pub backend_health: super::BackendHealth,
     /// Largest request body passed to a backend (413 beyond it); `None`:
     /// no limit.

@@ -72,6 +72,9 @@ struct ConnCtx {
     early: Option<Arc<EarlyCtl>>,
     /// The connection's place in its source's count.
     slot: Arc<SourceSlot>,
+    /// Requests this connection may have in flight at once
+    /// (`max_concurrent_streams`): the rest wait for a slot.
+    requests: Arc<tokio::sync::Semaphore>,
     /// The first response head was counted (first-answer histogram).
     answered: AtomicBool,
     /// The name the connection was opened for (TLS server name, or the
@@ -125,6 +128,7 @@ pub(super) async fn serve_http<S>(
         early_pending: AtomicBool::new(early),
         early: ctl,
         slot,
+        requests: Arc::new(tokio::sync::Semaphore::new(max_streams.max(1) as usize)),
         answered: AtomicBool::new(false),
         bound,
     });
@@ -137,7 +141,12 @@ pub(super) async fn serve_http<S>(
                 .cfg
                 .access_log
                 .then(|| access_log::Entry::new(&req, ctx.peer, transport));
-            let in_flight = InFlight::new(&shared.metrics.requests_in_flight);
+            // HTTP/2 refuses streams beyond the cap, but a stream's end
+            // and its request's end are not the same moment: count the
+            // requests themselves (held until a slot frees, as RFC 9113
+            // §5.1.2 allows).
+            let permit = ctx.requests.clone().acquire_owned().await.ok();
+            let in_flight = InFlight::new(&shared.metrics.requests_in_flight, permit);
             let mut resp = forward(&shared, &ctx, req).await;
             // HTTP/2: a response that stops moving toward the client is
             // cancelled on its own (idle.rs).
@@ -232,14 +241,20 @@ pub(super) async fn serve_http<S>(
     }
 }
 
-/// A request counted in `requests_in_flight` until dropped (with its
-/// response body).
-struct InFlight(prometheus_client::metrics::gauge::Gauge);
+/// A request counted in `requests_in_flight`, holding its connection's
+/// slot, until dropped (with its response body).
+struct InFlight(
+    prometheus_client::metrics::gauge::Gauge,
+    Option<tokio::sync::OwnedSemaphorePermit>,
+);
 
 impl InFlight {
-    fn new(g: &prometheus_client::metrics::gauge::Gauge) -> Self {
+    fn new(
+        g: &prometheus_client::metrics::gauge::Gauge,
+        slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) -> Self {
         g.inc();
-        Self(g.clone())
+        Self(g.clone(), slot)
     }
 }
 
@@ -596,6 +611,7 @@ mod tests {
             b.body(()).unwrap().into_parts().0
         };
         let site = |names: &[&str]| super::super::Site {
+            health: None,
             names: names.iter().map(|n| (*n).to_owned()).collect(),
             backends: vec!["127.0.0.1:1".parse().unwrap()],
         };
