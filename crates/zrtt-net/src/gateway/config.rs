@@ -134,8 +134,9 @@ pub struct GatewayConfig {
     /// Log one line per request (target `zrtt_access`, access_log.rs).
     pub access_log: bool,
     /// Most concurrent HTTP/2 streams per client connection (its SETTINGS;
-    /// streams beyond it are refused with REFUSED_STREAM); each holds at
-    /// most one backend request, so this bounds those per connection.
+    /// streams beyond it are refused with REFUSED_STREAM), and most
+    /// requests a connection has in flight (head received, response not
+    /// ended): further ones wait for one to end before reaching a backend.
     pub max_concurrent_streams: u32,
 }
 

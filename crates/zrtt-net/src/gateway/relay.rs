@@ -215,8 +215,8 @@ pub(super) async fn serve_http<S>(
         Protocol::Http2 => {
             // Each stream's task runs under a watch that cancels a response
             // making no progress (idle.rs); hyper refuses streams beyond
-            // the cap (REFUSED_STREAM), and a stream holds at most one
-            // backend request, so the cap bounds those too.
+            // the cap (REFUSED_STREAM), and the connection's request slots
+            // (ConnCtx::requests) bound its backend requests to it.
             let exec = idle::StreamExec {
                 idle: t.stream_idle,
                 stalled: metrics.responses_stalled.clone(),
