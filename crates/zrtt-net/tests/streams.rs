@@ -249,13 +249,33 @@ async fn a_request_head_that_stops_gets_408_and_a_close() {
     );
     assert_eq!(env.metric("request_heads_timed_out"), 1);
 
+    // The same over the zrtt channel (its first flight carries the half
+    // request line).
+    let target = zrtt_net::client::Target {
+        host: HOST.into(),
+        addr: env.addr,
+    };
+    let mut zrtt =
+        zrtt_net::client::ZrttStream::new(Arc::new(client_config(env.records.clone())), target);
+    let info = zrtt.info();
+    zrtt.write_all(b"GET /slow HT").await.unwrap();
+    zrtt.flush().await.unwrap();
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(30), zrtt.read_to_end(&mut got)).await;
+    read.expect("the zrtt connection was not closed").ok();
+    let got = String::from_utf8_lossy(&got);
+    assert!(got.starts_with("HTTP/1.1 408 "), "{got}");
+    let mode = info.lock().unwrap().as_ref().unwrap().mode;
+    assert_ne!(mode, zrtt_net::client::Mode::TlsFallback, "over zrtt");
+    assert_eq!(env.metric("request_heads_timed_out"), 2);
+
     // A connection that sends nothing is closed without an answer.
     let mut quiet = connect().await;
     let mut got = Vec::new();
     let read = tokio::time::timeout(Duration::from_secs(30), quiet.read_to_end(&mut got)).await;
     read.expect("the connection was not closed").ok();
     assert!(got.is_empty(), "{}", String::from_utf8_lossy(&got));
-    assert_eq!(env.metric("request_heads_timed_out"), 1);
+    assert_eq!(env.metric("request_heads_timed_out"), 2);
     assert_eq!(env.metric("requests"), 0);
     env.stop().await;
 }
