@@ -243,24 +243,28 @@ pub(super) async fn serve_http<S>(
 
 /// A request counted in `requests_in_flight`, holding its connection's
 /// slot, until dropped (with its response body).
-struct InFlight(
-    prometheus_client::metrics::gauge::Gauge,
-    Option<tokio::sync::OwnedSemaphorePermit>,
-);
+struct InFlight {
+    gauge: prometheus_client::metrics::gauge::Gauge,
+    /// Released with the request.
+    _slot: Option<tokio::sync::OwnedSemaphorePermit>,
+}
 
 impl InFlight {
     fn new(
-        g: &prometheus_client::metrics::gauge::Gauge,
+        gauge: &prometheus_client::metrics::gauge::Gauge,
         slot: Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> Self {
-        g.inc();
-        Self(g.clone(), slot)
+        gauge.inc();
+        Self {
+            gauge: gauge.clone(),
+            _slot: slot,
+        }
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.dec();
+        self.gauge.dec();
     }
 }
 
