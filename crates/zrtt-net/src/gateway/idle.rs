@@ -142,17 +142,24 @@ pub(super) async fn drive<F>(
 where
     F: Future<Output = hyper::Result<()>>,
 {
+    tokio::pin!(stalled);
+    // A stalled response also leaves the connection idle: say which.
     tokio::select! {
+        biased;
         r = conn.as_mut() => return r,
-        () = activity.idle_for(idle) => {}
-        () = stalled => {
+        () = &mut stalled => {
             tracing::debug!("response without progress for {idle:?}: connection closed");
             return Ok(());
         }
+        () = activity.idle_for(idle) => {}
     }
     tracing::debug!("closing a connection idle for {idle:?}");
     graceful(conn.as_mut());
-    tokio::time::timeout(grace, conn).await.unwrap_or(Ok(()))
+    tokio::select! {
+        biased;
+        r = tokio::time::timeout(grace, conn) => r.unwrap_or(Ok(())),
+        () = stalled => Ok(()),
+    }
 }
 
 tokio::task_local! {
