@@ -291,4 +291,27 @@ mod tests {
         tokio::join!(talker, a.idle_for(idle));
         assert_eq!(Instant::now() - start, Duration::from_secs(260));
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_response_stalls_only_while_out_and_not_taken() {
+        use http_body_util::BodyExt;
+        let w = StreamWatch::new();
+        let idle = Duration::from_secs(60);
+        let never = Duration::from_secs(600);
+        // No response out yet (waiting for the backend): not stalled.
+        assert!(tokio::time::timeout(never, w.stalled(idle)).await.is_err());
+        let body = http_body_util::Full::new(bytes::Bytes::from_static(b"abc"))
+            .map_err(|e| match e {})
+            .boxed();
+        let start = Instant::now();
+        let mut body = w.watch(hyper::Response::new(body)).into_body();
+        // A frame taken at 30 s: stalled 60 s later.
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert!(body.frame().await.is_some());
+        w.stalled(idle).await;
+        assert_eq!(Instant::now() - start, Duration::from_secs(90));
+        // Its body dropped (answered): nothing is stalled any more.
+        drop(body);
+        assert!(tokio::time::timeout(never, w.stalled(idle)).await.is_err());
+    }
 }
