@@ -345,5 +345,29 @@ async fn an_http1_client_that_stops_reading_but_keeps_sending_is_closed() {
     )
     .await;
     assert_eq!(env.metric("responses_stalled"), 1);
+
+    // The zrtt channel carries HTTP/1.1 too: a client that never reads
+    // its answer is closed the same way.
+    let target = zrtt_net::client::Target {
+        host: HOST.into(),
+        addr: env.addr,
+    };
+    let mut zrtt =
+        zrtt_net::client::ZrttStream::new(Arc::new(client_config(env.records.clone())), target);
+    let info = zrtt.info();
+    zrtt.write_all(format!("GET /endless HTTP/1.1\r\nHost: {HOST}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    zrtt.flush().await.unwrap();
+    eventually(
+        Duration::from_secs(30),
+        "the zrtt request was cancelled",
+        || seen.requests.load(Ordering::SeqCst) == 2 && seen.closed.load(Ordering::SeqCst) == 2,
+    )
+    .await;
+    assert_eq!(env.metric("responses_stalled"), 2);
+    let mode = info.lock().unwrap().as_ref().unwrap().mode;
+    assert_ne!(mode, zrtt_net::client::Mode::TlsFallback, "over zrtt");
+    drop(zrtt);
     env.stop().await;
 }
