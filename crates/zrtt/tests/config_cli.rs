@@ -103,6 +103,27 @@ fn a_gateway_runs_from_a_config_file_and_bad_ones_are_refused() {
     assert_eq!(out.status.code(), Some(2), "refused by the flag's parser");
     std::fs::write(&conf, &good).unwrap();
 
+    // Slow-client bounds (docs/GATEWAY.md, Request bodies and streams).
+    let bounds = good.replace(
+        "[dns]",
+        "request_head_timeout = \"10s\"\nmax_concurrent_streams = 64\n\n[dns]",
+    );
+    std::fs::write(&conf, &bounds).unwrap();
+    let out = ok(
+        dir,
+        &["gateway", "--config", "etc/zrtt.toml", "--check-config"],
+    );
+    assert_eq!(out.trim(), "configuration ok");
+    std::fs::write(&conf, bounds.replace("= 64", "= 0")).unwrap();
+    let out = zrtt(
+        dir,
+        &["gateway", "--config", "etc/zrtt.toml", "--check-config"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--max-concurrent-streams"), "{err}");
+    std::fs::write(&conf, &good).unwrap();
+
     // Served from the file; --listen on the command line replaces its value.
     let mut child = Command::new(env!("CARGO_BIN_EXE_zrtt"))
         .args([

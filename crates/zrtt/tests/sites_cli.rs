@@ -110,10 +110,15 @@ fn gateway(dir: &Path, backend: &str, extra: &[&str]) -> (Guard, u16) {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    // The listening line (an `admin ADDR` line may come first).
+    let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    while line.is_empty() || line.starts_with("admin ") {
+        line.clear();
+        if out.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+    }
     let gw = Guard(child);
     let port = line
         .trim()
@@ -356,4 +361,66 @@ http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path
         (body.as_str(), code.as_str()),
         ("tcp HTTP/2.0 c.example", "200")
     );
+}
+
+/// A site's own health settings (`--site ...,health=PATH`) apply to its
+/// backends alone: its dead backend is taken down by its checks
+/// (`backend_up` 0), while another site with the same kind of backend and
+/// the gateway's settings (no checks; a lone backend is never marked down
+/// passively) keeps it up.
+#[test]
+fn a_site_checks_its_backends_with_its_own_settings() {
+    if !have("curl") || !have("openssl") {
+        eprintln!(
+            "a_site_checks_its_backends: skipped: needs curl and openssl (scripts/install-deps.sh)"
+        );
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    key_and_record(dir, "a.example");
+    openssl_cert(dir, "b", "b.example", &["-newkey", "rsa:2048"]);
+    openssl_cert(dir, "c", "c.example", &["-newkey", "rsa:2048"]);
+    // Nothing listens there.
+    let dead = format!("127.0.0.1:{}", free_port());
+    let site_b = format!(
+        "cert=b.pem,cert-key=b.key,alias=b.example,backend={dead},health=/up,health-interval=100ms,health-fall=1"
+    );
+    let site_c = format!("cert=c.pem,cert-key=c.key,alias=c.example,backend={dead}");
+    let admin = format!("127.0.0.1:{}", free_port());
+    let (_gw, port) = gateway(
+        dir,
+        &backend_saying("site a").to_string(),
+        &["--site", &site_b, "--site", &site_c, "--admin", &admin],
+    );
+    wait_listening(&admin);
+    assert_eq!(
+        curl(dir, port, "a.example", "ca.pem", &[]),
+        ("site a".into(), "200".into())
+    );
+    let up = |site: &str| {
+        let key = format!("zrtt_gateway_backend_up{{site=\"{site}\",backend=\"{dead}\"}} ");
+        let m = admin_metrics(&admin);
+        m.lines()
+            .find_map(|l| l.strip_prefix(&key))
+            .unwrap_or_else(|| panic!("no {key} in {m}"))
+            .trim()
+            .to_owned()
+    };
+    let start = std::time::Instant::now();
+    while up("b.example") != "0" {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "site b's checks never took its backend down"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let (body, code) = curl(dir, port, "b.example", "b.pem", &[]);
+    assert_eq!(
+        (body.trim(), code.as_str()),
+        ("no backend of this site is up", "502")
+    );
+    let (_, code) = curl(dir, port, "c.example", "c.pem", &[]);
+    assert_eq!(code, "502");
+    assert_eq!(up("c.example"), "1", "site c has no checks");
 }

@@ -26,8 +26,13 @@ pub struct Timeouts {
     pub backend_connect: Duration,
     /// Backend response headers (then 504).
     pub backend_response: Duration,
-    /// Waiting for a request's headers on a kept-alive connection.
-    pub idle: Duration,
+    /// Waiting for a request head on HTTP/1.1, from the connection's start
+    /// or the end of the previous answer: a head begun and not finished
+    /// then gets 408 and the connection closes (nginx
+    /// `client_header_timeout`, HAProxy `timeout http-request`); a
+    /// connection that sent nothing of a head is closed silently
+    /// (keep-alive timeout).
+    pub request_head: Duration,
     /// A connection on which no byte moved either way for this long is
     /// closed (there is no cut of a live connection or stream).
     pub stream_idle: Duration,
@@ -49,7 +54,7 @@ impl Default for Timeouts {
             gate: Duration::from_secs(3),
             backend_connect: Duration::from_secs(2),
             backend_response: Duration::from_secs(15),
-            idle: Duration::from_secs(30),
+            request_head: Duration::from_secs(30),
             stream_idle: Duration::from_secs(60),
             request_body: Duration::from_secs(60),
             upgraded_idle: Duration::from_secs(300),
@@ -91,7 +96,9 @@ pub struct GatewayConfig {
     pub tls: Arc<rustls::ServerConfig>,
     /// The default site's backends (at least one).
     pub backends: Vec<super::Backend>,
-    /// How backends are judged healthy (passive marks, active checks).
+    /// How backends are judged healthy (passive marks, active checks):
+    /// the default site's, and every site's without its own
+    /// (`Site::health`).
     pub backend_health: super::BackendHealth,
     /// Largest request body passed to a backend (413 beyond it); `None`:
     /// no limit.
@@ -126,6 +133,11 @@ pub struct GatewayConfig {
     pub clock: fn() -> UnixTime,
     /// Log one line per request (target `zrtt_access`, access_log.rs).
     pub access_log: bool,
+    /// Most concurrent HTTP/2 streams per client connection (its SETTINGS;
+    /// streams beyond it are refused with REFUSED_STREAM), and most
+    /// requests a connection has in flight (head received, response not
+    /// ended): further ones wait for one to end before reaching a backend.
+    pub max_concurrent_streams: u32,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -174,6 +186,7 @@ impl GatewayConfig {
             rng: Arc::new(rng),
             clock,
             access_log: false,
+            max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS,
         })
     }
 }
@@ -182,6 +195,11 @@ impl GatewayConfig {
 /// site behind the gateway accepts, which applies its own limit (nginx's
 /// `client_max_body_size` is 1 MiB by default).
 pub const DEFAULT_MAX_REQUEST_BODY: u64 = 1 << 30;
+
+/// Most concurrent HTTP/2 streams (and so backend requests) per client
+/// connection by default: nginx's `http2_max_concurrent_streams`, HAProxy's
+/// `tune.h2.fe.max-concurrent-streams` is 100.
+pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 128;
 
 /// Most TLS 1.3 early data accepted from a resumed client (as zrtt's
 /// default `max_early_data`).

@@ -86,6 +86,7 @@ impl Gateway {
             super::Site {
                 names: cfg.server_names.clone(),
                 backends: cfg.backends.clone(),
+                health: None,
             },
             &cfg.sites,
         );
@@ -106,7 +107,7 @@ impl Gateway {
                     i,
                     s.label(),
                     &s.backends,
-                    &cfg.backend_health,
+                    s.health.as_ref().unwrap_or(&cfg.backend_health),
                     timeouts,
                     &metrics.backends,
                 ))
@@ -176,9 +177,9 @@ impl Gateway {
             store.connect();
         }
         let mut checks = JoinSet::new();
-        if let Some(check) = &self.shared.cfg.backend_health.check {
-            for pool in &self.shared.pools {
-                checks.spawn(pool.clone().run_checks(check.clone()));
+        for pool in &self.shared.pools {
+            if let Some(check) = pool.active_check() {
+                checks.spawn(pool.clone().run_checks(check));
             }
         }
         let mut loops = JoinSet::new();

@@ -15,6 +15,9 @@ macro_rules! counters {
         #[derive(Debug, Default)]
         pub struct Metrics {
             $($(#[doc = $doc])* pub $name: Counter,)*
+            /// HTTP requests being served: from their head to the end (or
+            /// the cancellation) of their response.
+            pub requests_in_flight: Gauge,
             /// Latency histograms.
             pub latency: Latency,
             /// Per-backend state and counts.
@@ -36,6 +39,11 @@ macro_rules! counters {
                     concat!($($doc, )*).trim().trim_end_matches('.'),
                     self.$name.clone(),
                 );)*
+                r.register(
+                    "requests_in_flight",
+                    "HTTP requests being served (head received, response not ended)",
+                    self.requests_in_flight.clone(),
+                );
                 self.latency.register(&mut r);
                 self.backends.register(&mut r);
                 r
@@ -107,6 +115,12 @@ counters! {
     backend_timeouts,
     /// Connections switched to another protocol (`101`, e.g. WebSocket) and relayed.
     upgrades,
+    /// Responses cancelled (HTTP/2: RST_STREAM; HTTP/1.1: connection
+    /// closed; the backend request dropped): no progress toward the client
+    /// for the stream idle timeout.
+    responses_stalled,
+    /// HTTP/1.1 request heads that did not arrive in time: 408, closed.
+    request_heads_timed_out,
     /// Address tokens issued.
     tokens_issued,
     /// First flights answered early because of a valid token.

@@ -257,6 +257,11 @@ impl Pool {
         }
     }
 
+    /// The pool's active check, if its site has one.
+    pub(super) fn active_check(&self) -> Option<HealthCheck> {
+        self.health.check.clone()
+    }
+
     /// Run `check` on every backend of the pool, each every `interval`,
     /// until dropped (the gateway's shutdown aborts it).
     pub(super) async fn run_checks(self: Arc<Self>, check: HealthCheck) {

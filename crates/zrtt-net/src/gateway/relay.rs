@@ -20,8 +20,8 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::upgrade::OnUpgrade;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncWrite};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::body::{BodyFault, Holding, RequestBody};
 use super::early_answer::{EarlyCtl, EarlyUse};
@@ -72,6 +72,9 @@ struct ConnCtx {
     early: Option<Arc<EarlyCtl>>,
     /// The connection's place in its source's count.
     slot: Arc<SourceSlot>,
+    /// Requests this connection may have in flight at once
+    /// (`max_concurrent_streams`): the rest wait for a slot.
+    requests: Arc<tokio::sync::Semaphore>,
     /// The first response head was counted (first-answer histogram).
     answered: AtomicBool,
     /// The name the connection was opened for (TLS server name, or the
@@ -88,9 +91,6 @@ pub(super) enum Protocol {
     /// HTTP/2 (multiplexed streams).
     Http2,
 }
-
-/// Most concurrent HTTP/2 streams per connection (nginx's default is 128).
-const MAX_H2_STREAMS: u32 = 128;
 
 /// Serve HTTP on `io` (a zrtt channel or TLS) until the client closes or
 /// stays idle; `early`: the first request is a served early request,
@@ -112,7 +112,12 @@ pub(super) async fn serve_http<S>(
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let t = shared.cfg.timeouts;
-    let idle_timeout = t.idle;
+    let metrics = shared.metrics.clone();
+    let max_streams = shared.cfg.max_concurrent_streams;
+    // HTTP/1.1: one response at a time, watched per connection (HTTP/2
+    // streams have their own, idle.rs).
+    let h1_watch = (protocol == Protocol::Http1).then(idle::StreamWatch::new);
+    let conn_watch = h1_watch.clone();
     let activity = idle::Activity::new();
     let io = TokioIo::new(idle::Watched::new(io, activity.clone()));
     let ctx = Arc::new(ConnCtx {
@@ -123,18 +128,38 @@ pub(super) async fn serve_http<S>(
         early_pending: AtomicBool::new(early),
         early: ctl,
         slot,
+        requests: Arc::new(tokio::sync::Semaphore::new(max_streams.max(1) as usize)),
         answered: AtomicBool::new(false),
         bound,
     });
     let svc = hyper::service::service_fn(move |req| {
         let shared = shared.clone();
         let ctx = ctx.clone();
+        let conn_watch = conn_watch.clone();
         async move {
             let entry = shared
                 .cfg
                 .access_log
                 .then(|| access_log::Entry::new(&req, ctx.peer, transport));
-            let resp = forward(&shared, &ctx, req).await;
+            // HTTP/2 refuses streams beyond the cap, but a stream's end
+            // and its request's end are not the same moment: count the
+            // requests themselves (held until a slot frees, as RFC 9113
+            // §5.1.2 allows).
+            let permit = ctx.requests.clone().acquire_owned().await.ok();
+            let in_flight = InFlight::new(&shared.metrics.requests_in_flight, permit);
+            let mut resp = forward(&shared, &ctx, req).await;
+            // HTTP/2: a response that stops moving toward the client is
+            // cancelled on its own (idle.rs).
+            if let Some(w) = idle::StreamWatch::current().or_else(|| conn_watch.clone()) {
+                resp = w.watch(resp);
+            }
+            let resp = resp.map(|b| {
+                b.map_frame(move |f| {
+                    let _counted = &in_flight;
+                    f
+                })
+                .boxed()
+            });
             if !ctx.answered.swap(true, Ordering::AcqRel) {
                 let labels = super::metrics::AnswerLabels {
                     path: transport,
@@ -158,23 +183,47 @@ pub(super) async fn serve_http<S>(
             let mut http = hyper::server::conn::http1::Builder::new();
             http.timer(TokioTimer::new())
                 .keep_alive(true)
-                .header_read_timeout(idle_timeout)
+                .header_read_timeout(t.request_head)
                 // Bounded buffering per connection: a slow reader costs at
                 // most this plus the channel's own bound (stream.rs), never
                 // the whole answer: hyper stops reading the backend until
                 // the client reads.
                 .max_buf_size(MAX_HTTP_BUFFER);
-            let conn = http.serve_connection(io, svc).with_upgrades();
-            tokio::pin!(conn);
+            let mut conn = http.serve_connection(io, svc).with_upgrades();
             let graceful = |c: std::pin::Pin<&mut _>| {
                 hyper::server::conn::http1::UpgradeableConnection::graceful_shutdown(c)
             };
-            idle::drive(conn, graceful, &activity, t.stream_idle, t.shutdown_grace).await
+            let pinned = std::pin::Pin::new(&mut conn);
+            let stalled = async {
+                if let Some(w) = &h1_watch {
+                    w.stalled(t.stream_idle).await;
+                    Metrics::inc(&metrics.responses_stalled);
+                } else {
+                    std::future::pending::<()>().await;
+                }
+            };
+            let watched = (&*activity, stalled);
+            let r = idle::drive(pinned, graceful, watched, t.stream_idle, t.shutdown_grace).await;
+            match (r, conn.into_parts()) {
+                (Err(e), Some(parts)) if e.is_timeout() => {
+                    head_timed_out(parts.io.into_inner(), &parts.read_buf, &metrics, t).await;
+                    Ok(())
+                }
+                (r, _) => r,
+            }
         }
         Protocol::Http2 => {
-            let mut http = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+            // Each stream's task runs under a watch that cancels a response
+            // making no progress (idle.rs); hyper refuses streams beyond
+            // the cap (REFUSED_STREAM), and the connection's request slots
+            // (ConnCtx::requests) bound its backend requests to it.
+            let exec = idle::StreamExec {
+                idle: t.stream_idle,
+                stalled: metrics.responses_stalled.clone(),
+            };
+            let mut http = hyper::server::conn::http2::Builder::new(exec);
             http.timer(TokioTimer::new())
-                .max_concurrent_streams(MAX_H2_STREAMS)
+                .max_concurrent_streams(max_streams)
                 .max_send_buf_size(MAX_HTTP_BUFFER);
             // No keep-alive pings: they would keep an unused connection
             // open for ever; one on which nothing moves closes (idle.rs).
@@ -183,12 +232,64 @@ pub(super) async fn serve_http<S>(
             let graceful = |c: std::pin::Pin<&mut _>| {
                 hyper::server::conn::http2::Connection::graceful_shutdown(c)
             };
-            idle::drive(conn, graceful, &activity, t.stream_idle, t.shutdown_grace).await
+            let watched = (&*activity, std::future::pending());
+            idle::drive(conn, graceful, watched, t.stream_idle, t.shutdown_grace).await
         }
     };
     if let Err(e) = served {
         tracing::debug!("http {peer}: {e}");
     }
+}
+
+/// A request counted in `requests_in_flight`, holding its connection's
+/// slot, until dropped (with its response body).
+struct InFlight {
+    gauge: prometheus_client::metrics::gauge::Gauge,
+    /// Released with the request.
+    _slot: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl InFlight {
+    fn new(
+        gauge: &prometheus_client::metrics::gauge::Gauge,
+        slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) -> Self {
+        gauge.inc();
+        Self {
+            gauge: gauge.clone(),
+            _slot: slot,
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.gauge.dec();
+    }
+}
+
+/// The request head did not arrive within `Timeouts::request_head`: if
+/// part of one came (`unread`), answer 408 and close, as HAProxy's `timeout
+/// http-request` does; a connection that sent nothing of a head (a new
+/// one, or kept alive between requests) is closed without an answer.
+async fn head_timed_out<S>(mut io: S, unread: &[u8], m: &Metrics, t: super::Timeouts)
+where
+    S: AsyncWrite + Unpin,
+{
+    if unread.is_empty() {
+        return;
+    }
+    Metrics::inc(&m.request_heads_timed_out);
+    let why = "request head timed out\n";
+    let resp = format!(
+        "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{why}",
+        why.len()
+    );
+    let send = async {
+        io.write_all(resp.as_bytes()).await?;
+        io.shutdown().await
+    };
+    let _ = tokio::time::timeout(t.shutdown_grace, send).await;
 }
 
 /// Fields a client may not decide for the backend: whether the request was
@@ -514,6 +615,7 @@ mod tests {
             b.body(()).unwrap().into_parts().0
         };
         let site = |names: &[&str]| super::super::Site {
+            health: None,
             names: names.iter().map(|n| (*n).to_owned()).collect(),
             backends: vec!["127.0.0.1:1".parse().unwrap()],
         };

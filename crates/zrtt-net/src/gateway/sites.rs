@@ -18,6 +18,9 @@ pub struct Site {
     /// Its backends (at least one), chosen round robin among the healthy
     /// ones (pool.rs).
     pub backends: Vec<Backend>,
+    /// How its backends are judged healthy; `None`: the gateway's
+    /// (`GatewayConfig::backend_health`).
+    pub health: Option<super::BackendHealth>,
 }
 
 impl Site {
@@ -69,6 +72,7 @@ mod tests {
 
     fn site(names: &[&str], port: u16) -> Site {
         Site {
+            health: None,
             names: names.iter().map(|s| (*s).to_owned()).collect(),
             backends: vec![std::net::SocketAddr::from(([127, 0, 0, 1], port)).into()],
         }

@@ -185,6 +185,8 @@ pub struct GatewayOpts {
     pub queues: Option<(i32, i32)>,
     /// A replay store shared with other gateways (tests/fleet.rs).
     pub replay_store: Option<Arc<zrtt_net::gateway::ReplayStore>>,
+    /// Most concurrent HTTP/2 streams per connection (the default's if `None`).
+    pub max_streams: Option<u32>,
 }
 
 impl Default for GatewayOpts {
@@ -207,6 +209,7 @@ impl Default for GatewayOpts {
             destinations: None,
             queues: None,
             replay_store: None,
+            max_streams: None,
         }
     }
 }
@@ -287,6 +290,9 @@ pub async fn start_gateway(opts: GatewayOpts) -> Env {
         cfg.listen.backlog = backlog;
         cfg.listen.fast_open_queue = fast_open;
     }
+    if let Some(n) = opts.max_streams {
+        cfg.max_concurrent_streams = n;
+    }
     if let Some(d) = opts.destinations {
         cfg.admission.destinations = d;
     }
@@ -313,6 +319,15 @@ pub async fn start_gateway(opts: GatewayOpts) -> Env {
 
 pub fn cert_der() -> Vec<u8> {
     testing::ed25519_cert()
+}
+
+/// The roots that trust the test gateway's certificate.
+pub fn tls_roots() -> rustls::RootCertStore {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(pki_types::CertificateDer::from_pem_slice(CA_PEM.as_bytes()).unwrap())
+        .unwrap();
+    roots
 }
 
 pub fn client_config(records: Vec<KeyRecord>) -> ClientConfig {

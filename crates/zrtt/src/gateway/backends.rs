@@ -7,8 +7,8 @@
 use clap::Args;
 use zrtt_net::gateway::{
     BackendHealth, GatewayConfig, HealthCheck, Timeouts, DEFAULT_CHECK_INTERVAL,
-    DEFAULT_CHECK_TIMEOUT, DEFAULT_FAIL_TIMEOUT, DEFAULT_FALL, DEFAULT_MAX_FAILS,
-    DEFAULT_MAX_REQUEST_BODY, DEFAULT_RISE,
+    DEFAULT_CHECK_TIMEOUT, DEFAULT_FAIL_TIMEOUT, DEFAULT_FALL, DEFAULT_MAX_CONCURRENT_STREAMS,
+    DEFAULT_MAX_FAILS, DEFAULT_MAX_REQUEST_BODY, DEFAULT_RISE,
 };
 
 use super::ShortDuration;
@@ -53,6 +53,16 @@ pub(super) struct BackendArgs {
     /// closed (no other limit on a live connection or stream).
     #[arg(long, default_value_t = ShortDuration(Timeouts::default().stream_idle))]
     stream_idle_timeout: ShortDuration,
+    /// An HTTP/1.1 request head not complete within this (from the
+    /// connection's start or the previous answer) gets 408 and a close; a
+    /// connection that sent nothing is closed silently (nginx
+    /// `client_header_timeout`).
+    #[arg(long, default_value_t = ShortDuration(Timeouts::default().request_head))]
+    request_head_timeout: ShortDuration,
+    /// Most concurrent HTTP/2 streams, and so backend requests, per client
+    /// connection; more are refused (nginx `http2_max_concurrent_streams`).
+    #[arg(long, default_value_t = DEFAULT_MAX_CONCURRENT_STREAMS)]
+    max_concurrent_streams: u32,
 }
 
 impl BackendArgs {
@@ -81,6 +91,11 @@ impl BackendArgs {
         cfg.max_request_body = (self.max_request_body.0 > 0).then_some(self.max_request_body.0);
         cfg.timeouts.request_body = self.request_body_timeout.0;
         cfg.timeouts.stream_idle = self.stream_idle_timeout.0;
+        cfg.timeouts.request_head = self.request_head_timeout.0;
+        if self.max_concurrent_streams == 0 || self.request_head_timeout.0.is_zero() {
+            anyhow::bail!("--max-concurrent-streams and --request-head-timeout must be above 0");
+        }
+        cfg.max_concurrent_streams = self.max_concurrent_streams;
         Ok(())
     }
 }

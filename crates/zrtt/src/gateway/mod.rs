@@ -419,6 +419,7 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
         .map(|s| zrtt_net::gateway::Site {
             names: s.names.clone(),
             backends: s.backends.clone(),
+            health: None,
         })
         .collect();
     let tokens = token_keys(&a, sites[0].store.as_ref())?;
@@ -503,6 +504,14 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
     cfg.admission = admission;
     cfg.server_names = names;
     cfg.sites = other_sites;
+    // The sites follow their --site values; their health settings go over
+    // the gateway's (set above from the flags).
+    for (site, spec) in cfg.sites.iter_mut().zip(&a.sites) {
+        site.health = spec
+            .health
+            .over(&cfg.backend_health)
+            .map_err(|e| anyhow::anyhow!("--site {}: {e}", site.label()))?;
+    }
     cfg.provenance = verifier_policy.as_ref().map(|(policy, _)| policy.clone());
     cfg.listen = listen;
     cfg.timeouts.gate = a.gate_timeout;
