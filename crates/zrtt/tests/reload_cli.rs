@@ -145,3 +145,111 @@ fn a_renewed_certificate_is_served_without_a_restart() {
     wait_log(dir, "poll.log", "certificate reloaded", 1);
     assert_eq!(served(dir, port), new);
 }
+
+/// The key store's certificate is renewed and its record re-signed while a
+/// client still holds the previous record (as resolvers do until its TTL
+/// runs out): its first flights still decrypt at the gateway, which keeps
+/// the previous record of the same key and terms (PROTOCOL.md §6). Before,
+/// they went unanswered and the client fell back to TLS after its reply
+/// timeout.
+#[test]
+fn flights_on_the_previous_record_are_answered_after_a_renewal() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    ok(dir, &["keys", "cert", "--name", HOST, "--out-dir", "pki"]);
+    ok(dir, &["keys", "cert", "--name", HOST, "--out-dir", "pki2"]);
+    ok(
+        dir,
+        &[
+            "keys",
+            "init",
+            "--keystore",
+            "ks",
+            "--name",
+            HOST,
+            "--cert",
+            "pki/cert.pem",
+            "--cert-key",
+            "pki/cert.key",
+        ],
+    );
+    let record = |name: &str| {
+        let rec = std::fs::read_dir(dir.join("ks/keys"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|e| e == "record"))
+            .unwrap();
+        std::fs::copy(rec, dir.join(name)).unwrap();
+    };
+    record("old.rec");
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let _gw = Guard(
+        Command::new(env!("CARGO_BIN_EXE_zrtt"))
+            .args(["gateway", "--listen", &listen, "--backend"])
+            .arg(backend().to_string())
+            .args(["--keystore", "ks", "--refresh", "1"])
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_listening(&listen);
+    // The replay filter refuses flights stamped in its first 2 s.
+    std::thread::sleep(Duration::from_millis(2500));
+    let get = |rec: &str, pki: &str| {
+        let out = zrtt(
+            dir,
+            &[
+                "get",
+                "--no-state",
+                "--zrtt-only",
+                "-m",
+                "20s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{zrtt_mode}",
+                "--record",
+                rec,
+                "--cert",
+                &format!("{pki}/cert.pem"),
+                "--resolve",
+                &format!("{HOST}:{port}:127.0.0.1"),
+                &format!("https://{HOST}:{port}/"),
+            ],
+        );
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (okay, mode, err) = get("old.rec", "pki");
+    assert!(okay && mode.starts_with("0rtt"), "{mode} {err}");
+
+    // Renewal: a new certificate in the key store, the record re-signed.
+    install(&dir.join("pki2/cert.pem"), &dir.join("ks/cert.pem"));
+    install(&dir.join("pki2/cert.key"), &dir.join("ks/cert.key"));
+    let out = ok(dir, &["keys", "rotate", "--keystore", "ks"]);
+    assert!(out.contains("re-signed"), "{out}");
+    record("new.rec");
+    assert_ne!(
+        std::fs::read(dir.join("old.rec")).unwrap(),
+        std::fs::read(dir.join("new.rec")).unwrap()
+    );
+    // The gateway has the new record once a flight on it is answered.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (okay, mode, err) = get("new.rec", "pki2");
+        if okay && mode.starts_with("0rtt") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "new record not served: {err}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // A client still on the previous record is answered over zrtt.
+    let (okay, mode, err) = get("old.rec", "pki");
+    assert!(okay && mode.starts_with("0rtt"), "{mode} {err}");
+}

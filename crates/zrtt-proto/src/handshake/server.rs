@@ -27,6 +27,9 @@ pub struct ServerKey {
     pub record: KeyRecord,
     keypair: X25519KeyPair,
     record_hash: [u8; 32],
+    /// The hash of the record this key was published with before it was
+    /// re-signed with the same terms ([`ServerConfig::keep_previous_records`]).
+    previous_record_hash: Option<[u8; 32]>,
 }
 
 impl ServerKey {
@@ -42,8 +45,23 @@ impl ServerKey {
             record,
             keypair,
             record_hash,
+            previous_record_hash: None,
         })
     }
+
+    /// Whether a flight built on the previous record of this key is
+    /// accepted too (see [`ServerConfig::keep_previous_records`]).
+    pub fn accepts_previous_record(&self) -> bool {
+        self.previous_record_hash.is_some()
+    }
+}
+
+/// Whether two records of one key state the same terms: every field but
+/// the signing certificate's hash (the signature is outside the body).
+fn same_terms(a: &crate::record::RecordBody, b: &crate::record::RecordBody) -> bool {
+    let mut b = b.clone();
+    b.cert_sha256 = a.cert_sha256;
+    *a == b
 }
 
 /// Server settings: the live keys and the grace around their validity.
@@ -76,6 +94,40 @@ impl ServerConfig {
     /// The live keys.
     pub fn keys(&self) -> &[ServerKey] {
         &self.keys
+    }
+
+    /// After a refresh: for each key that `old` held with a different
+    /// record stating the same terms (same key id, public key, validity,
+    /// limits, flags, verifiers and name; only the signing certificate
+    /// differs, as after a certificate renewal), also accept flights built
+    /// on that previous record. Clients and resolvers keep the previous
+    /// record until its TTL runs out, and a flight binds the hash of the
+    /// record it was built on (PROTOCOL.md §5), so without this every such
+    /// flight would fail to decrypt (no answer, then the client's TLS
+    /// fallback) until they fetch the new one. Only a record this server
+    /// itself held is carried, never one a flight names; a key whose terms
+    /// changed (new flags, limits or validity) is not carried, so new terms
+    /// apply at once. One previous record per key, kept while the key is.
+    /// A flight that decrypts under neither costs a second decryption
+    /// attempt.
+    pub fn keep_previous_records(&mut self, old: &ServerConfig) {
+        for k in &mut self.keys {
+            let Some(o) = old
+                .keys
+                .iter()
+                .find(|o| o.record.body.key_id == k.record.body.key_id)
+            else {
+                continue;
+            };
+            if o.keypair.public() != k.keypair.public() {
+                continue;
+            }
+            if o.record_hash == k.record_hash {
+                k.previous_record_hash = o.previous_record_hash;
+            } else if same_terms(&o.record.body, &k.record.body) {
+                k.previous_record_hash = Some(o.record_hash);
+            }
+        }
     }
 
     /// Records valid at `now`, for refusals that let the client retry at once.
@@ -208,25 +260,29 @@ impl ServerConfig {
             return Err(self.reject(RejectReason::Replay, ReplayError::Replayed.into(), now));
         }
 
-        let resolver = match ZrttResolver::new(rng, Some(&key.keypair)) {
-            Ok(r) => Box::new(r),
-            Err(e) => return Err(Refusal::silent(e)),
+        // The record the flight was built on: the current one, else the
+        // one this key was published with before a re-signing.
+        let decrypt = |record_hash: &[u8; 32]| -> Result<(snow::HandshakeState, Vec<u8>), Error> {
+            let resolver = Box::new(ZrttResolver::new(rng, Some(&key.keypair))?);
+            let mut noise = noise_params(&noise_name(header.pattern, aead)).and_then(|p| {
+                snow::Builder::with_resolver(p, resolver)
+                    .prologue(&prologue(record_hash, transport, &header))
+                    .and_then(|b| b.local_private_key(key.keypair.private()))
+                    .and_then(|b| b.build_responder())
+                    .map_err(noise_err)
+            })?;
+            let mut payload = vec![0u8; noise_msg.len()];
+            let n = noise
+                .read_message(noise_msg, &mut payload)
+                .map_err(noise_err)?;
+            payload.truncate(n);
+            Ok((noise, payload))
         };
-        let mut noise = match noise_params(&noise_name(header.pattern, aead)).and_then(|p| {
-            snow::Builder::with_resolver(p, resolver)
-                .prologue(&prologue(&key.record_hash, transport, &header))
-                .and_then(|b| b.local_private_key(key.keypair.private()))
-                .and_then(|b| b.build_responder())
-                .map_err(noise_err)
-        }) {
-            Ok(n) => n,
-            Err(e) => return Err(Refusal::silent(e)),
+        let (noise, payload) = match (decrypt(&key.record_hash), &key.previous_record_hash) {
+            (Ok(done), _) => done,
+            (Err(_), Some(previous)) => decrypt(previous).map_err(Refusal::silent)?,
+            (Err(e), None) => return Err(Refusal::silent(e)),
         };
-        let mut payload = vec![0u8; noise_msg.len()];
-        let n = noise
-            .read_message(noise_msg, &mut payload)
-            .map_err(|e| Refusal::silent(noise_err(e)))?;
-        payload.truncate(n);
 
         let mut r = Reader::new(&payload);
         let parsed = r.u64().and_then(|ts| Ok((ts, Extensions::decode(&mut r)?)));

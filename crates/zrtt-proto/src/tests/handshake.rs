@@ -609,3 +609,68 @@ fn a_full_extension_block_with_one_duplicate_is_refused() {
         Err(InvalidMessage::InvalidField("duplicate extension"))
     );
 }
+
+// ----------------------------------------------- re-signed records
+
+/// The vector key's record re-signed by another certificate (a renewal),
+/// with `edit` applied to its terms first.
+fn resigned(edit: impl FnOnce(&mut crate::record::RecordBody)) -> ServerConfig {
+    let key = testing::semi_static("zrtt vector key 1");
+    let mut body = testing::body(&key, &testing::other_cert());
+    edit(&mut body);
+    let record = body
+        .sign(&testing::other_signer(), &ring::rand::SystemRandom::new())
+        .unwrap();
+    ServerConfig::new(vec![ServerKey::new(record, key).unwrap()]).unwrap()
+}
+
+#[test]
+fn a_flight_on_the_previous_record_decrypts_after_a_renewal() {
+    let before = testing::vector_server();
+    let (client, flight) = first_flight(&ClientParams::default(), REQ, 41);
+
+    // Without the previous record: no answer at all (PROTOCOL.md §4.4).
+    let plain = resigned(|_| {});
+    let refused = accept(&plain, &flight, &mut filter()).unwrap_err();
+    assert!(refused.reply.is_none());
+
+    // Kept: accepted, and the reply opens at the client.
+    let mut after = resigned(|_| {});
+    after.keep_previous_records(&before);
+    assert!(after.keys()[0].accepts_previous_record());
+    let mut f = filter();
+    let accepted = accept(&after, &flight, &mut f).unwrap();
+    assert_eq!(accepted.early_data, REQ);
+    let (_, reply) = accepted
+        .reply(&Extensions::new(), b"HTTP/1.1 200 OK\r\n")
+        .unwrap();
+    let (frame, _) = read_frame(&reply, Expect::ReplyOrReject).unwrap().unwrap();
+    assert_eq!(
+        client.handle_reply(&frame).unwrap().data,
+        b"HTTP/1.1 200 OK\r\n"
+    );
+
+    // Still one acceptance per flight.
+    let again = accept(&after, &flight, &mut f).unwrap_err();
+    assert_eq!(again.error, Error::Replay(ReplayError::Replayed));
+
+    // The next refresh (the same new record, read again) keeps carrying it.
+    let key = testing::semi_static("zrtt vector key 1");
+    let same = after.keys()[0].record.clone();
+    let mut later = ServerConfig::new(vec![ServerKey::new(same, key).unwrap()]).unwrap();
+    later.keep_previous_records(&after);
+    assert!(later.keys()[0].accepts_previous_record());
+    let (_, flight2) = first_flight(&ClientParams::default(), REQ, 42);
+    accept(&later, &flight2, &mut filter()).unwrap();
+}
+
+#[test]
+fn a_record_with_new_terms_does_not_carry_the_previous_one() {
+    let before = testing::vector_server();
+    let (_, flight) = first_flight(&ClientParams::default(), REQ, 43);
+    let mut after = resigned(|b| b.max_early_data_bytes = 1024);
+    after.keep_previous_records(&before);
+    assert!(!after.keys()[0].accepts_previous_record());
+    let refused = accept(&after, &flight, &mut filter()).unwrap_err();
+    assert!(refused.reply.is_none());
+}

@@ -616,8 +616,14 @@ pub fn run(a: GatewayArgs) -> Result<ExitCode> {
                         })
                         .await;
                         match fresh {
-                            Ok(Ok((cfg, tokens))) => {
-                                *shared_keys.write().unwrap_or_else(|p| p.into_inner()) = cfg;
+                            Ok(Ok((mut cfg, tokens))) => {
+                                let mut keys =
+                                    shared_keys.write().unwrap_or_else(|p| p.into_inner());
+                                // A re-signed record (a certificate renewal):
+                                // flights on the previous one still decrypt.
+                                cfg.keep_previous_records(&keys);
+                                *keys = cfg;
+                                drop(keys);
                                 if let (Some(ring), Some(t)) = (&store_tokens, tokens) {
                                     ring.replace(t);
                                 }
