@@ -525,26 +525,7 @@ fn https_ids_at(server: SocketAddr) -> Vec<u32> {
 /// 20 s after the first), allowing transfers from 127.0.0.1 and notifying
 /// `secondary`; returns its guard and address.
 fn rotating_primary(dir: &Path, secondary: SocketAddr) -> (Guard, SocketAddr) {
-    ok(dir, &["keys", "cert", "--name", HOST, "--out-dir", "pki"]);
-    ok(
-        dir,
-        &[
-            "keys",
-            "init",
-            "--keystore",
-            "ks",
-            "--name",
-            HOST,
-            "--cert",
-            "pki/cert.pem",
-            "--cert-key",
-            "pki/cert.key",
-            "--lifetime",
-            "30s",
-            "--ttl",
-            "5s",
-        ],
-    );
+    keystore(dir, HOST, "pki", &["--lifetime", "30s", "--ttl", "5s"]);
     std::fs::write(dir.join("example.com.zone"), ZONE).unwrap();
     let primary: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let guard = Guard(

@@ -38,23 +38,8 @@ fn get(dir: &Path, url: &str, extra: &[&str]) -> (String, String) {
 fn get_resolves_key_and_address_through_dns_and_falls_back_with_reasons() {
     let d = tempfile::tempdir().unwrap();
     let dir = d.path();
-    ok(dir, &["keys", "cert", "--name", HOST, "--out-dir", "pki"]);
     ok(dir, &["keys", "cert", "--name", HOST, "--out-dir", "pki2"]);
-    ok(
-        dir,
-        &[
-            "keys",
-            "init",
-            "--keystore",
-            "ks",
-            "--name",
-            HOST,
-            "--cert",
-            "pki/cert.pem",
-            "--cert-key",
-            "pki/cert.key",
-        ],
-    );
+    keystore(dir, HOST, "pki", &[]);
     std::fs::write(dir.join("example.com.zone"), ZONE).unwrap();
     let mut dns = Guard(
         Command::new(env!("CARGO_BIN_EXE_zrtt"))

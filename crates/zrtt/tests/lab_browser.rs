@@ -4,25 +4,10 @@
 //! parsed, a screenshot written), never a timing. Needs root, nginx,
 //! chromium and openssl; says why it skips.
 
-use std::process::{Command, Stdio};
+mod common;
+use common::lab_skip as skip;
 
-fn skip(test: &str, tools: &[&str]) -> bool {
-    if !zrtt_lab::is_root() {
-        eprintln!("{test}: skipped: needs root");
-        return true;
-    }
-    for t in tools {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {t}")])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !found {
-            eprintln!("{test}: skipped: {t} not installed (run scripts/install-deps.sh)");
-            return true;
-        }
-    }
-    false
-}
+use std::process::{Command, Stdio};
 
 #[test]
 fn browser_loads_the_page_through_zrtt_proxy() {

@@ -4,29 +4,14 @@
 //! wall times. Needs
 //! root and the peers scripts/install-deps.sh installs; says why it skips.
 
+mod common;
+use common::lab_skip as skip;
+
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
 /// One scenario at a time: they measure time on a small machine.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-fn skip(test: &str, tools: &[&str]) -> bool {
-    if !zrtt_lab::is_root() {
-        eprintln!("{test}: skipped: needs root");
-        return true;
-    }
-    for t in tools {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {t}")])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !found {
-            eprintln!("{test}: skipped: {t} not installed (run scripts/install-deps.sh)");
-            return true;
-        }
-    }
-    false
-}
 
 /// Runs `zrtt lab <args> --out DIR`, checks it left no namespace behind,
 /// and returns the scenario's JSON.

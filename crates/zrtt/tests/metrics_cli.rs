@@ -231,22 +231,7 @@ fn dns_metrics_count_digs_queries_transfers_and_notifies() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
-    ok(d, &["keys", "cert", "--name", HOST, "--out-dir", "pki"]);
-    ok(
-        d,
-        &[
-            "keys",
-            "init",
-            "--keystore",
-            "ks",
-            "--name",
-            HOST,
-            "--cert",
-            "pki/cert.pem",
-            "--cert-key",
-            "pki/cert.key",
-        ],
-    );
+    keystore(d, HOST, "pki", &[]);
     std::fs::write(d.join("example.com.zone"), zone()).unwrap();
     let (secondary, notified) = notify_answerer();
     let secondary = secondary.to_string();

@@ -156,23 +156,8 @@ fn a_renewed_certificate_is_served_without_a_restart() {
 fn flights_on_the_previous_record_are_answered_after_a_renewal() {
     let d = tempfile::tempdir().unwrap();
     let dir = d.path();
-    ok(dir, &["keys", "cert", "--name", HOST, "--out-dir", "pki"]);
     ok(dir, &["keys", "cert", "--name", HOST, "--out-dir", "pki2"]);
-    ok(
-        dir,
-        &[
-            "keys",
-            "init",
-            "--keystore",
-            "ks",
-            "--name",
-            HOST,
-            "--cert",
-            "pki/cert.pem",
-            "--cert-key",
-            "pki/cert.key",
-        ],
-    );
+    keystore(dir, HOST, "pki", &[]);
     let record = |name: &str| {
         let rec = std::fs::read_dir(dir.join("ks/keys"))
             .unwrap()

@@ -133,22 +133,7 @@ fn a_returning_client_is_answered_early_without_configuration() {
 fn gateways_sharing_a_key_store_accept_each_others_tokens() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    ok(dir, &["keys", "cert", "--name", HOST, "--out-dir", "."]);
-    ok(
-        dir,
-        &[
-            "keys",
-            "init",
-            "--keystore",
-            "ks",
-            "--name",
-            HOST,
-            "--cert",
-            "cert.pem",
-            "--cert-key",
-            "cert.key",
-        ],
-    );
+    keystore(dir, HOST, ".", &[]);
     let (_a, gw_a, admin_a) = gateway(dir, &["--keystore", "ks"]);
     let (_b, gw_b, admin_b) = gateway(dir, &["--keystore", "ks"]);
     // The store's token keys: the sealing epoch's and the next, owner-only.

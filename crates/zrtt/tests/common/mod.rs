@@ -6,7 +6,6 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::process::{Child, Command, Output};
 
-/// Run the zrtt binary in `dir`.
 /// Whether `tool` is on the PATH.
 pub fn have(tool: &str) -> bool {
     Command::new("sh")
@@ -15,6 +14,7 @@ pub fn have(tool: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+/// Run the zrtt binary in `dir`.
 pub fn zrtt(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_zrtt"))
         .args(args)
@@ -144,4 +144,40 @@ pub fn gateway_counter(admin: &str, name: &str) -> u64 {
         .trim()
         .parse()
         .unwrap()
+}
+
+/// In `dir`: a test CA and certificate for `host` in `pki/` (`keys cert`),
+/// and a key store `ks` for `host` signed by it (`keys init`), with
+/// `extra` arguments for `keys init` (a policy, for example).
+pub fn keystore(dir: &Path, host: &str, pki: &str, extra: &[&str]) {
+    ok(dir, &["keys", "cert", "--name", host, "--out-dir", pki]);
+    let (cert, key) = (format!("{pki}/cert.pem"), format!("{pki}/cert.key"));
+    let mut args = vec![
+        "keys",
+        "init",
+        "--keystore",
+        "ks",
+        "--name",
+        host,
+        "--cert",
+        &cert,
+        "--cert-key",
+        &key,
+    ];
+    args.extend_from_slice(extra);
+    ok(dir, &args);
+}
+
+/// Whether a lab test must skip (it says why): not root, or one of
+/// `tools` is not installed.
+pub fn lab_skip(test: &str, tools: &[&str]) -> bool {
+    if !zrtt_lab::is_root() {
+        eprintln!("{test}: skipped: needs root");
+        return true;
+    }
+    if let Some(t) = tools.iter().find(|t| !have(t)) {
+        eprintln!("{test}: skipped: {t} not installed (run scripts/install-deps.sh)");
+        return true;
+    }
+    false
 }
