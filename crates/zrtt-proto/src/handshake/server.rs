@@ -208,7 +208,14 @@ impl ServerConfig {
             return Err(self.reject(RejectReason::Replay, ReplayError::Replayed.into(), now));
         }
 
-        let resolver = match ZrttResolver::new(rng, Some(&key.keypair)) {
+        // NK's reply is `e, ee`: the reply's ephemeral key takes part in one
+        // DH only, so ring may generate and use it (IK's `e, ee, se` needs it
+        // twice, which ring's single-use keys do not allow).
+        let resolver = match header.pattern {
+            Pattern::Nk => ZrttResolver::single_use_ephemeral(rng, Some(&key.keypair)),
+            Pattern::Ik => ZrttResolver::new(rng, Some(&key.keypair)),
+        };
+        let resolver = match resolver {
             Ok(r) => Box::new(r),
             Err(e) => return Err(Refusal::silent(e)),
         };
