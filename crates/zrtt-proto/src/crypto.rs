@@ -168,7 +168,8 @@ fn scalar_mult(
 pub(crate) struct ZrttResolver {
     ephemeral: Option<[u8; 32]>,
     known_static: Option<X25519KeyPair>,
-    ring_ephemeral: bool,
+    /// The OS generator, when the ephemeral key is ring's.
+    ring_ephemeral: Option<ring::rand::SystemRandom>,
 }
 
 impl ZrttResolver {
@@ -184,7 +185,7 @@ impl ZrttResolver {
         Ok(Self {
             ephemeral: Some(e),
             known_static: known_static.cloned(),
-            ring_ephemeral: false,
+            ring_ephemeral: None,
         })
     }
 
@@ -200,14 +201,14 @@ impl ZrttResolver {
         rng: &dyn SecureRandom,
         known_static: Option<&X25519KeyPair>,
     ) -> Result<Self, Error> {
-        if cfg!(fuzzing) || rng.system_random().is_none() {
-            return Self::new(rng, known_static);
+        match rng.system_random() {
+            Some(os) if !cfg!(fuzzing) => Ok(Self {
+                ephemeral: None,
+                known_static: known_static.cloned(),
+                ring_ephemeral: Some(os.clone()),
+            }),
+            _ => Self::new(rng, known_static),
         }
-        Ok(Self {
-            ephemeral: None,
-            known_static: known_static.cloned(),
-            ring_ephemeral: true,
-        })
     }
 }
 
@@ -219,9 +220,8 @@ struct RingEphemeral {
 }
 
 impl RingEphemeral {
-    fn generate() -> Result<Self, snow::Error> {
-        let rng = ring::rand::SystemRandom::new();
-        let key = ring::agreement::EphemeralPrivateKey::generate(&ring::agreement::X25519, &rng)
+    fn generate(rng: &ring::rand::SystemRandom) -> Result<Self, snow::Error> {
+        let key = ring::agreement::EphemeralPrivateKey::generate(&ring::agreement::X25519, rng)
             .map_err(|_| snow::Error::Rng)?;
         let public = key
             .compute_public_key()
@@ -259,7 +259,7 @@ impl RingEphemeral {
 struct X25519 {
     pair: X25519KeyPair,
     known: Option<X25519KeyPair>,
-    ring_generate: bool,
+    ring_generate: Option<ring::rand::SystemRandom>,
     ring: Option<RingEphemeral>,
 }
 
@@ -285,8 +285,8 @@ impl Dh for X25519 {
         private.zeroize();
     }
     fn generate(&mut self, rng: &mut dyn Random) -> Result<(), snow::Error> {
-        if self.ring_generate {
-            self.ring = Some(RingEphemeral::generate()?);
+        if let Some(os) = &self.ring_generate {
+            self.ring = Some(RingEphemeral::generate(os)?);
             return Ok(());
         }
         let mut private = [0u8; 32];
@@ -366,7 +366,7 @@ impl CryptoResolver for ZrttResolver {
                     public: [0; 32],
                 },
                 known: self.known_static.clone(),
-                ring_generate: self.ring_ephemeral,
+                ring_generate: self.ring_ephemeral.clone(),
                 ring: None,
             })),
             _ => None,
@@ -416,7 +416,7 @@ mod tests {
         let mut dh = X25519 {
             pair: X25519KeyPair::from_private([7; 32]),
             known: None,
-            ring_generate: false,
+            ring_generate: None,
             ring: None,
         };
         let mut out = [0u8; 32];
@@ -433,17 +433,15 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::disallowed_methods)] // the OS generator is the case under test
     fn ring_ephemeral_agrees_with_dalek_and_serves_one_dh() {
         let os = ring::rand::SystemRandom::new();
         let seeded = SeededRandomForTestingOnly::new([3; 32]);
-        assert!(
-            ZrttResolver::single_use_ephemeral(&os, None)
-                .unwrap()
-                .ring_ephemeral
-        );
+        let r = ZrttResolver::single_use_ephemeral(&os, None).unwrap();
+        assert!(r.ring_ephemeral.is_some() && r.ephemeral.is_none());
         let r = ZrttResolver::single_use_ephemeral(&seeded, None).unwrap();
         assert!(
-            !r.ring_ephemeral && r.ephemeral.is_some(),
+            r.ring_ephemeral.is_none() && r.ephemeral.is_some(),
             "seeded: as new()"
         );
         let Some(mut e) = ZrttResolver::single_use_ephemeral(&os, None)
