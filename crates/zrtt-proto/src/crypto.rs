@@ -301,8 +301,9 @@ impl Dh for X25519 {
             None => &self.pair.public,
         }
     }
-    /// Empty for a ring key (ring never reveals it; snow reads the private
-    /// key only of a static key, when building a handshake with one).
+    /// Empty for a ring key (ring never reveals it). snow 0.10 reads a
+    /// private key only in `Builder::generate_keypair`, which zrtt never
+    /// calls; the single-use resolver only ever builds `accept`'s responder.
     fn privkey(&self) -> &[u8] {
         match &self.ring {
             Some(_) => &[],
