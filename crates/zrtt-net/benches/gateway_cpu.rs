@@ -397,9 +397,10 @@ struct Core {
     floor_accept: f64,
     /// Floor of accepting and answering: adds key generation, 1 DH, HKDF, AEAD seal.
     floor_full: f64,
-    /// X25519 key generation + DH with curve25519-dalek (snow, zrtt).
+    /// X25519 key generation + DH with curve25519-dalek (snow; zrtt's IK
+    /// replies; the flight's `es` is its DH alone).
     keygen_dh_dalek: f64,
-    /// The same with ring (rustls, the TLS path).
+    /// The same with ring (rustls, the TLS path; zrtt's NK replies).
     keygen_dh_ring: f64,
 }
 
@@ -597,7 +598,7 @@ fn main() {
         sys / p.us * 100.0,
     );
     println!(
-        "X25519 keygen + DH: curve25519-dalek (snow, zrtt) {:.1} us, ring (rustls, TLS) {:.1} us",
+        "X25519 keygen + DH: curve25519-dalek (snow, zrtt IK replies) {:.1} us, ring (rustls, TLS, zrtt NK replies) {:.1} us",
         med(|c| c.keygen_dh_dalek),
         med(|c| c.keygen_dh_ring)
     );

@@ -16,11 +16,26 @@ use crate::error::Error;
 pub trait SecureRandom: Send + Sync {
     /// Fill `dest` entirely.
     fn fill(&self, dest: &mut [u8]) -> Result<(), Error>;
+
+    /// `Some` only if this source is ring's `SystemRandom` (the OS
+    /// generator). ring's X25519 ephemeral keys, cheaper than
+    /// curve25519-dalek's, accept no other generator (ring's `SecureRandom`
+    /// is sealed), so the server uses them for a reply's ephemeral key only
+    /// when the injected source is the OS generator anyway; every other
+    /// source (seeded tests, the vectors) keeps every key drawn through
+    /// [`Self::fill`].
+    fn system_random(&self) -> Option<&ring::rand::SystemRandom> {
+        None
+    }
 }
 
 impl SecureRandom for ring::rand::SystemRandom {
     fn fill(&self, dest: &mut [u8]) -> Result<(), Error> {
         ring::rand::SecureRandom::fill(self, dest).map_err(|_| Error::Rng)
+    }
+
+    fn system_random(&self) -> Option<&ring::rand::SystemRandom> {
+        Some(self)
     }
 }
 
@@ -148,10 +163,13 @@ fn scalar_mult(
 
 /// Resolver for snow: ring for AEADs and hashes, [`X25519`] for DH, and for
 /// randomness exactly the 32 bytes of ephemeral secret we drew from the
-/// injected [`SecureRandom`].
+/// injected [`SecureRandom`] (or, for a single-use ephemeral key and the OS
+/// generator, ring's own key generation: [`ZrttResolver::single_use_ephemeral`]).
 pub(crate) struct ZrttResolver {
     ephemeral: Option<[u8; 32]>,
     known_static: Option<X25519KeyPair>,
+    /// The OS generator, when the ephemeral key is ring's.
+    ring_ephemeral: Option<ring::rand::SystemRandom>,
 }
 
 impl ZrttResolver {
@@ -167,16 +185,82 @@ impl ZrttResolver {
         Ok(Self {
             ephemeral: Some(e),
             known_static: known_static.cloned(),
+            ring_ephemeral: None,
         })
+    }
+
+    /// For a handshake whose local ephemeral key takes part in exactly one
+    /// DH (the NK responder: `e, ee`): when `rng` is the OS generator, the
+    /// ephemeral key is generated and used by ring (`EphemeralPrivateKey`,
+    /// single use by construction: a second DH with it fails): key
+    /// generation and DH cost about 60 µs with ring against 70-84 µs with
+    /// curve25519-dalek here (docs/GATEWAY.md, Server CPU per connection).
+    /// Any other `rng` behaves as [`Self::new`], so seeded tests and the
+    /// vectors stay byte for byte.
+    pub(crate) fn single_use_ephemeral(
+        rng: &dyn SecureRandom,
+        known_static: Option<&X25519KeyPair>,
+    ) -> Result<Self, Error> {
+        match rng.system_random() {
+            Some(os) if !cfg!(fuzzing) => Ok(Self {
+                ephemeral: None,
+                known_static: known_static.cloned(),
+                ring_ephemeral: Some(os.clone()),
+            }),
+            _ => Self::new(rng, known_static),
+        }
+    }
+}
+
+/// A local ephemeral X25519 key held by ring: generated from the OS
+/// generator, used for one DH, then gone.
+struct RingEphemeral {
+    key: std::sync::Mutex<Option<ring::agreement::EphemeralPrivateKey>>,
+    public: [u8; 32],
+}
+
+impl RingEphemeral {
+    fn generate(rng: &ring::rand::SystemRandom) -> Result<Self, snow::Error> {
+        let key = ring::agreement::EphemeralPrivateKey::generate(&ring::agreement::X25519, rng)
+            .map_err(|_| snow::Error::Rng)?;
+        let public = key
+            .compute_public_key()
+            .ok()
+            .and_then(|p| <[u8; 32]>::try_from(p.as_ref()).ok())
+            .ok_or(snow::Error::Dh)?;
+        Ok(Self {
+            key: std::sync::Mutex::new(Some(key)),
+            public,
+        })
+    }
+
+    /// The one DH this key allows; ring refuses an all-zero result
+    /// (small-order peer key), as [`X25519::dh`] does.
+    fn dh(&self, peer: &[u8; 32], out: &mut [u8]) -> Result<(), snow::Error> {
+        let key = self
+            .key
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .ok_or(snow::Error::Dh)?;
+        let peer = ring::agreement::UnparsedPublicKey::new(&ring::agreement::X25519, peer);
+        ring::agreement::agree_ephemeral(key, &peer, |shared| {
+            let n = out.len().min(shared.len());
+            out[..n].copy_from_slice(&shared[..n]);
+        })
+        .map_err(|_| snow::Error::Dh)
     }
 }
 
 /// X25519 for snow, computed exactly as snow's default resolver does
 /// (curve25519-dalek `mul_clamped`), except that `set` reuses the public key
-/// of a key pair we already hold instead of deriving it again.
+/// of a key pair we already hold instead of deriving it again, and that with
+/// `ring_generate` a generated key is ring's single-use [`RingEphemeral`].
 struct X25519 {
     pair: X25519KeyPair,
     known: Option<X25519KeyPair>,
+    ring_generate: Option<ring::rand::SystemRandom>,
+    ring: Option<RingEphemeral>,
 }
 
 impl Dh for X25519 {
@@ -190,6 +274,7 @@ impl Dh for X25519 {
         32
     }
     fn set(&mut self, privkey: &[u8]) {
+        self.ring = None;
         let mut private = [0u8; 32];
         let n = privkey.len().min(32);
         private[..n].copy_from_slice(&privkey[..n]);
@@ -200,6 +285,10 @@ impl Dh for X25519 {
         private.zeroize();
     }
     fn generate(&mut self, rng: &mut dyn Random) -> Result<(), snow::Error> {
+        if let Some(os) = &self.ring_generate {
+            self.ring = Some(RingEphemeral::generate(os)?);
+            return Ok(());
+        }
         let mut private = [0u8; 32];
         rng.try_fill_bytes(&mut private)?;
         self.pair = X25519KeyPair::from_private(private);
@@ -207,15 +296,27 @@ impl Dh for X25519 {
         Ok(())
     }
     fn pubkey(&self) -> &[u8] {
-        &self.pair.public
+        match &self.ring {
+            Some(r) => &r.public,
+            None => &self.pair.public,
+        }
     }
+    /// Empty for a ring key (ring never reveals it). snow 0.10 reads a
+    /// private key only in `Builder::generate_keypair`, which zrtt never
+    /// calls; the single-use resolver only ever builds `accept`'s responder.
     fn privkey(&self) -> &[u8] {
-        &self.pair.private
+        match &self.ring {
+            Some(_) => &[],
+            None => &self.pair.private,
+        }
     }
     fn dh(&self, pubkey: &[u8], out: &mut [u8]) -> Result<(), snow::Error> {
         let Some(peer) = pubkey.get(..32).and_then(|p| <[u8; 32]>::try_from(p).ok()) else {
             return Err(snow::Error::Dh);
         };
+        if let Some(r) = &self.ring {
+            return r.dh(&peer, out);
+        }
         let private = self.pair.private;
         let shared = scalar_mult(Some(peer), private, || {
             MontgomeryPoint(peer).mul_clamped(private).to_bytes()
@@ -266,6 +367,8 @@ impl CryptoResolver for ZrttResolver {
                     public: [0; 32],
                 },
                 known: self.known_static.clone(),
+                ring_generate: self.ring_ephemeral.clone(),
+                ring: None,
             })),
             _ => None,
         }
@@ -314,6 +417,8 @@ mod tests {
         let mut dh = X25519 {
             pair: X25519KeyPair::from_private([7; 32]),
             known: None,
+            ring_generate: None,
+            ring: None,
         };
         let mut out = [0u8; 32];
         // 0 and 1 are small-order points: the shared secret would be zero.
@@ -326,6 +431,42 @@ mod tests {
             .dh(X25519KeyPair::from_private([9; 32]).public(), &mut out)
             .is_ok());
         assert_ne!(out, [0u8; 32]);
+    }
+
+    #[test]
+    #[allow(clippy::disallowed_methods)] // the OS generator is the case under test
+    fn ring_ephemeral_agrees_with_dalek_and_serves_one_dh() {
+        let os = ring::rand::SystemRandom::new();
+        let seeded = SeededRandomForTestingOnly::new([3; 32]);
+        let r = ZrttResolver::single_use_ephemeral(&os, None).unwrap();
+        assert!(r.ring_ephemeral.is_some() && r.ephemeral.is_none());
+        let r = ZrttResolver::single_use_ephemeral(&seeded, None).unwrap();
+        assert!(
+            r.ring_ephemeral.is_none() && r.ephemeral.is_some(),
+            "seeded: as new()"
+        );
+        let Some(mut e) = ZrttResolver::single_use_ephemeral(&os, None)
+            .unwrap()
+            .resolve_dh(&snow::params::DHChoice::Curve25519)
+        else {
+            panic!("no DH")
+        };
+        e.generate(&mut OneShot(None)).unwrap();
+        assert!(e.privkey().is_empty(), "ring keeps its private key");
+        let peer = X25519KeyPair::from_private([9; 32]);
+        let mut ours = [0u8; 32];
+        e.dh(peer.public(), &mut ours).unwrap();
+        let public: [u8; 32] = e.pubkey().try_into().unwrap();
+        let theirs = MontgomeryPoint(public)
+            .mul_clamped(*peer.private())
+            .to_bytes();
+        assert_eq!(ours, theirs);
+        assert!(e.dh(peer.public(), &mut ours).is_err(), "a second DH fails");
+        e.generate(&mut OneShot(None)).unwrap();
+        assert!(e.dh(&[0u8; 32], &mut ours).is_err(), "small order refused");
+        // A key that is set (a static key) is curve25519-dalek's.
+        e.set(&[8; 32]);
+        assert_eq!(e.pubkey(), X25519KeyPair::from_private([8; 32]).public());
     }
 
     #[test]

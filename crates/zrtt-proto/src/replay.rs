@@ -41,6 +41,37 @@ pub trait ReplayFilter: Send {
     ) -> Result<(), ReplayError>;
 }
 
+/// A filter shared between threads, locked for each call only. Passed to
+/// `ServerConfig::accept` (as `&mut &mutex`), it is locked for the pre-check
+/// [`ReplayFilter::seen`] and again for [`ReplayFilter::check_and_insert`],
+/// never in between, where the flight is decrypted and authenticated (most
+/// of `accept`'s cost): accepts on several threads decrypt in parallel.
+/// Sound because `check_and_insert` checks and records in one step under
+/// the lock: of copies of one flight decrypted at once, exactly one is
+/// recorded and every other one is refused as a replay; `seen` records
+/// nothing, and a flight that does not authenticate never reaches
+/// `check_and_insert`. A poisoned lock is taken over, as the gateway does
+/// with all its locks.
+impl<F: ReplayFilter + ?Sized> ReplayFilter for &std::sync::Mutex<F> {
+    fn seen(&self, key_id: u32, ephemeral: &[u8; 32]) -> bool {
+        self.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .seen(key_id, ephemeral)
+    }
+
+    fn check_and_insert(
+        &mut self,
+        key_id: u32,
+        ephemeral: &[u8; 32],
+        timestamp: UnixTime,
+        now: UnixTime,
+    ) -> Result<(), ReplayError> {
+        self.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .check_and_insert(key_id, ephemeral, timestamp, now)
+    }
+}
+
 /// Settings of a [`BloomReplayFilter`].
 #[derive(Clone, Copy, Debug)]
 pub struct ReplayConfig {

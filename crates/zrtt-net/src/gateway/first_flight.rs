@@ -20,7 +20,7 @@ use super::early_answer::{EarlyAnswer, EarlyCtl, EarlyUse, Grant, TokenIssue};
 use super::gate::Gate;
 use super::listener::SourceSlot;
 use super::replay_store::StoreVerdict;
-use super::{lock, relay, Metrics, Shared};
+use super::{relay, Metrics, Shared};
 use crate::error::{Error, Result};
 
 async fn read_first_flight(
@@ -139,30 +139,6 @@ async fn check_store(
     Some(keys.replay_refusal(error, now))
 }
 
-/// The shared replay filter, locked for each of its two calls only:
-/// `accept` decrypts between them (most of its cost) without holding the
-/// lock, so accepts on several cores run in parallel. Sound because
-/// `check_and_insert` checks and records atomically under the lock: of two
-/// copies of one flight decrypted at once, only one is recorded (the other
-/// is a replay); `seen` is only a pre-check that spares the decryption.
-struct PerCallLock<'a>(&'a std::sync::Mutex<dyn ReplayFilter>);
-
-impl ReplayFilter for PerCallLock<'_> {
-    fn seen(&self, key_id: u32, ephemeral: &[u8; 32]) -> bool {
-        lock(self.0).seen(key_id, ephemeral)
-    }
-
-    fn check_and_insert(
-        &mut self,
-        key_id: u32,
-        ephemeral: &[u8; 32],
-        timestamp: zrtt_proto::UnixTime,
-        now: zrtt_proto::UnixTime,
-    ) -> std::result::Result<(), ReplayError> {
-        lock(self.0).check_and_insert(key_id, ephemeral, timestamp, now)
-    }
-}
-
 /// Serve one zrtt connection (`active` connections open, this one included).
 pub(super) async fn serve(
     shared: &Arc<Shared>,
@@ -196,7 +172,10 @@ pub(super) async fn serve(
     let now = (shared.cfg.clock)();
     let (result, bound) = {
         let keys = shared.cfg.keys.read().unwrap_or_else(|p| p.into_inner());
-        let mut replay = PerCallLock(&shared.cfg.replay);
+        // Locked per call, not across decryption (zrtt_proto::replay: the
+        // `ReplayFilter` impl of `&Mutex`): accepts on several cores decrypt
+        // in parallel; of copies of one flight exactly one is recorded.
+        let mut replay: &std::sync::Mutex<dyn ReplayFilter> = &shared.cfg.replay;
         let result = keys.accept(
             &frame,
             Transport::Tcp,

@@ -262,8 +262,14 @@ impl ServerConfig {
 
         // The record the flight was built on: the current one, else the
         // one this key was published with before a re-signing.
+        // NK's reply is `e, ee`: the reply's ephemeral key takes part in one
+        // DH only, so ring may generate and use it (IK's `e, ee, se` needs it
+        // twice, which ring's single-use keys do not allow).
         let decrypt = |record_hash: &[u8; 32]| -> Result<(snow::HandshakeState, Vec<u8>), Error> {
-            let resolver = Box::new(ZrttResolver::new(rng, Some(&key.keypair))?);
+            let resolver = Box::new(match header.pattern {
+                Pattern::Nk => ZrttResolver::single_use_ephemeral(rng, Some(&key.keypair))?,
+                Pattern::Ik => ZrttResolver::new(rng, Some(&key.keypair))?,
+            });
             let mut noise = noise_params(&noise_name(header.pattern, aead)).and_then(|p| {
                 snow::Builder::with_resolver(p, resolver)
                     .prologue(&prologue(record_hash, transport, &header))

@@ -4,6 +4,7 @@
 // Tests may use the OS RNG for ECDSA signing and panic on failure.
 #![allow(clippy::disallowed_methods, clippy::expect_used)]
 
+mod accept_lock;
 mod fuzz;
 mod handshake;
 mod records;
