@@ -6,7 +6,8 @@
 use std::path::PathBuf;
 use std::str::FromStr;
 
-/// One `--site` value: `backend=ADDR` (repeatable: several backends) and either `keystore=DIR` or
+/// One `--site` value: `backend=ADDR` (repeatable: several backends) or
+/// `root=DIR` (its files, served by the gateway), and either `keystore=DIR` or
 /// `cert=FILE,cert-key=FILE` with any number of `key=FILE,record=FILE`
 /// (TLS only when none), plus `alias=NAME` for more names; comma-separated.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,6 +54,10 @@ impl FromStr for SiteSpec {
                     }
                     backends.push(a);
                 }
+                // A directory served by the gateway (`backend=files:DIR`).
+                "root" => {
+                    backends.push(zrtt_net::gateway::StaticRoot::new(v).into());
+                }
                 "keystore" => once(&mut keystore)?,
                 "cert" => once(&mut cert)?,
                 "cert-key" | "cert_key" => once(&mut cert_key)?,
@@ -61,13 +66,13 @@ impl FromStr for SiteSpec {
                 "alias" => aliases.push(zrtt_proto::record::normalize_name(v)),
                 _ => {
                     return Err(format!(
-                        "{k:?}: a site takes backend, keystore, cert, cert-key, key, record, alias"
+                        "{k:?}: a site takes backend, root, keystore, cert, cert-key, key, record, alias"
                     ))
                 }
             }
         }
         if backends.is_empty() {
-            return Err("a site needs backend=ADDR:PORT".into());
+            return Err("a site needs backend=ADDR:PORT or root=DIR".into());
         }
         match (&keystore, &cert, &cert_key) {
             (Some(_), None, None) if keys.is_empty() && records.is_empty() => {}

@@ -38,8 +38,25 @@ pub struct GatewayArgs {
     /// with an `h2c://` (`h2c+unix:/PATH`) prefix; a `proxy-v2+` prefix
     /// sends a PROXY protocol v2 header first. Repeat it for several
     /// backends, chosen round robin among the healthy ones.
-    #[arg(long = "backend", required = true)]
+    /// `files:DIR` serves a directory's files (as --root).
+    #[arg(
+        long = "backend",
+        required_unless_present = "root",
+        conflicts_with = "root"
+    )]
     backends: Vec<zrtt_net::gateway::Backend>,
+    /// Serve the files of this directory instead of proxying to a backend
+    /// (docs/GATEWAY.md, Static files): content types, ranges, conditional
+    /// requests, HEAD; no directory listing.
+    #[arg(long, value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
+    root: Option<PathBuf>,
+    /// With --root: answer a directory with its `index.html` (else 404).
+    #[arg(long, requires = "root")]
+    root_index: bool,
+    /// With --root: follow symbolic links whose target is outside the
+    /// directory (else 403).
+    #[arg(long, requires = "root")]
+    root_outside_links: bool,
     #[command(flatten)]
     backend_opts: Box<backends::BackendArgs>,
     /// Key store (from `zrtt keys init`): semi-static keys, their records and
@@ -354,7 +371,13 @@ fn parse_net(s: &str) -> Result<IpNet> {
 /// Open descriptors the gateway asks for (the systemd unit's LimitNOFILE).
 const OPEN_FILES: u64 = 65_536;
 
-pub fn run(a: GatewayArgs) -> Result<ExitCode> {
+pub fn run(mut a: GatewayArgs) -> Result<ExitCode> {
+    if let Some(dir) = &a.root {
+        let mut root = zrtt_net::gateway::StaticRoot::new(dir);
+        root.index = a.root_index;
+        root.outside_links = a.root_outside_links;
+        a.backends = vec![root.into()];
+    }
     // Pending connections hold two descriptors each (the socket, and one
     // duplicate for the gate and the reset guard): take what the system allows, as nginx's
     // worker_rlimit_nofile does.
