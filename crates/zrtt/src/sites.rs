@@ -118,6 +118,8 @@ mod tests {
             .unwrap();
         assert_eq!(s.backends.len(), 2);
         assert!(s.backends[1].proxy_v2);
+        let s: SiteSpec = "root=/srv/b,keystore=/ks/b".parse().unwrap();
+        assert_eq!(s.backends[0].to_string(), "files:/srv/b");
         for (bad, why) in [
             ("keystore=/ks", "needs backend"),
             ("backend=1.2.3.4:80", "needs keystore"),

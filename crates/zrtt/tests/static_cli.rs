@@ -229,6 +229,41 @@ fn index_and_outside_links_only_when_asked() {
 }
 
 #[test]
+fn a_root_that_is_not_a_directory_is_refused_before_serving() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    key_and_record(dir, "a.example");
+    site(dir);
+    for root in ["nothing", "www/a.txt"] {
+        let out = zrtt(
+            dir,
+            &[
+                "gateway",
+                "--root",
+                root,
+                "--key",
+                "k1.key",
+                "--record",
+                "k1.rec",
+                "--cert",
+                "cert.pem",
+                "--cert-key",
+                "cert.key",
+                "--check-config",
+            ],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{root}");
+        assert!(err.contains("not a directory"), "{root}: {err}");
+    }
+    let out = zrtt(
+        dir,
+        &["gateway", "--root", "www", "--backend", "127.0.0.1:1"],
+    );
+    assert!(!out.status.success());
+}
+
+#[test]
 fn the_first_flight_is_answered_from_a_file() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();

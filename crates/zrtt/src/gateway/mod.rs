@@ -378,6 +378,18 @@ pub fn run(mut a: GatewayArgs) -> Result<ExitCode> {
         root.outside_links = a.root_outside_links;
         a.backends = vec![root.into()];
     }
+    // A served directory must exist (checked here for --check-config too).
+    for b in a
+        .backends
+        .iter()
+        .chain(a.sites.iter().flat_map(|s| &s.backends))
+    {
+        if let Some(root) = b.files() {
+            if !root.dir.is_dir() {
+                bail!("{}: not a directory (--root)", root.dir.display());
+            }
+        }
+    }
     // Pending connections hold two descriptors each (the socket, and one
     // duplicate for the gate and the reset guard): take what the system allows, as nginx's
     // worker_rlimit_nofile does.
