@@ -149,19 +149,16 @@ impl hyper::body::Body for FileBody {
     }
 }
 
-/// Files up to this size are read whole when opened, on the runtime's
-/// thread; larger ones are streamed through tokio's blocking pool.
-const INLINE_MAX: u64 = 64 * 1024;
-
 /// The file system under a root: a path whose resolution leaves the root
 /// (through a symbolic link) is refused, and the resolved path is the one
 /// opened. `root: None` follows every link.
 ///
-/// Looking up, opening and (up to [`INLINE_MAX`]) reading a file are done
-/// in place, as nginx without `aio` does: from the page cache they take
-/// microseconds, where each hand-off to tokio's blocking pool cost about
-/// 15 µs of server CPU per request in `zrtt lab throughput` (four of them
-/// for a 1 KB file). A file on a slow disk then holds a runtime thread.
+/// Looking up, opening and reading a file are done in place, on the
+/// runtime's thread, as nginx without `aio` does: from the page cache they
+/// take microseconds, where each hand-off to tokio's blocking pool cost
+/// about 15 µs of server CPU in `zrtt lab throughput` (four per 1 KB
+/// request). A file on a slow disk then holds a runtime thread. Reads are
+/// ServeDir's chunks (64 KiB), so a response holds at most one in memory.
 #[derive(Clone, Debug)]
 struct Confined {
     root: Option<Arc<Path>>,
@@ -185,21 +182,13 @@ impl Confined {
     }
 
     fn open_now(&self, path: &Path) -> io::Result<File> {
-        let mut f = std::fs::File::open(Self::resolve(self.root.as_deref(), path)?)?;
-        let meta = f.metadata()?;
-        if meta.is_file() && meta.len() <= INLINE_MAX {
-            let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-            io::Read::read_to_end(&mut f, &mut bytes)?;
-            Ok(File {
-                data: Data::Read(io::Cursor::new(bytes)),
-                meta,
-            })
-        } else {
-            Ok(File {
-                data: Data::Stream(tokio::fs::File::from_std(f)),
-                meta,
-            })
-        }
+        let file = std::fs::File::open(Self::resolve(self.root.as_deref(), path)?)?;
+        let meta = file.metadata()?;
+        Ok(File {
+            file,
+            meta,
+            seek: None,
+        })
     }
 }
 
@@ -218,46 +207,41 @@ impl fs::Backend for Confined {
     }
 }
 
-/// An open file, read whole or streamed, with its metadata taken when it
-/// was opened.
+/// An open file read in place, with its metadata taken when it was
+/// opened.
 #[derive(Debug)]
 struct File {
-    data: Data,
+    file: std::fs::File,
     meta: std::fs::Metadata,
-}
-
-#[derive(Debug)]
-enum Data {
-    Read(io::Cursor<Vec<u8>>),
-    Stream(tokio::fs::File),
+    /// The result of the last `start_seek`, for `poll_complete`.
+    seek: Option<io::Result<u64>>,
 }
 
 impl AsyncRead for File {
     fn poll_read(
         self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
+        _: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match &mut self.get_mut().data {
-            Data::Read(c) => Pin::new(c).poll_read(cx, buf),
-            Data::Stream(f) => Pin::new(f).poll_read(cx, buf),
-        }
+        let n = io::Read::read(&mut self.get_mut().file, buf.initialize_unfilled())?;
+        buf.advance(n);
+        Poll::Ready(Ok(()))
     }
 }
 
 impl AsyncSeek for File {
     fn start_seek(self: Pin<&mut Self>, position: io::SeekFrom) -> io::Result<()> {
-        match &mut self.get_mut().data {
-            Data::Read(c) => Pin::new(c).start_seek(position),
-            Data::Stream(f) => Pin::new(f).start_seek(position),
-        }
+        let this = self.get_mut();
+        this.seek = Some(io::Seek::seek(&mut this.file, position));
+        Ok(())
     }
 
-    fn poll_complete(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<u64>> {
-        match &mut self.get_mut().data {
-            Data::Read(c) => Pin::new(c).poll_complete(cx),
-            Data::Stream(f) => Pin::new(f).poll_complete(cx),
-        }
+    fn poll_complete(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<u64>> {
+        let this = self.get_mut();
+        Poll::Ready(match this.seek.take() {
+            Some(r) => r,
+            None => io::Seek::stream_position(&mut this.file),
+        })
     }
 }
 
