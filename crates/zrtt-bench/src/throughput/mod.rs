@@ -343,7 +343,7 @@ fn scrape_metrics(lab: &Lab) -> Result<BTreeMap<String, u64>> {
         let mut s =
             std::net::TcpStream::connect_timeout(&loopback(ADMIN_PORT), Duration::from_secs(2))?;
         s.set_read_timeout(Some(Duration::from_secs(2)))?;
-        s.write_all(b"GET / HTTP/1.0\r\n\r\n")?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")?;
         let mut out = String::new();
         s.read_to_string(&mut out)?;
         Ok(out)
