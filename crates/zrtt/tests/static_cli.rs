@@ -319,3 +319,56 @@ fn the_first_flight_is_answered_from_a_file() {
     assert_eq!(gateway_counter(&admin, "early_requests"), 1);
     assert_eq!(gateway_counter(&admin, "requests"), 1);
 }
+
+/// A site of files beside a proxied one on the same gateway: each host
+/// gets its own (the file site from a `--site` SPEC's `root=`).
+#[test]
+fn a_site_of_files_beside_a_proxied_site() {
+    if !tools() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    key_and_record(dir, "a.example");
+    site(dir);
+    ok(
+        dir,
+        &["keys", "cert", "--name", "b.example", "--out-dir", "b"],
+    );
+    let proxied = backend_saying("proxied").to_string();
+    let (_gw, port, _) = gateway(
+        dir,
+        &[
+            "--backend",
+            &proxied,
+            "--key",
+            "k1.key",
+            "--record",
+            "k1.rec",
+            "--cert",
+            "cert.pem",
+            "--cert-key",
+            "cert.key",
+            "--site",
+            "cert=b/cert.pem,cert-key=b/cert.key,alias=b.example,root=www",
+        ],
+    );
+    let (body, status) = curl(dir, port, "/a.txt", &[]);
+    assert_eq!((body.as_str(), status.as_str()), ("proxied", "200 2"));
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "10",
+            "--cacert",
+            "b/ca.pem",
+            "--resolve",
+        ])
+        .arg(format!("b.example:{port}:127.0.0.1"))
+        .args(["-w", " %{http_code}"])
+        .arg(format!("https://b.example:{port}/a.txt"))
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "0123456789abcdef 200");
+}
