@@ -22,6 +22,7 @@ mod backends;
 mod handover;
 mod keys;
 mod provenance;
+mod root;
 mod successor;
 
 use keys::{all_keys, store_token_keys, token_keys, LoadedSite};
@@ -45,18 +46,8 @@ pub struct GatewayArgs {
         conflicts_with = "root"
     )]
     backends: Vec<zrtt_net::gateway::Backend>,
-    /// Serve the files of this directory instead of proxying to a backend
-    /// (docs/GATEWAY.md, Static files): content types, ranges, conditional
-    /// requests, HEAD; no directory listing.
-    #[arg(long, value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
-    root: Option<PathBuf>,
-    /// With --root: answer a directory with its `index.html` (else 404).
-    #[arg(long, requires = "root")]
-    root_index: bool,
-    /// With --root: follow symbolic links whose target is outside the
-    /// directory (else 403).
-    #[arg(long, requires = "root")]
-    root_outside_links: bool,
+    #[command(flatten)]
+    root: root::RootArgs,
     #[command(flatten)]
     backend_opts: Box<backends::BackendArgs>,
     /// Key store (from `zrtt keys init`): semi-static keys, their records and
@@ -372,24 +363,12 @@ fn parse_net(s: &str) -> Result<IpNet> {
 const OPEN_FILES: u64 = 65_536;
 
 pub fn run(mut a: GatewayArgs) -> Result<ExitCode> {
-    if let Some(dir) = &a.root {
-        let mut root = zrtt_net::gateway::StaticRoot::new(dir);
-        root.index = a.root_index;
-        root.outside_links = a.root_outside_links;
-        a.backends = vec![root.into()];
-    }
-    // A served directory must exist (checked here for --check-config too).
-    for b in a
-        .backends
-        .iter()
-        .chain(a.sites.iter().flat_map(|s| &s.backends))
-    {
-        if let Some(root) = b.files() {
-            if !root.dir.is_dir() {
-                bail!("{}: not a directory (--root)", root.dir.display());
-            }
-        }
-    }
+    a.root.apply(&mut a.backends);
+    root::check(
+        a.backends
+            .iter()
+            .chain(a.sites.iter().flat_map(|s| &s.backends)),
+    )?;
     // Pending connections hold two descriptors each (the socket, and one
     // duplicate for the gate and the reset guard): take what the system allows, as nginx's
     // worker_rlimit_nofile does.
