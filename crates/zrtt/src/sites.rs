@@ -11,7 +11,8 @@ use zrtt_net::gateway::{BackendHealth, HealthCheck};
 
 use crate::gateway::ShortDuration;
 
-/// One `--site` value: `backend=ADDR` (repeatable: several backends) and either `keystore=DIR` or
+/// One `--site` value: `backend=ADDR` (repeatable: several backends) or
+/// `root=DIR` (its files, served by the gateway), and either `keystore=DIR` or
 /// `cert=FILE,cert-key=FILE` with any number of `key=FILE,record=FILE`
 /// (TLS only when none), plus `alias=NAME` for more names, and the site's
 /// own backend health settings (`max-fails=N`, `fail-timeout=D`,
@@ -158,6 +159,10 @@ impl FromStr for SiteSpec {
                     }
                     backends.push(a);
                 }
+                // A directory served by the gateway (`backend=files:DIR`).
+                "root" => {
+                    backends.push(zrtt_net::gateway::StaticRoot::new(v).into());
+                }
                 "keystore" => once(&mut keystore)?,
                 "cert" => once(&mut cert)?,
                 "cert-key" | "cert_key" => once(&mut cert_key)?,
@@ -166,13 +171,13 @@ impl FromStr for SiteSpec {
                 "alias" => aliases.push(zrtt_proto::record::normalize_name(v)),
                 _ => {
                     return Err(format!(
-                        "{k:?}: a site takes backend, keystore, cert, cert-key, key, record, alias, and health settings"
+                        "{k:?}: a site takes backend, root, keystore, cert, cert-key, key, record, alias, and health settings"
                     ))
                 }
             }
         }
         if backends.is_empty() {
-            return Err("a site needs backend=ADDR:PORT".into());
+            return Err("a site needs backend=ADDR:PORT or root=DIR".into());
         }
         match (&keystore, &cert, &cert_key) {
             (Some(_), None, None) if keys.is_empty() && records.is_empty() => {}
@@ -219,6 +224,8 @@ mod tests {
             .unwrap();
         assert_eq!(s.backends.len(), 2);
         assert!(s.backends[1].proxy_v2);
+        let s: SiteSpec = "root=/srv/b,keystore=/ks/b".parse().unwrap();
+        assert_eq!(s.backends[0].to_string(), "files:/srv/b");
         for (bad, why) in [
             ("keystore=/ks", "needs backend"),
             ("backend=1.2.3.4:80", "needs keystore"),

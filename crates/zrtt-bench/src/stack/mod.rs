@@ -66,6 +66,8 @@ pub(crate) struct Gateway {
     pub(crate) log: Option<PathBuf>,
     /// `--replay-state`: where the replay filter is kept across restarts.
     pub(crate) replay_state: Option<PathBuf>,
+    /// `--root`: serve this directory's files instead of `BACKEND`.
+    pub(crate) root: Option<PathBuf>,
 }
 
 impl Gateway {
@@ -81,6 +83,7 @@ impl Gateway {
             admin: None,
             log: None,
             replay_state: None,
+            root: None,
         }
     }
 
@@ -92,7 +95,8 @@ impl Gateway {
         }
     }
 
-    /// `zrtt` arguments for this gateway in front of `BACKEND`.
+    /// `zrtt` arguments for this gateway in front of `BACKEND` (or serving
+    /// `root`).
     pub(crate) fn args(&self, keystore: &Path) -> Vec<OsString> {
         let mut a: Vec<OsString> = vec![
             "gateway".into(),
@@ -103,6 +107,10 @@ impl Gateway {
             "--keystore".into(),
             keystore.into(),
         ];
+        if let Some(root) = &self.root {
+            a[3] = "--root".into();
+            a[4] = root.into();
+        }
         if self.strict {
             a.push("--strict-amplification".into());
         }

@@ -18,7 +18,8 @@ pub(super) struct Cell {
     pub(super) failed: u64,
     pub(super) window_s: f64,
     pub(super) latency: Summary,
-    /// The case's own server: nginx, or the gateway alone.
+    /// The case's own server: nginx, the gateway alone, or the gateway
+    /// serving files.
     pub(super) server_us: f64,
     /// Gateway + its nginx backend (zrtt only).
     pub(super) with_backend_us: Option<f64>,
@@ -93,10 +94,11 @@ pub(super) fn build_cell(
             f64::NAN
         }
     };
-    // server_ticks: [nginx, gateway].
-    let (nginx, gw) = (g.server_ticks[0], g.server_ticks[1]);
+    // server_ticks: [nginx, gateway, static-file gateway].
+    let (nginx, gw, files) = (g.server_ticks[0], g.server_ticks[1], g.server_ticks[2]);
     let (own, all) = match case {
         Case::Zrtt => (gw, gw + nginx),
+        Case::ZrttStatic | Case::TlsStatic => (files, files),
         _ => (nginx, nginx),
     };
     let busy = |ticks: u64| {

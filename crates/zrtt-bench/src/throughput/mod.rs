@@ -1,8 +1,10 @@
 //! `zrtt lab throughput`: what one new secure connection per request costs
 //! the server, on loopback inside one lab namespace (no hub): nginx plain
 //! HTTP, nginx TLS 1.3 full handshakes, nginx TLS 1.3 resumed, and `zrtt
-//! gateway` answering early in front of nginx plain HTTP, for responses of
-//! 1, 10 and 100 KB.
+//! gateway` answering early in front of nginx plain HTTP, and a second
+//! gateway serving the same files itself (`--root`, static-file mode) to
+//! zrtt clients (answered early) and to TLS 1.3 clients (full handshakes),
+//! for responses of 1, 10 and 100 KB.
 //!
 //! The servers run pinned to CPU 0 (`taskset -c 0`), the load generator (one
 //! thread with a tokio current-thread runtime, inside the namespace) pinned
@@ -51,6 +53,8 @@ const HTTP_PORT: u16 = BACKEND.port();
 const TLS_FULL_PORT: u16 = 8443;
 const TLS_RESUMED_PORT: u16 = 8444;
 const GW_PORT: u16 = 4433;
+/// The gateway in static-file mode (`--root`): zrtt and TLS.
+const GW_STATIC_PORT: u16 = 4434;
 const ADMIN_PORT: u16 = 9090;
 /// A request that takes longer than this counts as failed.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -88,9 +92,20 @@ enum Case {
     TlsFull,
     TlsResumed,
     Zrtt,
+    /// The gateway serving files itself, zrtt clients answered early.
+    ZrttStatic,
+    /// The same gateway, TLS 1.3 clients with full handshakes.
+    TlsStatic,
 }
 
-const CASES: [Case; 4] = [Case::Http, Case::TlsFull, Case::TlsResumed, Case::Zrtt];
+const CASES: [Case; 6] = [
+    Case::Http,
+    Case::TlsFull,
+    Case::TlsResumed,
+    Case::Zrtt,
+    Case::ZrttStatic,
+    Case::TlsStatic,
+];
 
 impl Case {
     fn id(self) -> &'static str {
@@ -99,6 +114,8 @@ impl Case {
             Case::TlsFull => "nginx-tls13-full",
             Case::TlsResumed => "nginx-tls13-resumed",
             Case::Zrtt => "zrtt-gateway",
+            Case::ZrttStatic => "zrtt-gateway-static",
+            Case::TlsStatic => "gateway-static-tls13-full",
         }
     }
 
@@ -108,6 +125,8 @@ impl Case {
             Case::TlsFull => "nginx, TLS 1.3 full handshake",
             Case::TlsResumed => "nginx, TLS 1.3 resumed (ticket)",
             Case::Zrtt => "zrtt gateway (answered early) + nginx backend",
+            Case::ZrttStatic => "zrtt gateway --root (answered early), no backend",
+            Case::TlsStatic => "gateway --root, TLS 1.3 full handshake",
         }
     }
 
@@ -117,6 +136,7 @@ impl Case {
             Case::TlsFull => TLS_FULL_PORT,
             Case::TlsResumed => TLS_RESUMED_PORT,
             Case::Zrtt => GW_PORT,
+            Case::ZrttStatic | Case::TlsStatic => GW_STATIC_PORT,
         }
     }
 
@@ -198,10 +218,16 @@ pub fn run(bench: &Bench, o: &ThroughputOpts) -> Result<Report> {
             log: Some(dir.join("gateway.log")),
             ..Gateway::new(loopback(GW_PORT))
         })
+        .gateway(Gateway {
+            trust: Some(std::net::Ipv4Addr::LOCALHOST),
+            root: Some(site.www.clone()),
+            ..Gateway::new(loopback(GW_STATIC_PORT))
+        })
         .pinned_to(SERVER_CPU)
         .start(&lab, HOST)?;
     let nginx_pid = servers.nginx_pid.context("nginx did not start")?;
     let gw_pid = *servers.gateway_pids.first().context("no gateway")?;
+    let static_pid = *servers.gateway_pids.get(1).context("no static gateway")?;
     check_server(nginx_pid, "nginx")?;
     let exe_name = bench
         .zrtt
@@ -209,6 +235,7 @@ pub fn run(bench: &Bench, o: &ThroughputOpts) -> Result<Report> {
         .map(|n| n.to_string_lossy().chars().take(15).collect::<String>())
         .unwrap_or_default();
     check_server(gw_pid, &exe_name)?;
+    check_server(static_pid, &exe_name)?;
     servers.settle();
 
     let cert = site.cert_der()?;
@@ -230,7 +257,7 @@ pub fn run(bench: &Bench, o: &ThroughputOpts) -> Result<Report> {
             progress.tick(&format!("{kb} KB {}", case.id()));
             let client = match case {
                 Case::Http => Client::Http,
-                Case::TlsFull | Case::TlsResumed => Client::Tls {
+                Case::TlsFull | Case::TlsResumed | Case::TlsStatic => Client::Tls {
                     // A fresh session cache per cell: the warm-up fills it.
                     connector: tokio_rustls::TlsConnector::from(tls_config(
                         &cert,
@@ -238,11 +265,11 @@ pub fn run(bench: &Bench, o: &ThroughputOpts) -> Result<Report> {
                     )?),
                     name: name.clone(),
                 },
-                Case::Zrtt => Client::Zrtt {
+                Case::Zrtt | Case::ZrttStatic => Client::Zrtt {
                     cfg: zcfg.clone(),
                     target: Target {
                         host: NAME.into(),
-                        addr: loopback(GW_PORT),
+                        addr: loopback(case.port()),
                     },
                 },
             };
@@ -259,7 +286,7 @@ pub fn run(bench: &Bench, o: &ThroughputOpts) -> Result<Report> {
             };
             let before = (case == Case::Zrtt).then(|| scrape_metrics(&lab));
             let conc = o.concurrency;
-            let pids = vec![nginx_pid, gw_pid];
+            let pids = vec![nginx_pid, gw_pid, static_pid];
             let out = lab
                 .spawn_in_host(HOST, move || generate(job, conc, warmup, measure, pids))
                 .and_then(|t| t.join());
@@ -316,7 +343,7 @@ fn scrape_metrics(lab: &Lab) -> Result<BTreeMap<String, u64>> {
         let mut s =
             std::net::TcpStream::connect_timeout(&loopback(ADMIN_PORT), Duration::from_secs(2))?;
         s.set_read_timeout(Some(Duration::from_secs(2)))?;
-        s.write_all(b"GET / HTTP/1.0\r\n\r\n")?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")?;
         let mut out = String::new();
         s.read_to_string(&mut out)?;
         Ok(out)

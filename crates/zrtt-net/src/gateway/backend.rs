@@ -28,6 +28,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
 use super::body::RequestBody;
+use super::static_files::StaticRoot;
 
 /// A backend: where it listens and which HTTP it speaks.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -55,6 +56,9 @@ pub enum BackendTarget {
     },
     /// A Unix domain socket.
     Unix(PathBuf),
+    /// No server: the gateway serves the files of a directory itself
+    /// (static_files.rs).
+    Files(StaticRoot),
 }
 
 impl Backend {
@@ -66,6 +70,47 @@ impl Backend {
             proxy_v2: false,
         }
     }
+}
+
+impl From<StaticRoot> for Backend {
+    fn from(root: StaticRoot) -> Self {
+        Self::http1(BackendTarget::Files(root))
+    }
+}
+
+impl Backend {
+    /// The directory this backend serves, if it is one (`files:DIR`).
+    pub fn files(&self) -> Option<&StaticRoot> {
+        match &self.target {
+            BackendTarget::Files(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+/// `files:DIR`, `files+index:DIR`, `files+links:DIR`,
+/// `files+index+links:DIR`.
+fn parse_files(s: &str) -> Option<Result<StaticRoot, String>> {
+    let mut rest = s.strip_prefix("files")?;
+    let (mut index, mut outside_links) = (false, false);
+    loop {
+        if let Some(r) = rest.strip_prefix("+index") {
+            (index, rest) = (true, r);
+        } else if let Some(r) = rest.strip_prefix("+links") {
+            (outside_links, rest) = (true, r);
+        } else {
+            break;
+        }
+    }
+    let dir = rest.strip_prefix(':')?;
+    if dir.is_empty() {
+        return Some(Err(format!("{s:?}: files:DIR needs a directory")));
+    }
+    Some(Ok(StaticRoot {
+        dir: PathBuf::from(dir),
+        index,
+        outside_links,
+    }))
 }
 
 impl From<SocketAddr> for Backend {
@@ -83,7 +128,12 @@ impl FromStr for Backend {
     /// `ADDR:PORT`, `HOST:PORT`, `unix:/PATH`, each optionally after
     /// `h2c://` (`h2c://HOST:PORT`, `h2c+unix:/PATH`), all optionally after
     /// `proxy-v2+` (`proxy-v2+10.0.0.2:80`, `proxy-v2+h2c://app:9000`).
+    /// `files:DIR` (with `+index`, `+links` before the colon): the gateway
+    /// serves DIR's files itself.
     fn from_str(s: &str) -> Result<Self, String> {
+        if let Some(root) = parse_files(s) {
+            return root.map(Self::from);
+        }
         let (proxy_v2, rest) = match s.strip_prefix("proxy-v2+") {
             Some(r) => (true, r),
             None => (false, s),
@@ -143,13 +193,23 @@ impl fmt::Display for Backend {
         if self.h2c {
             f.write_str(match self.target {
                 BackendTarget::Tcp { .. } => "h2c://",
-                BackendTarget::Unix(_) => "h2c+",
+                BackendTarget::Unix(_) | BackendTarget::Files(_) => "h2c+",
             })?;
         }
         match &self.target {
             BackendTarget::Tcp { host, port } if host.contains(':') => write!(f, "[{host}]:{port}"),
             BackendTarget::Tcp { host, port } => write!(f, "{host}:{port}"),
             BackendTarget::Unix(p) => write!(f, "unix:{}", p.display()),
+            BackendTarget::Files(r) => {
+                f.write_str("files")?;
+                if r.index {
+                    f.write_str("+index")?;
+                }
+                if r.outside_links {
+                    f.write_str("+links")?;
+                }
+                write!(f, ":{}", r.dir.display())
+            }
         }
     }
 }
@@ -235,6 +295,10 @@ pub(super) async fn connect(target: &BackendTarget, limit: Duration) -> io::Resu
                 Ok(BackendStream::Tcp(s))
             }
             BackendTarget::Unix(p) => Ok(BackendStream::Unix(UnixStream::connect(p).await?)),
+            BackendTarget::Files(_) => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "a directory is served, not connected to",
+            )),
         }
     };
     match tokio::time::timeout(limit, connect).await {
@@ -358,6 +422,10 @@ mod tests {
             "proxy-v2+127.0.0.1:8080",
             "proxy-v2+h2c://app.internal:9000",
             "proxy-v2+unix:/run/app.sock",
+            "files:/srv/www",
+            "files+index:/srv/www",
+            "files+links:www",
+            "files+index+links:/srv/www",
         ] {
             let b: Backend = s.parse().unwrap();
             assert_eq!(b.to_string(), s);
@@ -366,6 +434,10 @@ mod tests {
         assert!(b.h2c && !b.proxy_v2);
         let b: Backend = "proxy-v2+h2c+unix:/run/a.sock".parse().unwrap();
         assert!(b.h2c && b.proxy_v2);
+        let b: Backend = "files+links+index:/srv".parse().unwrap();
+        assert_eq!(b.files().unwrap().dir, PathBuf::from("/srv"));
+        assert!(b.files().unwrap().index && b.files().unwrap().outside_links);
+        assert!("files:".parse::<Backend>().is_err());
         assert_eq!(
             Backend::from(SocketAddr::from(([127, 0, 0, 1], 1))),
             "127.0.0.1:1".parse().unwrap()

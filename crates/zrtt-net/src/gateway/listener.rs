@@ -12,7 +12,7 @@ use tokio::task::JoinSet;
 use zrtt_proto::admission::Admission;
 use zrtt_proto::handshake::FRAME_FIRST_FLIGHT;
 
-use super::{first_flight, tls, GatewayConfig, Metrics, Shared};
+use super::{first_flight, tls, Backend, GatewayConfig, Metrics, Shared};
 use crate::error::{Error, Result};
 use crate::tfo;
 
@@ -93,6 +93,24 @@ impl Gateway {
         if let Some(s) = sites.all().iter().find(|s| s.backends.is_empty()) {
             return Err(Error::Config(format!("site {} has no backend", s.label())));
         }
+        let mut files = Vec::new();
+        for s in sites.all() {
+            let roots: Vec<_> = s.backends.iter().filter_map(Backend::files).collect();
+            files.push(match roots[..] {
+                [] => None,
+                [root] if s.backends.len() == 1 => {
+                    Some(super::static_files::StaticFiles::new(root).map_err(|e| {
+                        Error::Config(format!("site {}: {}: {e}", s.label(), root.dir.display()))
+                    })?)
+                }
+                _ => {
+                    return Err(Error::Config(format!(
+                        "site {}: a directory is its only backend",
+                        s.label()
+                    )))
+                }
+            });
+        }
         let metrics = Arc::new(Metrics::default());
         let timeouts = super::pool::PoolTimeouts {
             connect: cfg.timeouts.backend_connect,
@@ -119,6 +137,7 @@ impl Gateway {
             cfg,
             metrics,
             pools,
+            files,
             active: AtomicUsize::new(0),
             peak_active: AtomicUsize::new(0),
             shutdown: tokio::sync::watch::Sender::new(false),

@@ -27,6 +27,9 @@
 //!   `idle`: a connection on which nothing moves is closed;
 //! - `sites`: which site (names, backend) a request and a connection are
 //!   for, when one gateway serves several;
+//! - `static_files`: a site whose backend is a directory (`files:DIR`,
+//!   `--root`), answered by the gateway itself where relay.rs would go to
+//!   a backend;
 //! - `upgrade`: upgraded connections (WebSocket) relayed both ways until
 //!   idle;
 //! - [`replay_store`]: the replay store a fleet shares (Redis), checked
@@ -60,6 +63,7 @@ mod proxy_header;
 mod relay;
 pub mod replay_store;
 mod sites;
+mod static_files;
 mod tls;
 mod trim;
 mod upgrade;
@@ -113,6 +117,7 @@ pub use crate::admin::Readiness;
 pub use metrics::Metrics;
 pub use replay_store::{ReplayStore, ReplayStoreConfig, StoreAddress};
 pub use sites::Site;
+pub use static_files::StaticRoot;
 
 /// What every connection of one gateway shares.
 struct Shared {
@@ -121,6 +126,8 @@ struct Shared {
     metrics: Arc<Metrics>,
     /// Each site's backends, in the sites' order.
     pools: Vec<Arc<pool::Pool>>,
+    /// Each site's files when its backend is a directory (static_files.rs).
+    files: Vec<Option<static_files::StaticFiles>>,
     sites: sites::Sites,
     active: AtomicUsize,
     /// Most connections open at once since the memory trim last looked (trim.rs).

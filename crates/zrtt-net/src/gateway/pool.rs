@@ -266,7 +266,8 @@ impl Pool {
     /// until dropped (the gateway's shutdown aborts it).
     pub(super) async fn run_checks(self: Arc<Self>, check: HealthCheck) {
         let mut tasks = tokio::task::JoinSet::new();
-        for i in 0..self.members.len() {
+        // A directory (static_files.rs) is not checked.
+        for i in (0..self.members.len()).filter(|&i| self.members[i].backend.files().is_none()) {
             let (pool, check) = (self.clone(), check.clone());
             tasks.spawn(async move {
                 let mut tick = tokio::time::interval(check.interval);

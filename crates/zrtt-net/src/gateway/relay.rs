@@ -439,6 +439,10 @@ async fn forward(shared: &Arc<Shared>, ctx: &ConnCtx, req: Request<Incoming>) ->
             );
         }
     }
+    // A site whose backend is a directory: the gateway answers.
+    if let Some(files) = &shared.files[site] {
+        return files.serve(Request::from_parts(parts, ()), early).await;
+    }
     let pool = &shared.pools[site];
     if upgrade.is_some() && pool.any_h2c() {
         return text_response(

@@ -22,6 +22,7 @@ mod backends;
 mod handover;
 mod keys;
 mod provenance;
+mod root;
 mod successor;
 
 use keys::{all_keys, store_token_keys, token_keys, LoadedSite};
@@ -38,8 +39,15 @@ pub struct GatewayArgs {
     /// with an `h2c://` (`h2c+unix:/PATH`) prefix; a `proxy-v2+` prefix
     /// sends a PROXY protocol v2 header first. Repeat it for several
     /// backends, chosen round robin among the healthy ones.
-    #[arg(long = "backend", required = true)]
+    /// `files:DIR` serves a directory's files (as --root).
+    #[arg(
+        long = "backend",
+        required_unless_present = "root",
+        conflicts_with = "root"
+    )]
     backends: Vec<zrtt_net::gateway::Backend>,
+    #[command(flatten)]
+    root: root::RootArgs,
     #[command(flatten)]
     backend_opts: Box<backends::BackendArgs>,
     /// Key store (from `zrtt keys init`): semi-static keys, their records and
@@ -354,7 +362,13 @@ fn parse_net(s: &str) -> Result<IpNet> {
 /// Open descriptors the gateway asks for (the systemd unit's LimitNOFILE).
 const OPEN_FILES: u64 = 65_536;
 
-pub fn run(a: GatewayArgs) -> Result<ExitCode> {
+pub fn run(mut a: GatewayArgs) -> Result<ExitCode> {
+    a.root.apply(&mut a.backends);
+    root::check(
+        a.backends
+            .iter()
+            .chain(a.sites.iter().flat_map(|s| &s.backends)),
+    )?;
     // Pending connections hold two descriptors each (the socket, and one
     // duplicate for the gate and the reset guard): take what the system allows, as nginx's
     // worker_rlimit_nofile does.
