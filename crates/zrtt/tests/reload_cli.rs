@@ -169,11 +169,12 @@ fn flights_on_the_previous_record_are_answered_after_a_renewal() {
     record("old.rec");
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
+    let admin = format!("127.0.0.1:{}", free_port());
     let _gw = Guard(
         Command::new(env!("CARGO_BIN_EXE_zrtt"))
             .args(["gateway", "--listen", &listen, "--backend"])
             .arg(backend().to_string())
-            .args(["--keystore", "ks", "--refresh", "1"])
+            .args(["--keystore", "ks", "--refresh", "1", "--admin", &admin])
             .current_dir(dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -235,6 +236,8 @@ fn flights_on_the_previous_record_are_answered_after_a_renewal() {
         std::thread::sleep(Duration::from_millis(500));
     }
     // A client still on the previous record is answered over zrtt.
+    assert_eq!(gateway_counter(&admin, "zrtt_on_previous_record"), 0);
     let (okay, mode, err) = get("old.rec", "pki");
     assert!(okay && mode.starts_with("0rtt"), "{mode} {err}");
+    assert_eq!(gateway_counter(&admin, "zrtt_on_previous_record"), 1);
 }

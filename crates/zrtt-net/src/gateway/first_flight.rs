@@ -174,7 +174,7 @@ pub(super) async fn serve(
         let keys = shared.cfg.keys.read().unwrap_or_else(|p| p.into_inner());
         // Locked per call, not across decryption (zrtt_proto::replay: the
         // `ReplayFilter` impl of `&Mutex`): accepts on several cores decrypt
-        // in parallel; of copies of one flight exactly one is recorded.
+        // in parallel; of copies of one flight at most one is recorded.
         let mut replay: &std::sync::Mutex<dyn ReplayFilter> = &shared.cfg.replay;
         let result = keys.accept(
             &frame,
@@ -192,6 +192,9 @@ pub(super) async fn serve(
         });
         (result, bound)
     };
+    if result.as_ref().is_ok_and(|a| a.on_previous_record) {
+        Metrics::inc(&m.zrtt_on_previous_record);
+    }
     let accepted = match result {
         Ok(a) => match check_store(shared, &a, now).await {
             None => a,

@@ -59,6 +59,9 @@ counters! {
     zrtt_flights,
     /// First flights that authenticated and passed every check.
     zrtt_accepted,
+    /// Of those, flights built on a key's previous record (re-signed with
+    /// the same terms, e.g. after a certificate renewal).
+    zrtt_on_previous_record,
     /// Replies sent without waiting for the TCP handshake (proven address).
     zrtt_answered_early,
     /// Of those, replies sent while the socket was still SYN_RECV.

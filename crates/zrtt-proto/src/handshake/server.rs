@@ -28,8 +28,9 @@ pub struct ServerKey {
     keypair: X25519KeyPair,
     record_hash: [u8; 32],
     /// The hash of the record this key was published with before it was
-    /// re-signed with the same terms ([`ServerConfig::keep_previous_records`]).
-    previous_record_hash: Option<[u8; 32]>,
+    /// re-signed with the same terms, and until when (Unix seconds) it is
+    /// accepted ([`ServerConfig::keep_previous_records`]).
+    previous_record_hash: Option<([u8; 32], u64)>,
 }
 
 impl ServerKey {
@@ -50,9 +51,16 @@ impl ServerKey {
     }
 
     /// Whether a flight built on the previous record of this key is
-    /// accepted too (see [`ServerConfig::keep_previous_records`]).
-    pub fn accepts_previous_record(&self) -> bool {
-        self.previous_record_hash.is_some()
+    /// accepted too at `now` (see [`ServerConfig::keep_previous_records`]).
+    pub fn accepts_previous_record(&self, now: UnixTime) -> bool {
+        self.previous_at(now).is_some()
+    }
+
+    fn previous_at(&self, now: UnixTime) -> Option<&[u8; 32]> {
+        self.previous_record_hash
+            .as_ref()
+            .filter(|(_, until)| now.as_secs() < *until)
+            .map(|(h, _)| h)
     }
 }
 
@@ -96,21 +104,22 @@ impl ServerConfig {
         &self.keys
     }
 
-    /// After a refresh: for each key that `old` held with a different
-    /// record stating the same terms (same key id, public key, validity,
-    /// limits, flags, verifiers and name; only the signing certificate
-    /// differs, as after a certificate renewal), also accept flights built
-    /// on that previous record. Clients and resolvers keep the previous
-    /// record until its TTL runs out, and a flight binds the hash of the
-    /// record it was built on (PROTOCOL.md §5), so without this every such
-    /// flight would fail to decrypt (no answer, then the client's TLS
-    /// fallback) until they fetch the new one. Only a record this server
-    /// itself held is carried, never one a flight names; a key whose terms
-    /// changed (new flags, limits or validity) is not carried, so new terms
-    /// apply at once. One previous record per key, kept while the key is.
-    /// A flight that decrypts under neither costs a second decryption
-    /// attempt.
-    pub fn keep_previous_records(&mut self, old: &ServerConfig) {
+    /// After a refresh at `now`: for each key that `old` held with a
+    /// different record stating the same terms (every body field but
+    /// `cert_sha256`: key id, public key, validity, early-data limit, AEADs,
+    /// flags, provenance quorum, verifiers and name; the signature is
+    /// outside the body), as after a certificate renewal, also accept
+    /// flights built on that previous record for `keep_for` (about twice
+    /// the records' DNS TTL: clients and resolvers keep the previous record
+    /// until its TTL runs out). A flight binds the hash of the record it
+    /// was built on (PROTOCOL.md §5), so without this every such flight
+    /// would fail to decrypt (no answer, then the client's TLS fallback).
+    /// Only a record this server itself held is carried, never one a
+    /// flight names; a key whose terms changed is not carried, so new
+    /// terms apply at once. One previous record per key. While one is
+    /// kept, a flight that decrypts under neither costs a second
+    /// decryption attempt.
+    pub fn keep_previous_records(&mut self, old: &ServerConfig, now: UnixTime, keep_for: Duration) {
         for k in &mut self.keys {
             let Some(o) = old
                 .keys
@@ -123,9 +132,12 @@ impl ServerConfig {
                 continue;
             }
             if o.record_hash == k.record_hash {
-                k.previous_record_hash = o.previous_record_hash;
+                k.previous_record_hash = o
+                    .previous_record_hash
+                    .filter(|(_, until)| now.as_secs() < *until);
             } else if same_terms(&o.record.body, &k.record.body) {
-                k.previous_record_hash = Some(o.record_hash);
+                let until = now.as_secs().saturating_add(keep_for.as_secs());
+                k.previous_record_hash = Some((o.record_hash, until));
             }
         }
     }
@@ -284,11 +296,15 @@ impl ServerConfig {
             payload.truncate(n);
             Ok((noise, payload))
         };
-        let (noise, payload) = match (decrypt(&key.record_hash), &key.previous_record_hash) {
-            (Ok(done), _) => done,
-            (Err(_), Some(previous)) => decrypt(previous).map_err(Refusal::silent)?,
-            (Err(e), None) => return Err(Refusal::silent(e)),
-        };
+        let (noise, payload, on_previous_record) =
+            match (decrypt(&key.record_hash), key.previous_at(now)) {
+                (Ok((n, p)), _) => (n, p, false),
+                (Err(_), Some(previous)) => {
+                    let (n, p) = decrypt(previous).map_err(Refusal::silent)?;
+                    (n, p, true)
+                }
+                (Err(e), None) => return Err(Refusal::silent(e)),
+            };
 
         let mut r = Reader::new(&payload);
         let parsed = r.u64().and_then(|ts| Ok((ts, Extensions::decode(&mut r)?)));
@@ -317,6 +333,7 @@ impl ServerConfig {
             timestamp,
             extensions,
             early_data,
+            on_previous_record,
             noise,
         })
     }
@@ -351,6 +368,9 @@ pub struct Accepted {
     pub extensions: Extensions,
     /// The request bytes. Replayable within the replay filter's guarantees: see PROTOCOL.md §7.
     pub early_data: Vec<u8>,
+    /// The flight was built on the key's previous record (a re-signed key,
+    /// [`ServerConfig::keep_previous_records`]), not its current one.
+    pub on_previous_record: bool,
     noise: snow::HandshakeState,
 }
 

@@ -612,6 +612,9 @@ fn a_full_extension_block_with_one_duplicate_is_refused() {
 
 // ----------------------------------------------- re-signed records
 
+/// How long a previous record is kept in these tests.
+const KEEP: Duration = Duration::from_secs(600);
+
 /// The vector key's record re-signed by another certificate (a renewal),
 /// with `edit` applied to its terms first.
 fn resigned(edit: impl FnOnce(&mut crate::record::RecordBody)) -> ServerConfig {
@@ -636,11 +639,12 @@ fn a_flight_on_the_previous_record_decrypts_after_a_renewal() {
 
     // Kept: accepted, and the reply opens at the client.
     let mut after = resigned(|_| {});
-    after.keep_previous_records(&before);
-    assert!(after.keys()[0].accepts_previous_record());
+    after.keep_previous_records(&before, now(), KEEP);
+    assert!(after.keys()[0].accepts_previous_record(now()));
     let mut f = filter();
     let accepted = accept(&after, &flight, &mut f).unwrap();
     assert_eq!(accepted.early_data, REQ);
+    assert!(accepted.on_previous_record);
     let (_, reply) = accepted
         .reply(&Extensions::new(), b"HTTP/1.1 200 OK\r\n")
         .unwrap();
@@ -658,8 +662,8 @@ fn a_flight_on_the_previous_record_decrypts_after_a_renewal() {
     let key = testing::semi_static("zrtt vector key 1");
     let same = after.keys()[0].record.clone();
     let mut later = ServerConfig::new(vec![ServerKey::new(same, key).unwrap()]).unwrap();
-    later.keep_previous_records(&after);
-    assert!(later.keys()[0].accepts_previous_record());
+    later.keep_previous_records(&after, now(), KEEP);
+    assert!(later.keys()[0].accepts_previous_record(now()));
     let (_, flight2) = first_flight(&ClientParams::default(), REQ, 42);
     accept(&later, &flight2, &mut filter()).unwrap();
 }
@@ -669,8 +673,74 @@ fn a_record_with_new_terms_does_not_carry_the_previous_one() {
     let before = testing::vector_server();
     let (_, flight) = first_flight(&ClientParams::default(), REQ, 43);
     let mut after = resigned(|b| b.max_early_data_bytes = 1024);
-    after.keep_previous_records(&before);
-    assert!(!after.keys()[0].accepts_previous_record());
+    after.keep_previous_records(&before, now(), KEEP);
+    assert!(!after.keys()[0].accepts_previous_record(now()));
     let refused = accept(&after, &flight, &mut filter()).unwrap_err();
     assert!(refused.reply.is_none());
+}
+
+#[test]
+fn any_change_of_terms_stops_the_carry() {
+    let before = testing::vector_server();
+    type Edit = fn(&mut crate::record::RecordBody);
+    let edits: Vec<(&str, Edit)> = vec![
+        ("not_before", |b| b.not_before -= 1),
+        ("not_after", |b| b.not_after += 1),
+        ("max_early_data_bytes", |b| b.max_early_data_bytes += 1),
+        ("aeads", |b| b.aeads.reverse()),
+        ("flags", |b| {
+            b.flags = RecordFlags::from_bits(
+                RecordFlags::ISSUES_TOKENS | RecordFlags::CLIENT_AUTH_REQUIRED,
+            )
+            .unwrap()
+        }),
+        ("provenance_quorum", |b| b.provenance_quorum = 1),
+        ("name", |b| b.name = "other.example.com".into()),
+    ];
+    for (field, edit) in edits {
+        let mut after = resigned(edit);
+        after.keep_previous_records(&before, now(), KEEP);
+        assert!(!after.keys()[0].accepts_previous_record(now()), "{field}");
+    }
+}
+
+#[test]
+fn the_previous_record_is_kept_for_its_time_and_one_deep() {
+    let before = testing::vector_server();
+    let (_, flight) = first_flight(&ClientParams::default(), REQ, 44);
+    let mut after = resigned(|_| {});
+    after.keep_previous_records(&before, now(), KEEP);
+    // Past `keep_for`: neither accepted nor carried by the next refresh.
+    let late = UnixTime::from_secs(now().as_secs() + KEEP.as_secs());
+    assert!(!after.keys()[0].accepts_previous_record(late));
+    let (frame, _) = read_frame(&flight, Expect::FirstFlight).unwrap().unwrap();
+    let refused = after
+        .accept(&frame, Transport::Tcp, late, &mut filter(), &rng(200))
+        .unwrap_err();
+    assert!(refused.reply.is_none());
+    let key = testing::semi_static("zrtt vector key 1");
+    let same = after.keys()[0].record.clone();
+    let mut later = ServerConfig::new(vec![ServerKey::new(same, key).unwrap()]).unwrap();
+    later.keep_previous_records(&after, late, KEEP);
+    assert!(!later.keys()[0].accepts_previous_record(late));
+    // A second re-signing keeps only the record just before it.
+    let mut third = resigned(|_| {});
+    third.keep_previous_records(&after, now(), KEEP);
+    assert!(third.keys()[0].accepts_previous_record(now()));
+    let refused = accept(&third, &flight, &mut filter()).unwrap_err();
+    assert!(refused.reply.is_none(), "a flight two records back");
+}
+
+#[test]
+fn a_key_id_reused_with_another_key_carries_nothing() {
+    let before = testing::vector_server();
+    let other = testing::semi_static("another key");
+    let mut body = testing::body(&other, &testing::other_cert());
+    body.key_id = before.keys()[0].record.body.key_id;
+    let record = body
+        .sign(&testing::other_signer(), &ring::rand::SystemRandom::new())
+        .unwrap();
+    let mut after = ServerConfig::new(vec![ServerKey::new(record, other).unwrap()]).unwrap();
+    after.keep_previous_records(&before, now(), KEEP);
+    assert!(!after.keys()[0].accepts_previous_record(now()));
 }

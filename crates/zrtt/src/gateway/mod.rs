@@ -621,21 +621,30 @@ pub fn run(mut a: GatewayArgs) -> Result<ExitCode> {
                         let fresh = tokio::task::spawn_blocking(move || {
                             let mut sites = sites.lock().unwrap_or_else(|p| p.into_inner());
                             let keys = all_keys(&mut sites, rotate)?;
+                            // How long a re-signed key's previous record
+                            // stays accepted: resolvers keep it for its TTL.
+                            let keep_for = 2 * sites
+                                .iter()
+                                .filter_map(|s| s.store.as_ref())
+                                .map(|ks| ks.policy().record_ttl)
+                                .max()
+                                .unwrap_or_default()
+                                + every;
                             // Token keys: the default site's store.
                             let tokens = match (&sites[0].store, with_tokens) {
                                 (Some(ks), true) => Some(store_token_keys(ks.dir(), schedule)?),
                                 _ => None,
                             };
-                            anyhow::Ok((keys, tokens))
+                            anyhow::Ok((keys, tokens, keep_for))
                         })
                         .await;
                         match fresh {
-                            Ok(Ok((mut cfg, tokens))) => {
+                            Ok(Ok((mut cfg, tokens, keep_for))) => {
                                 let mut keys =
                                     shared_keys.write().unwrap_or_else(|p| p.into_inner());
                                 // A re-signed record (a certificate renewal):
                                 // flights on the previous one still decrypt.
-                                cfg.keep_previous_records(&keys);
+                                cfg.keep_previous_records(&keys, util::now(), keep_for);
                                 *keys = cfg;
                                 drop(keys);
                                 if let (Some(ring), Some(t)) = (&store_tokens, tokens) {
