@@ -14,7 +14,11 @@
 //! - a symbolic link whose target lies outside the root is refused (403)
 //!   unless `outside_links` is set: every path is resolved
 //!   (`canonicalize`) and the resolved path, checked to lie under the
-//!   resolved root, is the one opened.
+//!   resolved root, is the one opened;
+//! - a path with a hidden component (a name starting with `.`, such as
+//!   `.git/config` or `.env`) is 404, except under `/.well-known/` (RFC
+//!   8615: ACME challenges, `security.txt`), as the usual nginx rule
+//!   `location ~ /\. { deny all; }` with its `.well-known` exception does.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -71,6 +75,7 @@ impl StaticFiles {
         }
         let confined = Confined {
             root: (!root.outside_links).then(|| Arc::from(dir.as_path())),
+            dir: Arc::from(dir.as_path()),
         };
         let serve = ServeDir::with_backend(&dir, confined)
             .append_index_html_on_directories(root.index)
@@ -167,9 +172,30 @@ impl hyper::body::Body for FileBody {
 #[derive(Clone, Debug)]
 struct Confined {
     root: Option<Arc<Path>>,
+    /// The served directory (resolved).
+    dir: Arc<Path>,
+}
+
+/// Whether `path` (under `dir`) names a hidden file or goes through a
+/// hidden directory, other than `.well-known` at the top.
+fn hidden(dir: &Path, path: &Path) -> bool {
+    let Ok(rel) = path.strip_prefix(dir) else {
+        return false;
+    };
+    rel.components().enumerate().any(|(i, c)| {
+        let name = c.as_os_str().to_string_lossy();
+        name.starts_with('.') && !(i == 0 && name == ".well-known")
+    })
 }
 
 impl Confined {
+    fn check_hidden(&self, path: &Path) -> io::Result<()> {
+        if hidden(&self.dir, path) {
+            return Err(io::Error::new(io::ErrorKind::NotFound, "a hidden file"));
+        }
+        Ok(())
+    }
+
     /// `path` resolved, if it stays under the root.
     fn resolve(root: Option<&Path>, path: &Path) -> io::Result<PathBuf> {
         let Some(root) = root else {
@@ -187,6 +213,7 @@ impl Confined {
     }
 
     fn open_now(&self, path: &Path) -> io::Result<File> {
+        self.check_hidden(path)?;
         let file = std::fs::File::open(Self::resolve(self.root.as_deref(), path)?)?;
         let meta = file.metadata()?;
         Ok(File {
@@ -208,7 +235,11 @@ impl fs::Backend for Confined {
     }
 
     fn metadata(&self, path: PathBuf) -> Self::MetadataFuture {
-        std::future::ready(Self::resolve(self.root.as_deref(), &path).and_then(std::fs::metadata))
+        std::future::ready(
+            self.check_hidden(&path)
+                .and_then(|()| Self::resolve(self.root.as_deref(), &path))
+                .and_then(std::fs::metadata),
+        )
     }
 }
 
@@ -358,5 +389,31 @@ mod tests {
         let (s, _, b) = get(&files, "GET", "/out", &[]).await;
         assert_eq!((s, &b[..]), (StatusCode::OK, &b"secret"[..]));
         assert!(StaticFiles::new(&StaticRoot::new(root.path().join("a.html"))).is_err());
+    }
+
+    #[tokio::test]
+    async fn hidden_files_are_not_served_but_well_known_is() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        std::fs::write(r.join(".env"), "SECRET=1").unwrap();
+        std::fs::create_dir_all(r.join(".git")).unwrap();
+        std::fs::write(r.join(".git/config"), "[core]").unwrap();
+        std::fs::create_dir_all(r.join("d/.cache")).unwrap();
+        std::fs::write(r.join("d/.cache/x"), "x").unwrap();
+        std::fs::create_dir_all(r.join(".well-known")).unwrap();
+        std::fs::write(r.join(".well-known/security.txt"), "Contact: x").unwrap();
+        let files = StaticFiles::new(&StaticRoot::new(r)).unwrap();
+        for path in [
+            "/.env",
+            "/%2eenv",
+            "/.git/config",
+            "/d/.cache/x",
+            "/d/%2Ecache/x",
+        ] {
+            let (s, _, b) = get(&files, "GET", path, &[]).await;
+            assert_eq!(s, StatusCode::NOT_FOUND, "{path}: {b:?}");
+        }
+        let (s, _, b) = get(&files, "GET", "/.well-known/security.txt", &[]).await;
+        assert_eq!((s, &b[..]), (StatusCode::OK, &b"Contact: x"[..]));
     }
 }
