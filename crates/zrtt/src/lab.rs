@@ -244,6 +244,11 @@ pub enum LabCommand {
         /// Connections in flight (each request on a new connection).
         #[arg(long, default_value_t = ThroughputOpts::default().concurrency)]
         concurrency: usize,
+        /// Fixed rates of new connections per second measured besides
+        /// saturation (nginx TLS full and resumed, the gateway, the gateway
+        /// serving files; smallest size); `--rates ''` for none.
+        #[arg(long, value_delimiter = ',', default_value = csv(ThroughputOpts::default().rates))]
+        rates: Vec<f64>,
         #[command(flatten)]
         out: OutArgs,
     },
@@ -404,12 +409,14 @@ pub fn run(cmd: LabCommand) -> Result<ExitCode> {
             sizes,
             seconds,
             concurrency,
+            rates,
             out,
         } => {
             let o = ThroughputOpts {
                 sizes_kb: sizes,
                 seconds,
                 concurrency,
+                rates,
                 keep: out.keep,
             };
             finish(zrtt_bench::throughput::run(&bench()?, &o), &out)

@@ -145,11 +145,22 @@ fn throughput_serves_every_case() {
     }
     let js = scenario(
         "throughput",
-        &["--sizes", "1", "--seconds", "1", "--concurrency", "4"],
+        &[
+            "--sizes",
+            "1",
+            "--seconds",
+            "1",
+            "--concurrency",
+            "4",
+            "--rates",
+            "200",
+        ],
     );
     let cells = js["data"]["cells"].as_array().unwrap();
-    assert_eq!(cells.len(), 4, "four cases at one size");
-    for c in cells {
+    assert_eq!(cells.len(), 6, "six cases at one size");
+    let rated = js["data"]["rated_cells"].as_array().unwrap();
+    assert_eq!(rated.len(), 4, "four cases at one rate");
+    for c in cells.iter().chain(rated) {
         let (case, ok, failed) = (&c["case"], &c["requests_ok"], &c["requests_failed"]);
         eprintln!(
             "{case}: {ok} requests, {failed} failed, {} us/request",

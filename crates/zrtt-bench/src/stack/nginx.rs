@@ -1,5 +1,8 @@
 //! nginx configurations: one worker, no daemon, a `server` block per
-//! listener (plain HTTP or TLS), everything under one prefix.
+//! listener (plain HTTP or TLS), everything under one prefix. TLS as the
+//! reference machine's well-tuned nginx (`../shared/reference/baselines.md`):
+//! X25519 only, TLS_AES_128_GCM_SHA256 for TLS 1.3, the server's cipher
+//! order, `backlog=4096`, access log off, 8192 connections per worker.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -50,8 +53,8 @@ impl Nginx {
         let d = prefix.display();
         let mut s = format!(
             "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
-events {{ worker_connections 4096; }}\n\
-http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  default_type text/html;\n  sendfile on;\n  tcp_nodelay on;\n"
+events {{ worker_connections 8192; }}\n\
+http {{\n  access_log off;\n  ssl_ecdh_curve X25519;\n  ssl_prefer_server_ciphers on;\n  ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  default_type text/html;\n  sendfile on;\n  tcp_nodelay on;\n"
         );
         if self.keepalive_requests == 0 {
             s.push_str("  keepalive_timeout 0;\n");
@@ -81,7 +84,7 @@ http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path
                         ""
                     };
                     s.push_str(&format!(
-                        "  server {{ listen {} ssl{fo}; server_name {}; ssl_protocols {}; {res}{ed}\n    ssl_certificate {}; ssl_certificate_key {}; root {}; }}\n",
+                        "  server {{ listen {} ssl backlog=4096{fo}; server_name {}; ssl_protocols {}; {res}{ed}\n    ssl_certificate {}; ssl_certificate_key {}; root {}; }}\n",
                         srv.listen,
                         site.name,
                         t.protocols,
@@ -139,7 +142,7 @@ mod tests {
             c.contains("listen 198.18.0.2:80 fastopen=256; root /srv/x/www;"),
             "{c}"
         );
-        assert!(c.contains("listen 198.18.0.2:443 ssl; server_name www.example.com; ssl_protocols TLSv1.2 TLSv1.3; ssl_session_tickets on;"), "{c}");
+        assert!(c.contains("listen 198.18.0.2:443 ssl backlog=4096; server_name www.example.com; ssl_protocols TLSv1.2 TLSv1.3; ssl_session_tickets on;"), "{c}");
         assert!(c.contains("ssl_early_data on;"));
         assert!(c.contains("keepalive_timeout 0;"));
         assert!(c.contains("pid /p/nginx.pid;"));

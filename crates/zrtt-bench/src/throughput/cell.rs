@@ -11,6 +11,9 @@ use crate::report::Summary;
 pub(super) struct Cell {
     pub(super) case: Case,
     pub(super) kb: usize,
+    /// The offered rate of a fixed-rate cell (new connections per second);
+    /// `None` at saturation.
+    pub(super) rate: Option<f64>,
     /// Why the cell produced nothing, if so.
     pub(super) failure: Option<String>,
     pub(super) ok: u64,
@@ -45,6 +48,7 @@ impl Cell {
         Cell {
             case,
             kb,
+            rate: None,
             failure: Some(why),
             ok: 0,
             resumed: 0,
@@ -111,6 +115,7 @@ pub(super) fn build_cell(
     Cell {
         case,
         kb,
+        rate: None,
         failure: None,
         ok,
         resumed: g.resumed,

@@ -300,10 +300,47 @@ async fn one(job: &Job) -> Result<bool, String> {
     Ok(resumed)
 }
 
-async fn worker(job: Arc<Job>, stop: tokio::time::Instant) -> (Vec<Sample>, Vec<String>) {
+/// Start times shared by the workers of a fixed-rate cell: the `k`-th
+/// connection starts at `start + k / rate` (open loop: a late start does
+/// not push the next ones back, so the offered rate holds while there are
+/// workers free).
+pub(super) struct Pace {
+    start: tokio::time::Instant,
+    interval: Duration,
+    next: std::sync::atomic::AtomicU32,
+}
+
+impl Pace {
+    fn new(start: tokio::time::Instant, rate: f64) -> Pace {
+        Pace {
+            start,
+            interval: Duration::from_secs_f64(1.0 / rate),
+            next: std::sync::atomic::AtomicU32::new(0),
+        }
+    }
+
+    /// The next start time.
+    fn slot(&self) -> tokio::time::Instant {
+        let k = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.start + self.interval * k
+    }
+}
+
+async fn worker(
+    job: Arc<Job>,
+    stop: tokio::time::Instant,
+    pace: Option<Arc<Pace>>,
+) -> (Vec<Sample>, Vec<String>) {
     let mut samples = Vec::new();
     let mut errors = Vec::new();
     while tokio::time::Instant::now() < stop {
+        if let Some(p) = &pace {
+            let at = p.slot();
+            if at >= stop {
+                break;
+            }
+            tokio::time::sleep_until(at).await;
+        }
         let t0 = Instant::now();
         let r = tokio::time::timeout(REQUEST_TIMEOUT, one(&job)).await;
         let end = Instant::now();
@@ -354,11 +391,13 @@ pub(super) struct GenOut {
 }
 
 /// Runs on a thread inside the lab host: pins itself, drives `concurrency`
-/// connection loops for `warmup + measure`, and snapshots CPU counters at
-/// the window's edges.
+/// connection loops for `warmup + measure` (as fast as they go, or
+/// starting `rate` connections per second between them), and snapshots CPU
+/// counters at the window's edges.
 pub(super) fn generate(
     job: Job,
     concurrency: usize,
+    rate: Option<f64>,
     warmup: Duration,
     measure: Duration,
     pids: Vec<u32>,
@@ -374,8 +413,9 @@ pub(super) fn generate(
         let job = Arc::new(job);
         let start = tokio::time::Instant::now();
         let (from, to) = (start + warmup, start + warmup + measure);
+        let pace = rate.map(|r| Arc::new(Pace::new(start, r)));
         let workers: Vec<_> = (0..concurrency)
-            .map(|_| tokio::spawn(worker(job.clone(), to)))
+            .map(|_| tokio::spawn(worker(job.clone(), to, pace.clone())))
             .collect();
         tokio::time::sleep_until(from).await;
         let a = Snapshot::take(&pids)?;

@@ -70,6 +70,11 @@ pub struct ThroughputOpts {
     pub seconds: f64,
     /// Connections in flight (each request on a new connection).
     pub concurrency: usize,
+    /// Fixed rates (new connections per second) at which the operator's
+    /// view is measured besides saturation: server CPU per request for
+    /// nginx TLS full and resumed, the gateway with its backend and the
+    /// gateway serving files, at the smallest size. Empty: saturation only.
+    pub rates: Vec<f64>,
     /// Keep the working directory (configs, keys, logs) for inspection.
     pub keep: bool,
 }
@@ -80,6 +85,7 @@ impl Default for ThroughputOpts {
             sizes_kb: vec![1, 10, 100],
             seconds: 4.0,
             concurrency: 16,
+            rates: vec![500.0, 2000.0],
             keep: false,
         }
     }
@@ -97,6 +103,17 @@ enum Case {
     /// The same gateway, TLS 1.3 clients with full handshakes.
     TlsStatic,
 }
+
+/// The cases measured at fixed rates.
+const RATE_CASES: [Case; 4] = [
+    Case::TlsFull,
+    Case::TlsResumed,
+    Case::Zrtt,
+    Case::ZrttStatic,
+];
+
+/// Workers of a fixed-rate cell (at least).
+const RATE_WORKERS: usize = 64;
 
 const CASES: [Case; 6] = [
     Case::Http,
@@ -177,6 +194,9 @@ pub fn run(bench: &Bench, o: &ThroughputOpts) -> Result<Report> {
     if !o.seconds.is_finite() || o.seconds <= 0.0 || o.concurrency == 0 {
         bail!("need a positive duration and at least one connection in flight");
     }
+    if o.rates.iter().any(|r| !r.is_finite() || *r <= 0.0) {
+        bail!("rates are positive numbers of new connections per second");
+    }
     proc::require_tools(&["nginx", "taskset", "getconf"])?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     if cores < 2 {
@@ -251,10 +271,27 @@ pub fn run(bench: &Bench, o: &ThroughputOpts) -> Result<Report> {
     let name = pki_types::ServerName::try_from(NAME)?.to_owned();
 
     let mut cells = Vec::new();
-    let mut progress = Progress::new(&bench.console, "throughput", o.sizes_kb.len() * CASES.len());
-    for &kb in &o.sizes_kb {
-        for case in CASES {
-            progress.tick(&format!("{kb} KB {}", case.id()));
+    let mut rated = Vec::new();
+    // Saturation: every size and case; then each fixed rate at the
+    // smallest size for the cases an operator compares.
+    let smallest = o.sizes_kb.iter().copied().min().unwrap_or(1);
+    let runs: Vec<(usize, Case, Option<f64>)> = o
+        .sizes_kb
+        .iter()
+        .flat_map(|&kb| CASES.map(|c| (kb, c, None)))
+        .chain(
+            o.rates
+                .iter()
+                .flat_map(|&r| RATE_CASES.map(|c| (smallest, c, Some(r)))),
+        )
+        .collect();
+    let mut progress = Progress::new(&bench.console, "throughput", runs.len());
+    for (kb, case, rate) in runs {
+        {
+            match rate {
+                Some(r) => progress.tick(&format!("{kb} KB {} at {r}/s", case.id())),
+                None => progress.tick(&format!("{kb} KB {}", case.id())),
+            }
             let client = match case {
                 Case::Http => Client::Http,
                 Case::TlsFull | Case::TlsResumed | Case::TlsStatic => Client::Tls {
@@ -285,10 +322,17 @@ pub fn run(bench: &Bench, o: &ThroughputOpts) -> Result<Report> {
                 tls_info: OnceLock::new(),
             };
             let before = (case == Case::Zrtt).then(|| scrape_metrics(&lab));
-            let conc = o.concurrency;
+            // At a fixed rate, enough workers that a slow answer does not
+            // hold the next start back.
+            let conc = match rate {
+                Some(_) => o.concurrency.max(RATE_WORKERS),
+                None => o.concurrency,
+            };
             let pids = vec![nginx_pid, gw_pid, static_pid];
             let out = lab
-                .spawn_in_host(HOST, move || generate(job, conc, warmup, measure, pids))
+                .spawn_in_host(HOST, move || {
+                    generate(job, conc, rate, warmup, measure, pids)
+                })
                 .and_then(|t| t.join());
             let gateway = match (before, case) {
                 (Some(Ok(b)), Case::Zrtt) => scrape_metrics(&lab).ok().map(|a| {
@@ -298,10 +342,11 @@ pub fn run(bench: &Bench, o: &ThroughputOpts) -> Result<Report> {
                 }),
                 _ => None,
             };
-            let cell = match out {
+            let mut cell = match out {
                 Ok(g) => build_cell(case, kb, g, tck, gateway),
                 Err(e) => Cell::failed(case, kb, format!("{e:#}")),
             };
+            cell.rate = rate;
             if let Some(f) = &cell.failure {
                 progress.note(&format!("throughput: {kb} KB {}: {f}", case.id()));
             } else if cell.failed > 0 {
@@ -312,7 +357,10 @@ pub fn run(bench: &Bench, o: &ThroughputOpts) -> Result<Report> {
                     cell.errors.first().map_or("?", String::as_str)
                 ));
             }
-            cells.push(cell);
+            match rate {
+                Some(_) => rated.push(cell),
+                None => cells.push(cell),
+            }
         }
     }
     drop(servers);
@@ -334,7 +382,7 @@ pub fn run(bench: &Bench, o: &ThroughputOpts) -> Result<Report> {
             .collect();
         bail!("no cell completed a request: {}", why.join("; "));
     }
-    Ok(report::report(o, &cells, tck, warmup))
+    Ok(report::report(o, &cells, &rated, tck, warmup))
 }
 
 /// The gateway's counters, read from its admin port inside the lab host.

@@ -44,7 +44,13 @@ pub(super) fn cell(cells: &[Cell], case: Case, kb: usize) -> Option<&Cell> {
 }
 
 /// Tables, charts, notes and JSON of a run.
-pub(super) fn report(o: &ThroughputOpts, cells: &[Cell], tck: u64, warmup: Duration) -> Report {
+pub(super) fn report(
+    o: &ThroughputOpts,
+    cells: &[Cell],
+    rated: &[Cell],
+    tck: u64,
+    warmup: Duration,
+) -> Report {
     let mut r = Report::new(
         "throughput",
         "New connections per second and server CPU per request on one core (`zrtt lab throughput`)",
@@ -70,8 +76,20 @@ pub(super) fn report(o: &ThroughputOpts, cells: &[Cell], tck: u64, warmup: Durat
     r.setup.push(format!(
         "Servers on CPU {SERVER_CPU}, load generator on CPU {CLIENT_CPU}; CPU times at CLK_TCK {tck}; TLS negotiated: {tls_info}."
     ));
+    let rates = o
+        .rates
+        .iter()
+        .map(|r| format!("{r}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    if !o.rates.is_empty() {
+        r.setup.push(format!(
+            "Fixed rates: {rates} new connections per second, started open-loop (the k-th at k / rate) by up to {} connections in flight, for the cases in the rate table, at the smallest size.",
+            o.concurrency.max(super::RATE_WORKERS)
+        ));
+    }
     r.setup.push(format!(
-        "Reproduce: `sudo zrtt lab throughput --sizes {sizes} --seconds {} --concurrency {}`.",
+        "Reproduce: `sudo zrtt lab throughput --sizes {sizes} --seconds {} --concurrency {} --rates '{rates}'`.",
         o.seconds, o.concurrency
     ));
 
@@ -145,6 +163,10 @@ pub(super) fn report(o: &ThroughputOpts, cells: &[Cell], tck: u64, warmup: Durat
             ]);
         }
         r.tables.push(t);
+    }
+
+    if !rated.is_empty() {
+        r.tables.push(rate_table(o, rated));
     }
 
     // Beside the papers.
@@ -333,8 +355,60 @@ pub(super) fn report(o: &ThroughputOpts, cells: &[Cell], tck: u64, warmup: Durat
             "cpu0_irq_softirq_us_per_request": jnum(c.cpu0_softirq_us),
             "errors": c.errors, "tls": c.tls_info, "gateway_counters": c.gateway,
         })).collect::<Vec<_>>(),
+        "rates": o.rates,
+        "rated_cells": rated.iter().map(|c| json!({
+            "case": c.case.id(), "size_kb": c.kb, "offered_per_sec": c.rate,
+            "failure": c.failure, "requests_ok": c.ok, "requests_failed": c.failed,
+            "requests_per_sec": jnum(c.rps()), "latency_ms": c.latency.to_json(),
+            "server_us_per_request": jnum(c.server_us),
+            "server_with_backend_us_per_request": c.with_backend_us.map(jnum),
+            "server_core_busy": jnum(c.server_busy),
+        })).collect::<Vec<_>>(),
     });
     r
+}
+
+/// Server CPU per request at each fixed rate, side by side with nginx TLS
+/// full handshakes at the same rate.
+fn rate_table(o: &ThroughputOpts, rated: &[Cell]) -> Table {
+    let kb = rated.first().map_or(1, |c| c.kb);
+    let mut headers = vec!["case".to_string()];
+    for r in &o.rates {
+        headers.push(format!("{r:.0}/s: reached"));
+        headers.push(format!("{r:.0}/s: server µs/req (÷ TLS full)"));
+    }
+    let refs: Vec<&str> = headers.iter().map(String::as_str).collect();
+    let mut t = Table::new(
+        format!("Server CPU per request at fixed rates of new connections, {kb} KB (the operator's view)"),
+        &refs,
+    );
+    let at = |case: Case, rate: f64| {
+        rated
+            .iter()
+            .find(|c| c.case == case && c.rate == Some(rate) && c.usable())
+    };
+    for case in super::RATE_CASES {
+        let mut row = vec![case.label().to_string()];
+        for &r in &o.rates {
+            match at(case, r) {
+                Some(c) => {
+                    // The gateway's figure includes its backend.
+                    let us = c.with_backend_us.unwrap_or(c.server_us);
+                    row.push(num(c.rps(), 0));
+                    row.push(match at(Case::TlsFull, r) {
+                        Some(f) => format!("{} ({})", num(us, 1), num(us / f.server_us, 2)),
+                        None => num(us, 1),
+                    });
+                }
+                None => {
+                    row.push("failed".into());
+                    row.push("–".into());
+                }
+            }
+        }
+        t.row(row);
+    }
+    t
 }
 
 #[cfg(test)]
