@@ -246,8 +246,8 @@ pub enum LabCommand {
         concurrency: usize,
         /// Fixed rates of new connections per second measured besides
         /// saturation (nginx TLS full and resumed, the gateway, the gateway
-        /// serving files; smallest size); `--rates ''` for none.
-        #[arg(long, value_delimiter = ',', default_value = csv(ThroughputOpts::default().rates))]
+        /// serving files; smallest size); `--rates` with no value for none.
+        #[arg(long, value_delimiter = ',', num_args = 0.., default_value = csv(ThroughputOpts::default().rates))]
         rates: Vec<f64>,
         #[command(flatten)]
         out: OutArgs,

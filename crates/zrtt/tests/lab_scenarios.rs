@@ -157,7 +157,7 @@ fn throughput_serves_every_case() {
         ],
     );
     let cells = js["data"]["cells"].as_array().unwrap();
-    assert_eq!(cells.len(), 6, "six cases at one size");
+    assert_eq!(cells.len(), 7, "seven cases at one size");
     let rated = js["data"]["rated_cells"].as_array().unwrap();
     assert_eq!(rated.len(), 4, "four cases at one rate");
     for c in cells.iter().chain(rated) {
@@ -172,6 +172,12 @@ fn throughput_serves_every_case() {
             c["server_us_per_request"].as_f64().unwrap() > 0.0,
             "{case}: no CPU measured"
         );
+    }
+    // The resumed cases did resume (nginx's and the gateway's tickets).
+    for c in cells {
+        if c["case"].as_str().unwrap().ends_with("-resumed") {
+            assert!(c["requests_resumed"].as_u64().unwrap() > 0, "{}", c["case"]);
+        }
     }
 }
 

@@ -102,7 +102,7 @@ pub(super) fn build_cell(
     let (nginx, gw, files) = (g.server_ticks[0], g.server_ticks[1], g.server_ticks[2]);
     let (own, all) = match case {
         Case::Zrtt => (gw, gw + nginx),
-        Case::ZrttStatic | Case::TlsStatic => (files, files),
+        Case::ZrttStatic | Case::TlsStatic | Case::TlsStaticResumed => (files, files),
         _ => (nginx, nginx),
     };
     let busy = |ticks: u64| {

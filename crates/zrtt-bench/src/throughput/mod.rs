@@ -102,6 +102,8 @@ enum Case {
     ZrttStatic,
     /// The same gateway, TLS 1.3 clients with full handshakes.
     TlsStatic,
+    /// The same gateway, TLS 1.3 clients resuming (its session tickets).
+    TlsStaticResumed,
 }
 
 /// The cases measured at fixed rates.
@@ -115,13 +117,14 @@ const RATE_CASES: [Case; 4] = [
 /// Workers of a fixed-rate cell (at least).
 const RATE_WORKERS: usize = 64;
 
-const CASES: [Case; 6] = [
+const CASES: [Case; 7] = [
     Case::Http,
     Case::TlsFull,
     Case::TlsResumed,
     Case::Zrtt,
     Case::ZrttStatic,
     Case::TlsStatic,
+    Case::TlsStaticResumed,
 ];
 
 impl Case {
@@ -133,6 +136,7 @@ impl Case {
             Case::Zrtt => "zrtt-gateway",
             Case::ZrttStatic => "zrtt-gateway-static",
             Case::TlsStatic => "gateway-static-tls13-full",
+            Case::TlsStaticResumed => "gateway-static-tls13-resumed",
         }
     }
 
@@ -144,6 +148,7 @@ impl Case {
             Case::Zrtt => "zrtt gateway (answered early) + nginx backend",
             Case::ZrttStatic => "zrtt gateway --root (answered early), no backend",
             Case::TlsStatic => "gateway --root, TLS 1.3 full handshake",
+            Case::TlsStaticResumed => "gateway --root, TLS 1.3 resumed (ticket)",
         }
     }
 
@@ -153,7 +158,7 @@ impl Case {
             Case::TlsFull => TLS_FULL_PORT,
             Case::TlsResumed => TLS_RESUMED_PORT,
             Case::Zrtt => GW_PORT,
-            Case::ZrttStatic | Case::TlsStatic => GW_STATIC_PORT,
+            Case::ZrttStatic | Case::TlsStatic | Case::TlsStaticResumed => GW_STATIC_PORT,
         }
     }
 
@@ -294,14 +299,16 @@ pub fn run(bench: &Bench, o: &ThroughputOpts) -> Result<Report> {
             }
             let client = match case {
                 Case::Http => Client::Http,
-                Case::TlsFull | Case::TlsResumed | Case::TlsStatic => Client::Tls {
-                    // A fresh session cache per cell: the warm-up fills it.
-                    connector: tokio_rustls::TlsConnector::from(tls_config(
-                        &cert,
-                        case == Case::TlsResumed,
-                    )?),
-                    name: name.clone(),
-                },
+                Case::TlsFull | Case::TlsResumed | Case::TlsStatic | Case::TlsStaticResumed => {
+                    Client::Tls {
+                        // A fresh session cache per cell: the warm-up fills it.
+                        connector: tokio_rustls::TlsConnector::from(tls_config(
+                            &cert,
+                            matches!(case, Case::TlsResumed | Case::TlsStaticResumed),
+                        )?),
+                        name: name.clone(),
+                    }
+                }
                 Case::Zrtt | Case::ZrttStatic => Client::Zrtt {
                     cfg: zcfg.clone(),
                     target: Target {

@@ -89,7 +89,7 @@ pub(super) fn report(
         ));
     }
     r.setup.push(format!(
-        "Reproduce: `sudo zrtt lab throughput --sizes {sizes} --seconds {} --concurrency {} --rates '{rates}'`.",
+        "Reproduce: `sudo zrtt lab throughput --sizes {sizes} --seconds {} --concurrency {} --rates {rates}`.",
         o.seconds, o.concurrency
     ));
 

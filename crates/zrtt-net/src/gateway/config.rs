@@ -235,7 +235,7 @@ pub fn tls_server_config_with(
     .with_no_client_auth()
     .with_cert_resolver(cert);
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    cfg.session_storage = rustls::server::ServerSessionMemoryCache::new(TLS_SESSION_CACHE);
+    cfg.session_storage = super::tls::SessionCache::new(TLS_SESSION_CACHE);
     cfg.send_tls13_tickets = 2;
     // TLS 1.3 0-RTT for resumed clients (single-use tickets above), and
     // the answer as half-RTT data: the gateway's TLS path decides when it

@@ -9,6 +9,8 @@
 //! zrtt client, one round trip in all, as nginx does for TLS 1.3 0-RTT
 //! with a Fast Open cookie ([`stream`]).
 
+mod session_cache;
+pub(crate) use session_cache::SessionCache;
 mod sessions;
 mod stream;
 
