@@ -214,7 +214,8 @@ pub const TLS_SESSION_CACHE: usize = 32_768;
 /// 0-RTT early data on resumption.
 /// The cache (not stateless tickets) makes every TLS 1.3 ticket
 /// single-use, which is what lets a server accept 0-RTT data without
-/// replays (RFC 8446 §8.1); a fleet shares it to resume across gateways.
+/// replays (RFC 8446 §8.1). It lives in this process only: a client
+/// resumes at the gateway that issued its ticket (docs/FLEET.md).
 pub fn tls_server_config(
     chain: Vec<pki_types::CertificateDer<'static>>,
     key: pki_types::PrivateKeyDer<'static>,

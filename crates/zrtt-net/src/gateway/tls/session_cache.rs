@@ -18,14 +18,25 @@ use std::sync::{Arc, Mutex};
 
 use rustls::server::StoresServerSessions;
 
-/// A bounded TLS session store (see the module docs).
-#[derive(Debug)]
+/// A bounded TLS session store (see the module docs). Its `Debug` shows
+/// the capacity and the number of sessions held, never their keys or
+/// secrets (rustls's `ServerConfig` prints its store).
 pub(crate) struct SessionCache {
     capacity: usize,
     inner: Mutex<Inner>,
 }
 
-#[derive(Debug, Default)]
+impl std::fmt::Debug for SessionCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let held = self.inner.try_lock().map(|i| i.map.len()).ok();
+        f.debug_struct("SessionCache")
+            .field("capacity", &self.capacity)
+            .field("held", &held)
+            .finish()
+    }
+}
+
+#[derive(Default)]
 struct Inner {
     /// Key → (insert number, value).
     map: HashMap<Vec<u8>, (u64, Vec<u8>)>,
@@ -126,6 +137,30 @@ mod tests {
         assert_eq!(c.get(&k(3)), None);
         assert_eq!(c.get(&k(2)), Some(vec![22]));
         assert_eq!(c.len().0, 3);
+    }
+
+    #[test]
+    fn a_ticket_is_taken_once_whatever_the_threads() {
+        for round in 0..20u32 {
+            let c = SessionCache::new(64);
+            c.put(k(round), vec![7]);
+            let got: usize = std::thread::scope(|s| {
+                let handles: Vec<_> = (0..8)
+                    .map(|_| s.spawn(|| usize::from(c.take(&k(round)).is_some())))
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).sum()
+            });
+            assert_eq!(got, 1, "round {round}");
+        }
+    }
+
+    #[test]
+    fn debug_shows_no_secrets() {
+        let c = SessionCache::new(4);
+        c.put(b"ticket-id".to_vec(), b"resumption secret".to_vec());
+        let text = format!("{c:?}");
+        assert!(!text.contains("secret") && !text.contains("116"), "{text}");
+        assert!(text.contains("held: Some(1)"), "{text}");
     }
 
     #[test]

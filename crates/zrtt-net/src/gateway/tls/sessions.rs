@@ -125,8 +125,7 @@ mod tests {
 
     #[test]
     fn sessions_say_whether_they_come_back_to_their_address() {
-        let cache: Arc<dyn StoresServerSessions> =
-            rustls::server::ServerSessionMemoryCache::new(16);
+        let cache: Arc<dyn StoresServerSessions> = super::super::SessionCache::new(16);
         let a: IpAddr = "198.18.0.1".parse().unwrap();
         let b: IpAddr = "198.18.0.2".parse().unwrap();
         let issued = SessionView::new(cache.clone(), a);
