@@ -10,8 +10,9 @@
 //! `LimitedCache::remove` at 36 % of the gateway thread).
 //!
 //! Eviction keeps rustls's rule (the oldest insert goes first). A taken
-//! or replaced key leaves a stale entry in the insertion order, skipped
-//! when its turn comes and swept once the order holds twice the capacity.
+//! or replaced key leaves a stale entry in the insertion order: dropped at
+//! once when it reaches the front, else swept (under the lock, a pass over
+//! the order) once the order holds twice the capacity.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -87,8 +88,16 @@ impl StoresServerSessions for SessionCache {
                 i.map.remove(&k);
             }
         }
-        if i.order.len() > 2 * self.capacity {
-            let Inner { map, order, .. } = &mut *i;
+        let Inner { map, order, .. } = &mut *i;
+        // Stale entries that reached the front go at once; a sweep takes
+        // the rest when they are as many as the live ones.
+        while order
+            .front()
+            .is_some_and(|(m, k)| map.get(k).is_none_or(|(c, _)| c != m))
+        {
+            order.pop_front();
+        }
+        if order.len() > 2 * self.capacity {
             order.retain(|(m, k)| map.get(k).is_some_and(|(c, _)| c == m));
         }
         true
@@ -151,6 +160,19 @@ mod tests {
                 handles.into_iter().map(|h| h.join().unwrap()).sum()
             });
             assert_eq!(got, 1, "round {round}");
+        }
+    }
+
+    #[test]
+    fn tickets_taken_in_issue_order_need_no_sweep() {
+        let c = SessionCache::new(100);
+        for i in 0..10_000u32 {
+            c.put(k(i), vec![0]);
+            if i >= 10 {
+                c.take(&k(i - 10));
+            }
+            let (held, order) = c.len();
+            assert!(held <= 11 && order <= 12, "{held} {order} at {i}");
         }
     }
 
