@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -22,10 +22,11 @@ mod backends;
 mod handover;
 mod keys;
 mod provenance;
+mod refresh;
 mod root;
 mod successor;
 
-use keys::{all_keys, store_token_keys, token_keys, LoadedSite};
+use keys::{all_keys, token_keys, LoadedSite};
 use provenance::{next_lookup, refresh_verifiers};
 use zrtt_dns::token_keys::TokenSchedule;
 
@@ -605,57 +606,17 @@ pub fn run(mut a: GatewayArgs) -> Result<ExitCode> {
             .iter()
             .any(|s| s.store.is_some())
             .then(|| -> Result<_> {
-                let mut rx = stop_rx.clone();
-                let (rotate, every) = (a.rotate, a.refresh);
-                let schedule = TokenSchedule::new(a.token_rotation, a.token_lifetime)?;
-                Ok(tokio::spawn(async move {
-                    let sites = Arc::new(Mutex::new(sites));
-                    loop {
-                        tokio::select! {
-                            _ = rx.changed() => return,
-                            _ = tokio::time::sleep(every) => {}
-                            () = hup.notified() => {}
-                        }
-                        let sites = sites.clone();
-                        let with_tokens = store_tokens.is_some();
-                        let fresh = tokio::task::spawn_blocking(move || {
-                            let mut sites = sites.lock().unwrap_or_else(|p| p.into_inner());
-                            let keys = all_keys(&mut sites, rotate)?;
-                            // How long a re-signed key's previous record
-                            // stays accepted: resolvers keep it for its TTL.
-                            let keep_for = 2 * sites
-                                .iter()
-                                .filter_map(|s| s.store.as_ref())
-                                .map(|ks| ks.policy().record_ttl)
-                                .max()
-                                .unwrap_or_default()
-                                + every;
-                            // Token keys: the default site's store.
-                            let tokens = match (&sites[0].store, with_tokens) {
-                                (Some(ks), true) => Some(store_token_keys(ks.dir(), schedule)?),
-                                _ => None,
-                            };
-                            anyhow::Ok((keys, tokens, keep_for))
-                        })
-                        .await;
-                        match fresh {
-                            Ok(Ok((mut cfg, tokens, keep_for))) => {
-                                let mut keys =
-                                    shared_keys.write().unwrap_or_else(|p| p.into_inner());
-                                // A re-signed record (a certificate renewal):
-                                // flights on the previous one still decrypt.
-                                cfg.keep_previous_records(&keys, util::now(), keep_for);
-                                *keys = cfg;
-                                drop(keys);
-                                if let (Some(ring), Some(t)) = (&store_tokens, tokens) {
-                                    ring.replace(t);
-                                }
-                            }
-                            Ok(Err(e)) => tracing::error!("key store: {e:#}"),
-                            Err(e) => tracing::error!("key store task: {e}"),
-                        }
-                    }
-                }))
+                Ok(refresh::Refresher {
+                    sites,
+                    rotate: a.rotate,
+                    every: a.refresh,
+                    schedule: TokenSchedule::new(a.token_rotation, a.token_lifetime)?,
+                    store_tokens,
+                    keys: shared_keys,
+                    hup,
+                    stop: stop_rx.clone(),
+                }
+                .spawn())
             })
             .transpose()?;
         // What a successor takes over: dups of the sockets this process serves.
