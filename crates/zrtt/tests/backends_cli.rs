@@ -603,37 +603,7 @@ fn an_early_request_moves_to_a_live_backend_still_marked_early() {
             "127.0.0.0/8",
         ],
     );
-    let resolve = format!("a.example:{port}:127.0.0.1");
-    let url = format!("https://a.example:{port}/");
-    let get = [
-        "get",
-        "--zrtt-only",
-        "--no-state",
-        "-m",
-        "20s",
-        "--record",
-        "k1.rec",
-        "--cert",
-        "cert.pem",
-        "--cacert",
-        "ca.pem",
-        "--resolve",
-        &resolve,
-        "-w",
-        " %{http_code}",
-        &url,
-    ];
-    // The replay filter's restart guard refuses flights (Busy) for its
-    // first seconds: such a refusal reaches no backend; ask again.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let out = loop {
-        let out = zrtt(dir, &get);
-        let busy = String::from_utf8_lossy(&out.stderr).contains("server busy");
-        if !busy || Instant::now() > deadline {
-            break out;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let out = zrtt_get_retrying_busy(dir, port, "/", " %{http_code}");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),

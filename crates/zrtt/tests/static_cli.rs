@@ -13,7 +13,6 @@ use common::*;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 fn tools() -> bool {
     if !have("curl") {
@@ -278,37 +277,7 @@ fn the_first_flight_is_answered_from_a_file() {
     )
     .unwrap();
     let (_gw, port, admin) = gateway(dir, &["--config", "conf/gw.toml"]);
-    let resolve = format!("a.example:{port}:127.0.0.1");
-    let url = format!("https://a.example:{port}/page.html");
-    let get = [
-        "get",
-        "--zrtt-only",
-        "--no-state",
-        "-m",
-        "20s",
-        "--record",
-        "k1.rec",
-        "--cert",
-        "cert.pem",
-        "--cacert",
-        "ca.pem",
-        "--resolve",
-        &resolve,
-        "-w",
-        "%{http_code}",
-        &url,
-    ];
-    // The replay filter's restart guard refuses flights (Busy) for its
-    // first seconds: ask again.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let out = loop {
-        let out = zrtt(dir, &get);
-        let busy = String::from_utf8_lossy(&out.stderr).contains("server busy");
-        if !busy || Instant::now() > deadline {
-            break out;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let out = zrtt_get_retrying_busy(dir, port, "/page.html", "%{http_code}");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),

@@ -181,3 +181,40 @@ pub fn lab_skip(test: &str, tools: &[&str]) -> bool {
     }
     false
 }
+
+/// `zrtt get --zrtt-only` for `https://a.example:{port}{path}` at
+/// 127.0.0.1, with `k1.rec`, `cert.pem` and `ca.pem` from `dir`
+/// ([`key_and_record`]) and `-w write_out`. A fresh gateway's replay filter
+/// refuses flights (Busy) for its first seconds, and such a refusal reaches
+/// no backend: asked again for up to 20 s.
+pub fn zrtt_get_retrying_busy(dir: &Path, port: u16, path: &str, write_out: &str) -> Output {
+    let resolve = format!("a.example:{port}:127.0.0.1");
+    let url = format!("https://a.example:{port}{path}");
+    let get = [
+        "get",
+        "--zrtt-only",
+        "--no-state",
+        "-m",
+        "20s",
+        "--record",
+        "k1.rec",
+        "--cert",
+        "cert.pem",
+        "--cacert",
+        "ca.pem",
+        "--resolve",
+        &resolve,
+        "-w",
+        write_out,
+        &url,
+    ];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let out = zrtt(dir, &get);
+        let busy = String::from_utf8_lossy(&out.stderr).contains("server busy");
+        if !busy || std::time::Instant::now() > deadline {
+            return out;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
