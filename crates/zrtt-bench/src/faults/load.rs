@@ -30,6 +30,9 @@ pub(crate) struct Attempts {
     pub(crate) attempt_timeout: Duration,
     /// The `User-Agent` of the requests.
     pub(crate) agent: &'static str,
+    /// Retry an answer other than 200 too (a fleet's killed gateway), not
+    /// only a request without any HTTP answer.
+    pub(crate) retry_status: bool,
 }
 
 /// What the workers share.
@@ -138,7 +141,10 @@ where
                     s.inner_retries = inner_retries(&info);
                     s.fresh_keys = info.retried_with_fresh_keys;
                 }
-                break;
+                if status == 200 || !load.retry_status {
+                    break;
+                }
+                s.errors.push(format!("status {status}"));
             }
             Ok(Err(e)) => s.errors.push(format!("{e:#}")),
             Err(_) => s.errors.push(format!(

@@ -385,6 +385,7 @@ pub fn run(bench: &Bench, o: &FaultsOpts) -> Result<Report> {
                     backoff: BACKOFF,
                     attempt_timeout: ATTEMPT_TIMEOUT,
                     agent: "zrtt-lab-faults",
+                    retry_status: false,
                 },
                 requests: o.requests,
                 concurrency: o.concurrency,

@@ -8,28 +8,24 @@
 //! again (new connection, so a new source port and possibly another
 //! gateway), as an application does with an idempotent GET.
 
-use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use zrtt_net::client::{ClientConfig, Target};
+use zrtt_net::client::ClientConfig;
 
-use crate::faults::load::{attempt, inner_retries, Sample};
+use crate::faults::load::{request, Attempts, Sample};
 
 /// The load's parameters.
 pub(super) struct RateLoad {
-    pub(super) host: String,
-    pub(super) addr: SocketAddr,
+    /// Where each request goes and how it is retried.
+    pub(super) attempts: Attempts,
     /// Target new connections per second.
     pub(super) rate: f64,
     pub(super) duration: Duration,
     pub(super) max_in_flight: usize,
-    pub(super) retries: u32,
-    pub(super) backoff: Duration,
-    pub(super) attempt_timeout: Duration,
     /// The client configuration of each request (a fresh one each time).
     pub(super) client: Arc<dyn Fn() -> Arc<ClientConfig> + Send + Sync>,
     /// Start times are measured from here (the scenario's clock).
@@ -79,7 +75,7 @@ pub(super) fn run(load: RateLoad) -> Result<(Vec<Req>, f64)> {
             let l = load.clone();
             load.started.fetch_add(1, Ordering::SeqCst);
             tasks.push(tokio::task::spawn_local(async move {
-                let sample = request(&l, i).await;
+                let sample = request(&l.attempts, &*l.client, &format!("/r/{i}")).await;
                 drop(permit);
                 Req { start_s, sample }
             }));
@@ -92,52 +88,4 @@ pub(super) fn run(load: RateLoad) -> Result<(Vec<Req>, f64)> {
         }
         Ok((out, starting))
     })
-}
-
-/// One request with its retries.
-async fn request(load: &RateLoad, i: usize) -> Sample {
-    let t0 = Instant::now();
-    let mut s = Sample::default();
-    let req = format!(
-        "GET /r/{i} HTTP/1.1\r\nHost: {}\r\nUser-Agent: zrtt-lab-fleet\r\nConnection: close\r\n\r\n",
-        load.host
-    );
-    let mut pause = load.backoff;
-    loop {
-        s.attempts += 1;
-        let target = Target {
-            host: load.host.clone(),
-            addr: load.addr,
-        };
-        match tokio::time::timeout(
-            load.attempt_timeout,
-            attempt((load.client)(), target, req.as_bytes()),
-        )
-        .await
-        {
-            Ok(Ok((status, info))) => {
-                s.status = Some(status);
-                if let Some(info) = info {
-                    s.mode = Some(info.mode.as_str());
-                    s.inner_retries = inner_retries(&info);
-                }
-                if status == 200 {
-                    break;
-                }
-                s.errors.push(format!("status {status}"));
-            }
-            Ok(Err(e)) => s.errors.push(format!("{e:#}")),
-            Err(_) => s.errors.push(format!(
-                "no answer within {} s",
-                load.attempt_timeout.as_secs()
-            )),
-        }
-        if s.attempts > load.retries {
-            break;
-        }
-        tokio::time::sleep(pause).await;
-        pause *= 2;
-    }
-    s.ms = t0.elapsed().as_secs_f64() * 1000.0;
-    s
 }

@@ -31,6 +31,7 @@ mod redis;
 mod report;
 
 use crate::faults::backend::Backend;
+use crate::faults::load::Attempts;
 use crate::proc::{self, WorkDir};
 use crate::report::Report;
 use crate::stack::{Site, BACKEND};
@@ -261,14 +262,18 @@ pub fn run(bench: &Bench, o: &FleetOpts) -> Result<Report> {
     let origin = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
     let spec = load::RateLoad {
-        host: HOST.into(),
-        addr: listen,
+        attempts: Attempts {
+            host: HOST.into(),
+            addr: listen,
+            retries: o.retries,
+            backoff: BACKOFF,
+            attempt_timeout: ATTEMPT_TIMEOUT,
+            agent: "zrtt-lab-fleet",
+            retry_status: true,
+        },
         rate: o.rate,
         duration: Duration::from_secs_f64(o.seconds),
         max_in_flight: o.max_in_flight,
-        retries: o.retries,
-        backoff: BACKOFF,
-        attempt_timeout: ATTEMPT_TIMEOUT,
         client,
         origin,
         started: Arc::new(AtomicUsize::new(0)),

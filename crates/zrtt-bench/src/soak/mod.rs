@@ -267,6 +267,7 @@ pub fn run(bench: &Bench, o: &SoakOpts) -> Result<SoakOutcome> {
         backoff: BACKOFF,
         attempt_timeout: ATTEMPT_TIMEOUT,
         agent: "zrtt-lab-soak",
+        retry_status: false,
     };
     let kernel_before = kernel_counters(&lab)?;
     let stop = Arc::new(AtomicBool::new(false));
