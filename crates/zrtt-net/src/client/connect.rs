@@ -19,15 +19,24 @@
 //! and `syn_timeout`), a TLS handshake starts in parallel. If TLS completes
 //! first *and the zrtt flight is still unacknowledged* (something on the
 //! path drops it), TLS carries the request and the path skips zrtt for a
-//! cool-down; if the server acknowledged the flight it is only slow (its
-//! answer carries the first response bytes), so zrtt keeps the request and
-//! the TLS connection is closed unused. A request sent in a flight that is
-//! then abandoned was an idempotent one (early data is only GET, HEAD or
-//! OPTIONS without a body), so it is safe to send it again over TLS.
+//! cool-down. If the server acknowledged the flight, its Reply is due
+//! within [`REPLY_BOUND`](crate::reply_bound::REPLY_BOUND) of the moment it
+//! may speak, with or without response bytes (docs/PROTOCOL.md §4.3): a
+//! slow backend does not delay it. So zrtt keeps the request if the Reply
+//! comes by [`reply_overdue_at`] (`reply_wait.rs`, a few round trips after
+//! it was due and after TLS completed), and the TLS connection is closed
+//! unused; past that the path drops zrtt's bytes after the SYN (a TLS-only
+//! middlebox): TLS carries the request at once and the path skips zrtt for
+//! a cool-down, as when the flight went unacknowledged. Once a Reply has
+//! arrived zrtt is never abandoned. A request sent in a flight that is then
+//! abandoned was an idempotent one (early data is only GET, HEAD or OPTIONS
+//! without a body), so it is safe to send it again over TLS; any other
+//! request is sent only after the Reply, so it never goes twice.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -42,6 +51,7 @@ use zrtt_proto::record::VerifiedKeyRecord;
 
 use super::config::{ClientConfig, EarlyDataPolicy};
 use super::paths::PathMemory;
+use super::reply_wait::reply_overdue_at;
 use crate::error::{Error, Result};
 use crate::stream::ChannelStream;
 use crate::sys::{self, state};
@@ -73,6 +83,26 @@ impl Mode {
     }
 }
 
+/// Why a connection went to TLS instead of zrtt ([`ConnInfo::fallback`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Fallback {
+    /// zrtt was not tried: no valid key record, or the path memory skips
+    /// zrtt on this path.
+    NotTried,
+    /// TLS won the race while the zrtt flight was unacknowledged (the path
+    /// drops zrtt's bytes, SYN included).
+    FlightUnacknowledged,
+    /// The server took the flight but its Reply was overdue once the raced
+    /// TLS handshake had completed ([`reply_overdue_at`]): the path drops
+    /// zrtt's bytes after the SYN.
+    ReplyOverdue,
+    /// No zrtt Reply within [`ClientConfig::reply_timeout`].
+    ReplyTimeout,
+    /// zrtt was refused or failed otherwise (the notes say how).
+    ZrttFailed,
+}
+
 /// What happened while connecting, for diagnostics and `-w`.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -81,6 +111,8 @@ pub struct ConnInfo {
     pub mode: Mode,
     /// Why zrtt was not used or failed (for TLS fallback and retries).
     pub notes: Vec<String>,
+    /// Why TLS carried the request (`None` on zrtt).
+    pub fallback: Option<Fallback>,
     /// How the final TCP connection was opened.
     pub connect_mode: ConnectMode,
     /// The SYN's data was acknowledged (`TCPI_OPT_SYN_DATA`).
@@ -167,20 +199,39 @@ struct Race {
     /// Fired when a zrtt answer is late.
     late: tokio::sync::Notify,
     /// The socket of the zrtt attempt in progress, to ask whether the
-    /// server acknowledged the flight.
-    socket: Mutex<Option<OwnedFd>>,
+    /// server acknowledged the flight, and when that attempt started.
+    socket: Mutex<Option<(OwnedFd, Instant)>>,
+    /// A zrtt Reply arrived: from then on zrtt keeps the request (the
+    /// request may be on its way over the channel).
+    replied: AtomicBool,
 }
 
 impl Race {
-    fn watch(&self, fd: OwnedFd) {
-        *self.socket.lock().unwrap_or_else(|p| p.into_inner()) = Some(fd);
+    fn watch(&self, fd: OwnedFd, started: Instant) {
+        *self.socket.lock().unwrap_or_else(|p| p.into_inner()) = Some((fd, started));
+    }
+
+    fn set_replied(&self) {
+        self.replied.store(true, Ordering::Release);
+    }
+
+    fn replied(&self) -> bool {
+        self.replied.load(Ordering::Acquire)
+    }
+
+    /// When the attempt in progress started and the RTT its socket measured.
+    fn attempt(&self) -> Option<(Instant, Duration)> {
+        let guard = self.socket.lock().unwrap_or_else(|p| p.into_inner());
+        let (fd, started) = guard.as_ref()?;
+        let rtt = sys::tcp_info(fd.as_fd()).map_or(0, |i| i.rtt_us);
+        Some((*started, Duration::from_micros(u64::from(rtt))))
     }
 
     /// The zrtt flight never reached the server: no SYN-ACK yet, or bytes
     /// still unacknowledged (in flight, or held back by the send queue).
     fn flight_unacknowledged(&self) -> bool {
         let guard = self.socket.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(fd) = guard.as_ref() else {
+        let Some((fd, _)) = guard.as_ref() else {
             return true;
         };
         match (sys::tcp_info(fd.as_fd()), sys::send_queue_bytes(fd.as_fd())) {
@@ -227,6 +278,8 @@ pub async fn establish(
     let race = Race::default();
     let zrtt = zrtt_attempts(cfg, target, request, t0, &race);
     tokio::pin!(zrtt);
+    // A TLS connection the race completed and zrtt did not need (yet).
+    let mut spare = None;
     let outcome = tokio::select! {
         biased;
         r = &mut zrtt => r,
@@ -237,30 +290,20 @@ pub async fn establish(
                 biased;
                 r = &mut zrtt => r,
                 t = &mut tls => match t {
-                    Ok(tls) if race.flight_unacknowledged() => {
-                        let cooldown = cfg.paths.zrtt_failed(target.addr, Instant::now());
-                        let note = format!(
-                            "no zrtt answer after {} ms and the flight unacknowledged; \
-                             TLS won the race (zrtt skipped on this path for {} s)",
-                            t0.elapsed().as_millis(),
-                            cooldown.as_secs()
-                        );
-                        let (conn, mut info) = tls_send(tls, request).await?;
-                        info.notes.push(note);
-                        // The wait before the race counts too, in this path's RTTs.
-                        let rtts = t0.elapsed().as_secs_f64() / info.rtt.as_secs_f64().max(1e-6);
-                        info.round_trips = (rtts.ceil() as u32).max(3);
-                        cfg.paths.observe_rtt(target.addr, info.rtt, Instant::now());
-                        return Ok((conn, info));
-                    }
-                    // The server has the flight (it is only slow), or TLS
-                    // failed too: zrtt keeps the request.
-                    _ => zrtt.await,
+                    Ok(ready) => match switch_to_tls(&race, &ready, zrtt.as_mut()).await {
+                        Ok(why) => return tls_won(cfg, target, request, t0, ready, why).await,
+                        Err(r) => {
+                            spare = Some(ready);
+                            r
+                        }
+                    },
+                    // TLS failed: zrtt keeps the request.
+                    Err(_) => zrtt.await,
                 },
             }
         }
     };
-    let (done, notes, spent, retried) = outcome?;
+    let (done, notes, spent, retried, why) = outcome?;
     if let Some((conn, mut info)) = done {
         info.round_trips += spent;
         info.retried_with_fresh_keys = retried;
@@ -275,19 +318,87 @@ pub async fn establish(
             notes.join("; ")
         )));
     }
-    let tls = tls_handshake(cfg, target, t0).await?;
+    let tls = match spare {
+        Some(ready) => ready,
+        None => tls_handshake(cfg, target, t0).await?,
+    };
     let (conn, mut info) = tls_send(tls, request).await?;
     info.round_trips += spent;
     info.retried_with_fresh_keys = retried;
     info.notes.splice(0..0, notes);
+    info.fallback = Some(why);
+    cfg.paths.observe_rtt(target.addr, info.rtt, Instant::now());
+    Ok((conn, info))
+}
+
+/// The raced TLS handshake completed: whether TLS takes the request
+/// (`Ok`, why) or zrtt keeps it (`Err`, zrtt's outcome). TLS takes it when
+/// the flight is unacknowledged, or when the server has it but no Reply
+/// came by [`reply_overdue_at`]; never once a Reply arrived.
+async fn switch_to_tls<F>(
+    race: &Race,
+    tls: &TlsReady,
+    mut zrtt: std::pin::Pin<&mut F>,
+) -> std::result::Result<Fallback, Result<ZrttOutcome>>
+where
+    F: std::future::Future<Output = Result<ZrttOutcome>>,
+{
+    if race.replied() {
+        return Err(zrtt.await);
+    }
+    if race.flight_unacknowledged() {
+        return Ok(Fallback::FlightUnacknowledged);
+    }
+    let Some((started, rtt)) = race.attempt() else {
+        return Err(zrtt.await);
+    };
+    let overdue = reply_overdue_at(started, rtt.max(tls.rtt()), Instant::now());
+    tokio::select! {
+        biased;
+        r = zrtt.as_mut() => return Err(r),
+        () = tokio::time::sleep_until(overdue.into()) => {}
+    }
+    if race.replied() {
+        return Err(zrtt.await);
+    }
+    Ok(Fallback::ReplyOverdue)
+}
+
+/// TLS won the race (`why`): it carries the request, and the path skips
+/// zrtt for a cool-down.
+async fn tls_won(
+    cfg: &ClientConfig,
+    target: &Target,
+    request: &[u8],
+    t0: Instant,
+    tls: TlsReady,
+    why: Fallback,
+) -> Result<(Conn, ConnInfo)> {
+    let cooldown = cfg.paths.zrtt_failed(target.addr, Instant::now());
+    let what = match why {
+        Fallback::ReplyOverdue => "the flight taken but the zrtt reply overdue",
+        _ => "the flight unacknowledged",
+    };
+    let note = format!(
+        "no zrtt answer after {} ms and {what}; TLS won the race \
+         (zrtt skipped on this path for {} s)",
+        t0.elapsed().as_millis(),
+        cooldown.as_secs()
+    );
+    let (conn, mut info) = tls_send(tls, request).await?;
+    info.notes.push(note);
+    info.fallback = Some(why);
+    // The wait before the race counts too, in this path's RTTs.
+    let rtts = t0.elapsed().as_secs_f64() / info.rtt.as_secs_f64().max(1e-6);
+    info.round_trips = (rtts.ceil() as u32).max(3);
     cfg.paths.observe_rtt(target.addr, info.rtt, Instant::now());
     Ok((conn, info))
 }
 
 /// What the zrtt attempts ended with: a connection or `None` (use TLS),
-/// the notes, the round trips spent on failed attempts, and whether a
-/// refusal's fresh keys were used.
-type ZrttOutcome = (Option<(Conn, ConnInfo)>, Vec<String>, u32, bool);
+/// the notes, the round trips spent on failed attempts, whether a
+/// refusal's fresh keys were used, and why TLS (if it comes to that).
+type ZrttOutcome = (Option<(Conn, ConnInfo)>, Vec<String>, u32, bool, Fallback);
 
 /// zrtt with Fast Open, once more without it, once more with fresh keys.
 async fn zrtt_attempts(
@@ -301,6 +412,7 @@ async fn zrtt_attempts(
     let mut notes = Vec::new();
     let mut spent = 0u32;
     let mut retried = false;
+    let mut why = Fallback::NotTried;
     let mut record = cfg.keys.lookup(&target.host, now);
     if record.is_none() {
         notes.push("no valid key record".to_owned());
@@ -315,7 +427,7 @@ async fn zrtt_attempts(
     while let Some(rec) = record.take() {
         match attempt_zrtt(cfg, target, &rec, request, fast_open, t0, race).await {
             Ok(Attempt::Done(conn, info)) => {
-                return Ok((Some((conn, info)), notes, spent, retried));
+                return Ok((Some((conn, info)), notes, spent, retried, why));
             }
             Ok(Attempt::SynTimeout) => {
                 notes.push("no SYN-ACK to SYN data; retrying without Fast Open".into());
@@ -326,6 +438,7 @@ async fn zrtt_attempts(
             }
             Ok(Attempt::Rejected(reason, records, rts)) => {
                 spent += rts;
+                why = Fallback::ZrttFailed;
                 notes.push(format!("server refused the first flight: {reason}"));
                 if retried || records.is_empty() {
                     continue;
@@ -344,7 +457,9 @@ async fn zrtt_attempts(
             Err(e) => {
                 notes.push(format!("zrtt failed: {e}"));
                 spent += 1;
+                why = Fallback::ZrttFailed;
                 if matches!(e, Error::Timeout(REPLY_TIMEOUT)) {
+                    why = Fallback::ReplyTimeout;
                     // The flight was taken (else the race would have
                     // switched) but no answer came in `reply_timeout`: a
                     // path that lets the SYN through and drops what
@@ -358,7 +473,7 @@ async fn zrtt_attempts(
             }
         }
     }
-    Ok((None, notes, spent, retried))
+    Ok((None, notes, spent, retried, why))
 }
 
 /// The local address the kernel would use towards `dest` (no packet sent).
@@ -408,6 +523,7 @@ async fn attempt_zrtt(
     let early_data: &[u8] = if early { request } else { &[] };
     let (hs, flight) =
         ClientHandshake::start(rec, &params, early_data, (cfg.clock)(), cfg.rng.as_ref())?;
+    let started = Instant::now();
     let (mut tcp, cmode) =
         tfo::connect_with_data(target.addr, &flight, fast_open, cfg.connect_timeout).await?;
 
@@ -416,7 +532,7 @@ async fn attempt_zrtt(
     let mut buf = Vec::with_capacity(4096);
     let dup = || tcp.as_fd().try_clone_to_owned().map_err(Error::io("dup"));
     let watch_fd = dup()?;
-    race.watch(dup()?);
+    race.watch(dup()?, started);
     let rtt_hint = cfg.paths.rtt(target.addr);
     let syn_delay = PathMemory::race_delay(rtt_hint, cfg.syn_timeout);
     let syn_watch = async move {
@@ -471,6 +587,9 @@ async fn attempt_zrtt(
         Ok(Some((f, _))) => f,
         _ => return Err(Error::Protocol("malformed reply")),
     };
+    if matches!(frame, Frame::Reply { .. }) {
+        race.set_replied();
+    }
     // One RTT if the answer came with the SYN-ACK, two if it waited for our ACK.
     let answered_early = syn_data_acked && t_reply.as_secs_f64() < rtt.as_secs_f64() * 1.5;
     let reply_rts = if answered_early { 1 } else { 2 };
@@ -511,6 +630,7 @@ async fn attempt_zrtt(
             Mode::ZrttGated
         },
         notes: Vec::new(),
+        fallback: None,
         connect_mode: cmode,
         syn_data_acked,
         early_data: early,
@@ -540,6 +660,16 @@ pub(super) struct TlsReady {
     tls: TlsStream<TcpStream>,
     time_connect: Duration,
     time_appconnect: Duration,
+}
+
+impl TlsReady {
+    /// The RTT the kernel measured on the TLS connection's socket.
+    fn rtt(&self) -> Duration {
+        let (tcp, _) = self.tls.get_ref();
+        tfo::stream_info(tcp)
+            .map(|i| Duration::from_micros(u64::from(i.rtt_us)))
+            .unwrap_or_default()
+    }
 }
 
 /// TCP connect and TLS 1.3 handshake on the same port.
@@ -590,6 +720,7 @@ pub(super) async fn tls_send(ready: TlsReady, request: &[u8]) -> Result<(Conn, C
     let info = ConnInfo {
         mode: Mode::TlsFallback,
         notes: Vec::new(),
+        fallback: None,
         connect_mode: ConnectMode::Plain,
         syn_data_acked: false,
         early_data: false,
