@@ -30,7 +30,9 @@ pub const MIN_OVERDUE_SLACK: Duration = Duration::from_millis(50);
 /// given the path's `rtt` and the moment the raced TLS handshake completed.
 pub fn reply_overdue_at(started: Instant, rtt: Duration, tls_done: Instant) -> Instant {
     let due = started + rtt.saturating_mul(2) + REPLY_BOUND;
-    let slack = rtt.saturating_mul(OVERDUE_SLACK_RTTS).max(MIN_OVERDUE_SLACK);
+    let slack = rtt
+        .saturating_mul(OVERDUE_SLACK_RTTS)
+        .max(MIN_OVERDUE_SLACK);
     due.max(tls_done) + slack
 }
 
