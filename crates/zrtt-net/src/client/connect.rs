@@ -23,9 +23,10 @@
 //! within [`REPLY_BOUND`](crate::reply_bound::REPLY_BOUND) of the moment it
 //! may speak, with or without response bytes (docs/PROTOCOL.md §4.3): a
 //! slow backend does not delay it. So zrtt keeps the request if the Reply
-//! comes by [`reply_overdue_at`] (`reply_wait.rs`, a few round trips after
-//! it was due and after TLS completed), and the TLS connection is closed
-//! unused; past that the path drops zrtt's bytes after the SYN (a TLS-only
+//! comes by [`reply_overdue_at`](super::reply_overdue_at) (`reply_wait.rs`:
+//! a few round trips after it was due and after TLS completed; the race
+//! itself is in `race.rs`), and the TLS connection is closed unused; past
+//! that the path drops zrtt's bytes after the SYN (a TLS-only
 //! middlebox): TLS carries the request at once and the path skips zrtt for
 //! a cool-down, as when the flight went unacknowledged. Once a Reply has
 //! arrived zrtt is never abandoned. A request sent in a flight that is then
@@ -35,9 +36,7 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -51,7 +50,7 @@ use zrtt_proto::record::VerifiedKeyRecord;
 
 use super::config::{ClientConfig, EarlyDataPolicy};
 use super::paths::PathMemory;
-use super::reply_wait::reply_overdue_at;
+use super::race::{late_after, switch_to_tls, Race};
 use crate::error::{Error, Result};
 use crate::stream::ChannelStream;
 use crate::sys::{self, state};
@@ -94,7 +93,8 @@ pub enum Fallback {
     /// drops zrtt's bytes, SYN included).
     FlightUnacknowledged,
     /// The server took the flight but its Reply was overdue once the raced
-    /// TLS handshake had completed ([`reply_overdue_at`]): the path drops
+    /// TLS handshake had completed
+    /// ([`reply_overdue_at`](super::reply_overdue_at)): the path drops
     /// zrtt's bytes after the SYN.
     ReplyOverdue,
     /// No zrtt Reply within [`ClientConfig::reply_timeout`].
@@ -193,79 +193,6 @@ enum Attempt {
     SynTimeout,
 }
 
-/// Shared between the zrtt attempts and the race that may start TLS.
-#[derive(Default)]
-struct Race {
-    /// Fired when a zrtt answer is late.
-    late: tokio::sync::Notify,
-    /// The socket of the zrtt attempt in progress, to ask whether the
-    /// server acknowledged the flight, and when that attempt started.
-    socket: Mutex<Option<(OwnedFd, Instant)>>,
-    /// A zrtt Reply arrived: from then on zrtt keeps the request (the
-    /// request may be on its way over the channel).
-    replied: AtomicBool,
-}
-
-impl Race {
-    fn watch(&self, fd: OwnedFd, started: Instant) {
-        *self.socket.lock().unwrap_or_else(|p| p.into_inner()) = Some((fd, started));
-    }
-
-    fn set_replied(&self) {
-        self.replied.store(true, Ordering::Release);
-    }
-
-    fn replied(&self) -> bool {
-        self.replied.load(Ordering::Acquire)
-    }
-
-    /// When the attempt in progress started and the RTT its socket measured.
-    fn attempt(&self) -> Option<(Instant, Duration)> {
-        let guard = self.socket.lock().unwrap_or_else(|p| p.into_inner());
-        let (fd, started) = guard.as_ref()?;
-        let rtt = sys::tcp_info(fd.as_fd()).map_or(0, |i| i.rtt_us);
-        Some((*started, Duration::from_micros(u64::from(rtt))))
-    }
-
-    /// The zrtt flight never reached the server: no SYN-ACK yet, or bytes
-    /// still unacknowledged (in flight, or held back by the send queue).
-    fn flight_unacknowledged(&self) -> bool {
-        let guard = self.socket.lock().unwrap_or_else(|p| p.into_inner());
-        let Some((fd, _)) = guard.as_ref() else {
-            return true;
-        };
-        match (sys::tcp_info(fd.as_fd()), sys::send_queue_bytes(fd.as_fd())) {
-            (Ok(i), Ok(queued)) => i.state == state::SYN_SENT || i.unacked > 0 || queued > 0,
-            _ => true,
-        }
-    }
-}
-
-/// Waits until a zrtt answer is late: [`PathMemory::race_delay`] after
-/// `t0` (the start of the request, so a retry without Fast Open does not
-/// restart the clock), with the RTT remembered for the path, or else the
-/// RTT this connection's SYN-ACK gave (checked a bounded number of times).
-async fn late_after(t0: Instant, rtt_hint: Option<Duration>, max: Duration, fd: OwnedFd) {
-    let start = tokio::time::Instant::from_std(t0);
-    if rtt_hint.is_some() {
-        tokio::time::sleep_until(start + PathMemory::race_delay(rtt_hint, max)).await;
-        return;
-    }
-    let mut step = Duration::from_millis(5);
-    while start.elapsed() < max {
-        if let Ok(i) = sys::tcp_info(fd.as_fd()) {
-            if i.state != state::SYN_SENT && i.rtt_us > 0 {
-                let rtt = Duration::from_micros(u64::from(i.rtt_us));
-                let delay = PathMemory::race_delay(Some(rtt), max);
-                tokio::time::sleep_until(start + delay).await;
-                return;
-            }
-        }
-        tokio::time::sleep(step).await;
-        step = (step * 2).min(Duration::from_millis(100));
-    }
-}
-
 /// Connect to `target` and send `request` (one HTTP/1.x request's bytes):
 /// zrtt if possible, else TLS, racing TLS when zrtt is late. Returns the
 /// connection (positioned after the request) and what happened.
@@ -331,39 +258,6 @@ pub async fn establish(
     Ok((conn, info))
 }
 
-/// The raced TLS handshake completed: whether TLS takes the request
-/// (`Ok`, why) or zrtt keeps it (`Err`, zrtt's outcome). TLS takes it when
-/// the flight is unacknowledged, or when the server has it but no Reply
-/// came by [`reply_overdue_at`]; never once a Reply arrived.
-async fn switch_to_tls<F>(
-    race: &Race,
-    tls: &TlsReady,
-    mut zrtt: std::pin::Pin<&mut F>,
-) -> std::result::Result<Fallback, Result<ZrttOutcome>>
-where
-    F: std::future::Future<Output = Result<ZrttOutcome>>,
-{
-    if race.replied() {
-        return Err(zrtt.await);
-    }
-    if race.flight_unacknowledged() {
-        return Ok(Fallback::FlightUnacknowledged);
-    }
-    let Some((started, rtt)) = race.attempt() else {
-        return Err(zrtt.await);
-    };
-    let overdue = reply_overdue_at(started, rtt.max(tls.rtt()), Instant::now());
-    tokio::select! {
-        biased;
-        r = zrtt.as_mut() => return Err(r),
-        () = tokio::time::sleep_until(overdue.into()) => {}
-    }
-    if race.replied() {
-        return Err(zrtt.await);
-    }
-    Ok(Fallback::ReplyOverdue)
-}
-
 /// TLS won the race (`why`): it carries the request, and the path skips
 /// zrtt for a cool-down.
 async fn tls_won(
@@ -398,7 +292,7 @@ async fn tls_won(
 /// What the zrtt attempts ended with: a connection or `None` (use TLS),
 /// the notes, the round trips spent on failed attempts, whether a
 /// refusal's fresh keys were used, and why TLS (if it comes to that).
-type ZrttOutcome = (Option<(Conn, ConnInfo)>, Vec<String>, u32, bool, Fallback);
+pub(super) type ZrttOutcome = (Option<(Conn, ConnInfo)>, Vec<String>, u32, bool, Fallback);
 
 /// zrtt with Fast Open, once more without it, once more with fresh keys.
 async fn zrtt_attempts(
@@ -664,7 +558,7 @@ pub(super) struct TlsReady {
 
 impl TlsReady {
     /// The RTT the kernel measured on the TLS connection's socket.
-    fn rtt(&self) -> Duration {
+    pub(super) fn rtt(&self) -> Duration {
         let (tcp, _) = self.tls.get_ref();
         tfo::stream_info(tcp)
             .map(|i| Duration::from_micros(u64::from(i.rtt_us)))

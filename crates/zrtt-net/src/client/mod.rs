@@ -13,7 +13,8 @@
 //! - [`Resolve`] (`resolve.rs`): where addresses come from
 //!   ([`SystemResolver`], [`DnsAddresses`]);
 //! - [`establish`] (`connect.rs`): one connection, zrtt with Fast Open,
-//!   a retry with fresh keys, TLS raced in parallel when zrtt is late;
+//!   a retry with fresh keys, TLS raced in parallel when zrtt is late
+//!   (`race.rs`: when TLS takes the request);
 //! - [`establish_when_keys`] (`key_race.rs`): TLS started on the address
 //!   while the key records are still coming, whichever is ready first;
 //! - [`PathMemory`] (`paths.rs`): per-destination RTTs and failures;
@@ -31,6 +32,7 @@ mod dns;
 mod key_race;
 mod keys;
 mod paths;
+mod race;
 mod reply_wait;
 mod resolve;
 mod state;
