@@ -259,7 +259,7 @@ pub async fn establish(
 }
 
 /// TLS won the race (`why`): it carries the request, and the path skips
-/// zrtt for a cool-down.
+/// zrtt for a cool-down (an overdue Reply: the second time in a row).
 async fn tls_won(
     cfg: &ClientConfig,
     target: &Target,
@@ -268,16 +268,24 @@ async fn tls_won(
     tls: TlsReady,
     why: Fallback,
 ) -> Result<(Conn, ConnInfo)> {
-    let cooldown = cfg.paths.zrtt_failed(target.addr, Instant::now());
-    let what = match why {
-        Fallback::ReplyOverdue => "the flight taken but the zrtt reply overdue",
-        _ => "the flight unacknowledged",
+    let now = Instant::now();
+    let (what, cooldown) = match why {
+        Fallback::ReplyOverdue => (
+            "the flight taken but the zrtt reply overdue",
+            cfg.paths.zrtt_reply_overdue(target.addr, now),
+        ),
+        _ => (
+            "the flight unacknowledged",
+            Some(cfg.paths.zrtt_failed(target.addr, now)),
+        ),
+    };
+    let skipped = match cooldown {
+        Some(c) => format!("zrtt skipped on this path for {} s", c.as_secs()),
+        None => "zrtt not skipped yet: the first overdue reply in a row".to_owned(),
     };
     let note = format!(
-        "no zrtt answer after {} ms and {what}; TLS won the race \
-         (zrtt skipped on this path for {} s)",
+        "no zrtt answer after {} ms and {what}; TLS won the race ({skipped})",
         t0.elapsed().as_millis(),
-        cooldown.as_secs()
     );
     let (conn, mut info) = tls_send(tls, request).await?;
     info.notes.push(note);

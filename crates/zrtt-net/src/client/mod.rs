@@ -50,7 +50,7 @@ pub use connector::{conn_info, ZrttConnector, ZrttConnectorBuilder};
 pub use dns::{DnsAddresses, DnsKeySource};
 pub use key_race::{establish_when_keys, KEY_RACE_GRACE};
 pub use keys::{CertKeySource, KeySource, PrefetchFuture};
-pub use paths::PathMemory;
+pub use paths::{PathMemory, OVERDUE_STRIKES};
 pub use reply_wait::{reply_overdue_at, MIN_OVERDUE_SLACK, OVERDUE_SLACK_RTTS};
 pub use resolve::{Resolve, ResolveFuture, SystemResolver};
 #[doc(hidden)]
