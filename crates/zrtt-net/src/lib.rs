@@ -15,6 +15,7 @@
 //! - [`admin`]: the `/metrics`, `/healthz`, `/readyz` endpoint every role
 //!   serves with `--admin`;
 //! - [`stream`]: the zrtt channel as `AsyncRead + AsyncWrite`;
+//! - [`reply_bound`]: how long a server may hold its Reply (both roles);
 //! - [`tfo`] and [`sys`]: Fast Open sockets and `TCP_INFO`.
 //!
 //! Operational notes are in docs/GATEWAY.md.
@@ -28,6 +29,7 @@ pub mod error;
 pub mod gateway;
 pub mod http;
 pub mod proxy;
+pub mod reply_bound;
 pub mod sidecar;
 pub mod stream;
 pub mod sys;

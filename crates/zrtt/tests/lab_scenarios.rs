@@ -189,10 +189,15 @@ fn faults_leave_no_idempotent_request_unanswered() {
     // Counts only: every GET answered 200 under the middleboxes and across
     // a gateway restart and hand-over (the client's fallbacks and retries), and a clean
     // 502 for each while the backend is down; times are the benchmark's.
+    // Behind the TLS-only middlebox the TLS connection the race opened
+    // carries the request once the Reply is overdue: one TLS handshake per
+    // request (two when the client waited for its reply timeout and then
+    // connected again).
     let faults = [
         "none",
         "syn-drop",
         "syn-strip",
+        "tls-only",
         "backend-down",
         "gateway-restart",
         "gateway-handover",
@@ -232,6 +237,11 @@ fn faults_leave_no_idempotent_request_unanswered() {
             assert_eq!(count("bad_gateway"), n, "{fault} / {client}");
         } else {
             assert_eq!(count("ok"), n, "{fault} / {client}");
+        }
+        if fault == "tls-only" {
+            assert_eq!(count("tls_fallback"), n, "{fault} / {client}");
+            let tls = r["gateway_metrics"]["tls_connections"].as_f64();
+            assert_eq!(tls, Some(n as f64), "{fault} / {client}");
         }
         if fault == "gateway-restart" || fault == "gateway-handover" {
             assert!(r["restart_gap_ms"].as_f64().is_some(), "{r}");

@@ -70,7 +70,11 @@ pub struct ClientConfig {
     /// on the same port in parallel. With a measured RTT the wait is three
     /// round trips, at least 250 ms ([`PathMemory::race_delay`]).
     pub syn_timeout: Duration,
-    /// Bound on waiting for the zrtt reply.
+    /// Bound on waiting for the zrtt reply. Once a TLS handshake raced
+    /// beside zrtt has completed, an acknowledged flight's Reply is waited
+    /// for only until [`reply_overdue_at`](super::reply_overdue_at) (a few
+    /// round trips; servers send it within
+    /// [`REPLY_BOUND`](crate::reply_bound::REPLY_BOUND) of the handshake).
     pub reply_timeout: Duration,
     pub(crate) rng: Arc<dyn SecureRandom>,
     pub(crate) clock: fn() -> UnixTime,

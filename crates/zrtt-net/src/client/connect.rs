@@ -19,16 +19,24 @@
 //! and `syn_timeout`), a TLS handshake starts in parallel. If TLS completes
 //! first *and the zrtt flight is still unacknowledged* (something on the
 //! path drops it), TLS carries the request and the path skips zrtt for a
-//! cool-down; if the server acknowledged the flight it is only slow (its
-//! answer carries the first response bytes), so zrtt keeps the request and
-//! the TLS connection is closed unused. A request sent in a flight that is
-//! then abandoned was an idempotent one (early data is only GET, HEAD or
-//! OPTIONS without a body), so it is safe to send it again over TLS.
+//! cool-down. If the server acknowledged the flight, its Reply is due
+//! within [`REPLY_BOUND`](crate::reply_bound::REPLY_BOUND) of the moment it
+//! may speak, with or without response bytes (docs/PROTOCOL.md §4.3): a
+//! slow backend does not delay it. So zrtt keeps the request if the Reply
+//! comes by [`reply_overdue_at`](super::reply_overdue_at) (`reply_wait.rs`:
+//! a few round trips after it was due and after TLS completed; the race
+//! itself is in `race.rs`), and the TLS connection is closed unused; past
+//! that the path drops zrtt's bytes after the SYN (a TLS-only
+//! middlebox): TLS carries the request at once and the path skips zrtt for
+//! a cool-down, as when the flight went unacknowledged. Once a Reply has
+//! arrived zrtt is never abandoned. A request sent in a flight that is then
+//! abandoned was an idempotent one (early data is only GET, HEAD or OPTIONS
+//! without a body), so it is safe to send it again over TLS; any other
+//! request is sent only after the Reply, so it never goes twice.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsFd, OwnedFd};
-use std::sync::Mutex;
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -42,6 +50,7 @@ use zrtt_proto::record::VerifiedKeyRecord;
 
 use super::config::{ClientConfig, EarlyDataPolicy};
 use super::paths::PathMemory;
+use super::race::{late_after, switch_to_tls, Race};
 use crate::error::{Error, Result};
 use crate::stream::ChannelStream;
 use crate::sys::{self, state};
@@ -73,6 +82,27 @@ impl Mode {
     }
 }
 
+/// Why a connection went to TLS instead of zrtt ([`ConnInfo::fallback`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Fallback {
+    /// zrtt was not tried: no valid key record, or the path memory skips
+    /// zrtt on this path.
+    NotTried,
+    /// TLS won the race while the zrtt flight was unacknowledged (the path
+    /// drops zrtt's bytes, SYN included).
+    FlightUnacknowledged,
+    /// The server took the flight but its Reply was overdue once the raced
+    /// TLS handshake had completed
+    /// ([`reply_overdue_at`](super::reply_overdue_at)): the path drops
+    /// zrtt's bytes after the SYN.
+    ReplyOverdue,
+    /// No zrtt Reply within [`ClientConfig::reply_timeout`].
+    ReplyTimeout,
+    /// zrtt was refused or failed otherwise (the notes say how).
+    ZrttFailed,
+}
+
 /// What happened while connecting, for diagnostics and `-w`.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -81,6 +111,8 @@ pub struct ConnInfo {
     pub mode: Mode,
     /// Why zrtt was not used or failed (for TLS fallback and retries).
     pub notes: Vec<String>,
+    /// Why TLS carried the request (`None` on zrtt).
+    pub fallback: Option<Fallback>,
     /// How the final TCP connection was opened.
     pub connect_mode: ConnectMode,
     /// The SYN's data was acknowledged (`TCPI_OPT_SYN_DATA`).
@@ -161,60 +193,6 @@ enum Attempt {
     SynTimeout,
 }
 
-/// Shared between the zrtt attempts and the race that may start TLS.
-#[derive(Default)]
-struct Race {
-    /// Fired when a zrtt answer is late.
-    late: tokio::sync::Notify,
-    /// The socket of the zrtt attempt in progress, to ask whether the
-    /// server acknowledged the flight.
-    socket: Mutex<Option<OwnedFd>>,
-}
-
-impl Race {
-    fn watch(&self, fd: OwnedFd) {
-        *self.socket.lock().unwrap_or_else(|p| p.into_inner()) = Some(fd);
-    }
-
-    /// The zrtt flight never reached the server: no SYN-ACK yet, or bytes
-    /// still unacknowledged (in flight, or held back by the send queue).
-    fn flight_unacknowledged(&self) -> bool {
-        let guard = self.socket.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(fd) = guard.as_ref() else {
-            return true;
-        };
-        match (sys::tcp_info(fd.as_fd()), sys::send_queue_bytes(fd.as_fd())) {
-            (Ok(i), Ok(queued)) => i.state == state::SYN_SENT || i.unacked > 0 || queued > 0,
-            _ => true,
-        }
-    }
-}
-
-/// Waits until a zrtt answer is late: [`PathMemory::race_delay`] after
-/// `t0` (the start of the request, so a retry without Fast Open does not
-/// restart the clock), with the RTT remembered for the path, or else the
-/// RTT this connection's SYN-ACK gave (checked a bounded number of times).
-async fn late_after(t0: Instant, rtt_hint: Option<Duration>, max: Duration, fd: OwnedFd) {
-    let start = tokio::time::Instant::from_std(t0);
-    if rtt_hint.is_some() {
-        tokio::time::sleep_until(start + PathMemory::race_delay(rtt_hint, max)).await;
-        return;
-    }
-    let mut step = Duration::from_millis(5);
-    while start.elapsed() < max {
-        if let Ok(i) = sys::tcp_info(fd.as_fd()) {
-            if i.state != state::SYN_SENT && i.rtt_us > 0 {
-                let rtt = Duration::from_micros(u64::from(i.rtt_us));
-                let delay = PathMemory::race_delay(Some(rtt), max);
-                tokio::time::sleep_until(start + delay).await;
-                return;
-            }
-        }
-        tokio::time::sleep(step).await;
-        step = (step * 2).min(Duration::from_millis(100));
-    }
-}
-
 /// Connect to `target` and send `request` (one HTTP/1.x request's bytes):
 /// zrtt if possible, else TLS, racing TLS when zrtt is late. Returns the
 /// connection (positioned after the request) and what happened.
@@ -227,6 +205,8 @@ pub async fn establish(
     let race = Race::default();
     let zrtt = zrtt_attempts(cfg, target, request, t0, &race);
     tokio::pin!(zrtt);
+    // A TLS connection the race completed and zrtt did not need (yet).
+    let mut spare = None;
     let outcome = tokio::select! {
         biased;
         r = &mut zrtt => r,
@@ -237,30 +217,20 @@ pub async fn establish(
                 biased;
                 r = &mut zrtt => r,
                 t = &mut tls => match t {
-                    Ok(tls) if race.flight_unacknowledged() => {
-                        let cooldown = cfg.paths.zrtt_failed(target.addr, Instant::now());
-                        let note = format!(
-                            "no zrtt answer after {} ms and the flight unacknowledged; \
-                             TLS won the race (zrtt skipped on this path for {} s)",
-                            t0.elapsed().as_millis(),
-                            cooldown.as_secs()
-                        );
-                        let (conn, mut info) = tls_send(tls, request).await?;
-                        info.notes.push(note);
-                        // The wait before the race counts too, in this path's RTTs.
-                        let rtts = t0.elapsed().as_secs_f64() / info.rtt.as_secs_f64().max(1e-6);
-                        info.round_trips = (rtts.ceil() as u32).max(3);
-                        cfg.paths.observe_rtt(target.addr, info.rtt, Instant::now());
-                        return Ok((conn, info));
-                    }
-                    // The server has the flight (it is only slow), or TLS
-                    // failed too: zrtt keeps the request.
-                    _ => zrtt.await,
+                    Ok(ready) => match switch_to_tls(&race, &ready, zrtt.as_mut()).await {
+                        Ok(why) => return tls_won(cfg, target, request, t0, ready, why).await,
+                        Err(r) => {
+                            spare = Some(ready);
+                            r
+                        }
+                    },
+                    // TLS failed: zrtt keeps the request.
+                    Err(_) => zrtt.await,
                 },
             }
         }
     };
-    let (done, notes, spent, retried) = outcome?;
+    let (done, notes, spent, retried, why) = outcome?;
     if let Some((conn, mut info)) = done {
         info.round_trips += spent;
         info.retried_with_fresh_keys = retried;
@@ -275,19 +245,62 @@ pub async fn establish(
             notes.join("; ")
         )));
     }
-    let tls = tls_handshake(cfg, target, t0).await?;
+    let tls = match spare {
+        Some(ready) => ready,
+        None => tls_handshake(cfg, target, t0).await?,
+    };
     let (conn, mut info) = tls_send(tls, request).await?;
     info.round_trips += spent;
     info.retried_with_fresh_keys = retried;
     info.notes.splice(0..0, notes);
+    info.fallback = Some(why);
+    cfg.paths.observe_rtt(target.addr, info.rtt, Instant::now());
+    Ok((conn, info))
+}
+
+/// TLS won the race (`why`): it carries the request, and the path skips
+/// zrtt for a cool-down (an overdue Reply: the second time in a row).
+async fn tls_won(
+    cfg: &ClientConfig,
+    target: &Target,
+    request: &[u8],
+    t0: Instant,
+    tls: TlsReady,
+    why: Fallback,
+) -> Result<(Conn, ConnInfo)> {
+    let now = Instant::now();
+    let (what, cooldown) = match why {
+        Fallback::ReplyOverdue => (
+            "the flight taken but the zrtt reply overdue",
+            cfg.paths.zrtt_reply_overdue(target.addr, now),
+        ),
+        _ => (
+            "the flight unacknowledged",
+            Some(cfg.paths.zrtt_failed(target.addr, now)),
+        ),
+    };
+    let skipped = match cooldown {
+        Some(c) => format!("zrtt skipped on this path for {} s", c.as_secs()),
+        None => "zrtt not skipped yet: the first overdue reply in a row".to_owned(),
+    };
+    let note = format!(
+        "no zrtt answer after {} ms and {what}; TLS won the race ({skipped})",
+        t0.elapsed().as_millis(),
+    );
+    let (conn, mut info) = tls_send(tls, request).await?;
+    info.notes.push(note);
+    info.fallback = Some(why);
+    // The wait before the race counts too, in this path's RTTs.
+    let rtts = t0.elapsed().as_secs_f64() / info.rtt.as_secs_f64().max(1e-6);
+    info.round_trips = (rtts.ceil() as u32).max(3);
     cfg.paths.observe_rtt(target.addr, info.rtt, Instant::now());
     Ok((conn, info))
 }
 
 /// What the zrtt attempts ended with: a connection or `None` (use TLS),
-/// the notes, the round trips spent on failed attempts, and whether a
-/// refusal's fresh keys were used.
-type ZrttOutcome = (Option<(Conn, ConnInfo)>, Vec<String>, u32, bool);
+/// the notes, the round trips spent on failed attempts, whether a
+/// refusal's fresh keys were used, and why TLS (if it comes to that).
+pub(super) type ZrttOutcome = (Option<(Conn, ConnInfo)>, Vec<String>, u32, bool, Fallback);
 
 /// zrtt with Fast Open, once more without it, once more with fresh keys.
 async fn zrtt_attempts(
@@ -301,6 +314,7 @@ async fn zrtt_attempts(
     let mut notes = Vec::new();
     let mut spent = 0u32;
     let mut retried = false;
+    let mut why = Fallback::NotTried;
     let mut record = cfg.keys.lookup(&target.host, now);
     if record.is_none() {
         notes.push("no valid key record".to_owned());
@@ -315,7 +329,7 @@ async fn zrtt_attempts(
     while let Some(rec) = record.take() {
         match attempt_zrtt(cfg, target, &rec, request, fast_open, t0, race).await {
             Ok(Attempt::Done(conn, info)) => {
-                return Ok((Some((conn, info)), notes, spent, retried));
+                return Ok((Some((conn, info)), notes, spent, retried, why));
             }
             Ok(Attempt::SynTimeout) => {
                 notes.push("no SYN-ACK to SYN data; retrying without Fast Open".into());
@@ -326,6 +340,7 @@ async fn zrtt_attempts(
             }
             Ok(Attempt::Rejected(reason, records, rts)) => {
                 spent += rts;
+                why = Fallback::ZrttFailed;
                 notes.push(format!("server refused the first flight: {reason}"));
                 if retried || records.is_empty() {
                     continue;
@@ -344,7 +359,9 @@ async fn zrtt_attempts(
             Err(e) => {
                 notes.push(format!("zrtt failed: {e}"));
                 spent += 1;
+                why = Fallback::ZrttFailed;
                 if matches!(e, Error::Timeout(REPLY_TIMEOUT)) {
+                    why = Fallback::ReplyTimeout;
                     // The flight was taken (else the race would have
                     // switched) but no answer came in `reply_timeout`: a
                     // path that lets the SYN through and drops what
@@ -358,7 +375,7 @@ async fn zrtt_attempts(
             }
         }
     }
-    Ok((None, notes, spent, retried))
+    Ok((None, notes, spent, retried, why))
 }
 
 /// The local address the kernel would use towards `dest` (no packet sent).
@@ -408,6 +425,7 @@ async fn attempt_zrtt(
     let early_data: &[u8] = if early { request } else { &[] };
     let (hs, flight) =
         ClientHandshake::start(rec, &params, early_data, (cfg.clock)(), cfg.rng.as_ref())?;
+    let started = Instant::now();
     let (mut tcp, cmode) =
         tfo::connect_with_data(target.addr, &flight, fast_open, cfg.connect_timeout).await?;
 
@@ -416,7 +434,7 @@ async fn attempt_zrtt(
     let mut buf = Vec::with_capacity(4096);
     let dup = || tcp.as_fd().try_clone_to_owned().map_err(Error::io("dup"));
     let watch_fd = dup()?;
-    race.watch(dup()?);
+    race.watch(dup()?, started);
     let rtt_hint = cfg.paths.rtt(target.addr);
     let syn_delay = PathMemory::race_delay(rtt_hint, cfg.syn_timeout);
     let syn_watch = async move {
@@ -471,6 +489,9 @@ async fn attempt_zrtt(
         Ok(Some((f, _))) => f,
         _ => return Err(Error::Protocol("malformed reply")),
     };
+    if matches!(frame, Frame::Reply { .. }) {
+        race.set_replied();
+    }
     // One RTT if the answer came with the SYN-ACK, two if it waited for our ACK.
     let answered_early = syn_data_acked && t_reply.as_secs_f64() < rtt.as_secs_f64() * 1.5;
     let reply_rts = if answered_early { 1 } else { 2 };
@@ -511,6 +532,7 @@ async fn attempt_zrtt(
             Mode::ZrttGated
         },
         notes: Vec::new(),
+        fallback: None,
         connect_mode: cmode,
         syn_data_acked,
         early_data: early,
@@ -540,6 +562,16 @@ pub(super) struct TlsReady {
     tls: TlsStream<TcpStream>,
     time_connect: Duration,
     time_appconnect: Duration,
+}
+
+impl TlsReady {
+    /// The RTT the kernel measured on the TLS connection's socket.
+    pub(super) fn rtt(&self) -> Duration {
+        let (tcp, _) = self.tls.get_ref();
+        tfo::stream_info(tcp)
+            .map(|i| Duration::from_micros(u64::from(i.rtt_us)))
+            .unwrap_or_default()
+    }
 }
 
 /// TCP connect and TLS 1.3 handshake on the same port.
@@ -590,6 +622,7 @@ pub(super) async fn tls_send(ready: TlsReady, request: &[u8]) -> Result<(Conn, C
     let info = ConnInfo {
         mode: Mode::TlsFallback,
         notes: Vec::new(),
+        fallback: None,
         connect_mode: ConnectMode::Plain,
         syn_data_acked: false,
         early_data: false,

@@ -13,10 +13,13 @@
 //! - [`Resolve`] (`resolve.rs`): where addresses come from
 //!   ([`SystemResolver`], [`DnsAddresses`]);
 //! - [`establish`] (`connect.rs`): one connection, zrtt with Fast Open,
-//!   a retry with fresh keys, TLS raced in parallel when zrtt is late;
+//!   a retry with fresh keys, TLS raced in parallel when zrtt is late
+//!   (`race.rs`: when TLS takes the request);
 //! - [`establish_when_keys`] (`key_race.rs`): TLS started on the address
 //!   while the key records are still coming, whichever is ready first;
 //! - [`PathMemory`] (`paths.rs`): per-destination RTTs and failures;
+//! - [`reply_overdue_at`] (`reply_wait.rs`): when a zrtt Reply is overdue
+//!   once the raced TLS handshake has completed;
 //! - [`ZrttStream`] (`stream.rs`): a lazily connecting byte stream for
 //!   hyper: the first request written becomes the early data;
 //! - [`TokenStore`] and [`ProvenanceStore`] (`state.rs`): what the client
@@ -29,6 +32,8 @@ mod dns;
 mod key_race;
 mod keys;
 mod paths;
+mod race;
+mod reply_wait;
 mod resolve;
 mod state;
 mod stream;
@@ -37,13 +42,16 @@ pub use config::{
     system_clock, system_roots, tls_client_config, ClientConfig, ClientConfigBuilder,
     DangerousClientConfig, EarlyDataPolicy,
 };
-pub use connect::{early_eligible, establish, handshake_done, Conn, ConnInfo, Mode, Target};
+pub use connect::{
+    early_eligible, establish, handshake_done, Conn, ConnInfo, Fallback, Mode, Target,
+};
 pub(crate) use connector::host_port;
 pub use connector::{conn_info, ZrttConnector, ZrttConnectorBuilder};
 pub use dns::{DnsAddresses, DnsKeySource};
 pub use key_race::{establish_when_keys, KEY_RACE_GRACE};
 pub use keys::{CertKeySource, KeySource, PrefetchFuture};
-pub use paths::PathMemory;
+pub use paths::{PathMemory, OVERDUE_STRIKES};
+pub use reply_wait::{reply_overdue_at, MIN_OVERDUE_SLACK, OVERDUE_SLACK_RTTS};
 pub use resolve::{Resolve, ResolveFuture, SystemResolver};
 #[doc(hidden)]
 pub use state::fuzz_state_files;

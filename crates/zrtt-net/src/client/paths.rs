@@ -10,7 +10,11 @@
 //!   same port completed, so something on the path drops zrtt's bytes):
 //!   TLS directly for a cool-down that starts at [`ZRTT_FIRST_COOLDOWN`] and
 //!   doubles on each repeated failure up to [`ZRTT_MAX_COOLDOWN`]; a zrtt
-//!   success clears it.
+//!   success clears it. A Reply that was overdue once the raced TLS
+//!   handshake completed (the server took the flight, nothing came back)
+//!   counts only on the [`OVERDUE_STRIKES`]th time in a row: one lost
+//!   segment (the client's ACK, or the Reply) can do that once, a path that
+//!   drops zrtt's bytes after the SYN does it every time.
 //!
 //! Bounded: at most `max_entries` destinations; when full, expired entries
 //! go first, then everything (the memory is an optimisation, never a
@@ -27,6 +31,8 @@ pub const FAST_OPEN_COOLDOWN: Duration = Duration::from_secs(600);
 pub const ZRTT_FIRST_COOLDOWN: Duration = Duration::from_secs(60);
 /// Longest cool-down for zrtt on a path that keeps dropping it.
 pub const ZRTT_MAX_COOLDOWN: Duration = Duration::from_secs(3600);
+/// Overdue Replies in a row (no zrtt success between) that mark the path.
+pub const OVERDUE_STRIKES: u32 = 2;
 /// Shortest wait before racing TLS (RFC 8305 §8's minimum is 100 ms; a
 /// gated zrtt answer needs two round trips, so zrtt gets a little more).
 pub const MIN_RACE_DELAY: Duration = Duration::from_millis(250);
@@ -40,11 +46,13 @@ struct Entry {
     fast_open_until: Option<Instant>,
     zrtt_until: Option<Instant>,
     zrtt_failures: u32,
+    zrtt_overdue: u32,
 }
 
 impl Entry {
     fn expired(&self, now: Instant) -> bool {
         self.srtt.is_none()
+            && self.zrtt_overdue == 0
             && self.fast_open_until.is_none_or(|t| t <= now)
             && self.zrtt_until.is_none_or(|t| t <= now)
     }
@@ -122,11 +130,26 @@ impl PathMemory {
         })
     }
 
+    /// zrtt's Reply was overdue on the path to `addr` (the server took
+    /// the flight, none came back by
+    /// [`reply_overdue_at`](super::reply_overdue_at)). The
+    /// [`OVERDUE_STRIKES`]th time in a row marks the path as
+    /// [`zrtt_failed`](Self::zrtt_failed) does and returns the cool-down;
+    /// before that `None`.
+    pub fn zrtt_reply_overdue(&self, addr: SocketAddr, now: Instant) -> Option<Duration> {
+        let strikes = self.with(addr, now, |e| {
+            e.zrtt_overdue = e.zrtt_overdue.saturating_add(1);
+            e.zrtt_overdue
+        });
+        (strikes >= OVERDUE_STRIKES).then(|| self.zrtt_failed(addr, now))
+    }
+
     /// zrtt worked on the path to `addr`: forget its failures.
     pub fn zrtt_succeeded(&self, addr: SocketAddr, now: Instant) {
         self.with(addr, now, |e| {
             e.zrtt_failures = 0;
             e.zrtt_until = None;
+            e.zrtt_overdue = 0;
         });
     }
 
@@ -193,6 +216,25 @@ mod tests {
         m.zrtt_succeeded(a(1), t);
         assert_eq!(m.zrtt_blocked(a(1), t), None);
         assert_eq!(m.zrtt_failed(a(1), t), ZRTT_FIRST_COOLDOWN, "reset");
+    }
+
+    #[test]
+    fn an_overdue_reply_marks_the_path_the_second_time_in_a_row() {
+        let m = PathMemory::default();
+        let t = Instant::now();
+        assert_eq!(m.zrtt_reply_overdue(a(1), t), None, "one loss");
+        assert_eq!(m.zrtt_blocked(a(1), t), None);
+        m.zrtt_succeeded(a(1), t);
+        assert_eq!(m.zrtt_reply_overdue(a(1), t), None, "a success between");
+        assert_eq!(m.zrtt_reply_overdue(a(1), t), Some(ZRTT_FIRST_COOLDOWN));
+        assert_eq!(m.zrtt_blocked(a(1), t), Some(ZRTT_FIRST_COOLDOWN));
+        // After the cool-down, the next overdue Reply marks it at once,
+        // for twice as long.
+        let later = t + ZRTT_FIRST_COOLDOWN;
+        assert_eq!(
+            m.zrtt_reply_overdue(a(1), later),
+            Some(2 * ZRTT_FIRST_COOLDOWN)
+        );
     }
 
     #[test]

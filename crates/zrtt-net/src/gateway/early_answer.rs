@@ -655,7 +655,7 @@ impl AsyncWrite for EarlyAnswer {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use std::os::fd::AsFd;
@@ -668,7 +668,7 @@ mod tests {
     use zrtt_proto::testing;
 
     /// A first flight accepted by the core, as the gateway holds it.
-    fn accepted() -> Accepted {
+    pub(crate) fn accepted() -> Accepted {
         let key = testing::semi_static("abandon");
         let rec = testing::body(&key, &testing::ed25519_cert())
             .sign(&testing::ed25519_signer(), &ring::rand::SystemRandom::new())

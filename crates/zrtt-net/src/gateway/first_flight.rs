@@ -280,7 +280,9 @@ pub(super) async fn serve(
             peer: peer.ip(),
         }),
     );
-    relay::serve_http(
+    // The Reply leaves within REPLY_BOUND of when it may (reply_timer.rs).
+    let timer = early.then(|| (gate.clone(), ctl.clone()));
+    let serve = relay::serve_http(
         shared.clone(),
         stream,
         (peer, local),
@@ -291,7 +293,7 @@ pub(super) async fn serve(
         relay::Protocol::Http1,
         "zrtt",
         bound,
-    )
-    .await;
+    );
+    super::reply_timer::serve_bounded(timer, serve).await;
     Ok(())
 }

@@ -14,6 +14,9 @@
 //!   stream hyper serves over, which hands out the early request first and
 //!   turns the first response bytes into the Reply, sent at once within the
 //!   budget to a proven address, else when the handshake completes;
+//!   `reply_timer`: the Reply leaves no later than
+//!   [`REPLY_BOUND`](crate::reply_bound::REPLY_BOUND) after it may, with or
+//!   without response bytes;
 //! - [`gate`]: whether the TCP handshake has completed (`TCP_INFO`);
 //! - `close`: how a connection ends (reset if unanswered, lingering close);
 //! - `tls`: the TLS path on the same port;
@@ -62,6 +65,7 @@ mod pool;
 mod proxy_header;
 mod relay;
 pub mod replay_store;
+mod reply_timer;
 mod sites;
 mod static_files;
 mod tls;

@@ -209,6 +209,7 @@ mod tests {
         Arc::new(Mutex::new(Some(ConnInfo {
             mode,
             notes: Vec::new(),
+            fallback: None,
             connect_mode: crate::tfo::ConnectMode::FastOpen,
             syn_data_acked: true,
             early_data: true,
