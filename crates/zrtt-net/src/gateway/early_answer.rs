@@ -415,6 +415,10 @@ impl EarlyAnswer {
 
     /// Send the reply once the gate opens; afterwards the state is `Open`.
     fn poll_reply(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // After an abandon no Reply goes out, whoever asks (the Reply timer).
+        if self.abandoned_before_reply() {
+            return Poll::Ready(Err(io::ErrorKind::ConnectionAborted.into()));
+        }
         let State::Pending(p) = &mut self.state else {
             return match self.state {
                 State::Open(_) => Poll::Ready(Ok(())),
@@ -659,7 +663,7 @@ pub(super) mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use std::os::fd::AsFd;
-    use tokio::io::AsyncWriteExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use zrtt_proto::handshake::{
         read_frame, ClientHandshake, ClientParams, Expect, ServerConfig, ServerKey, Transport,
     };
@@ -718,7 +722,7 @@ pub(super) mod tests {
             None,
             None,
             EarlyUse::Serve,
-            ctl,
+            ctl.clone(),
             Duration::from_secs(1),
             None,
         );
@@ -731,10 +735,25 @@ pub(super) mod tests {
             answer.flush().await.unwrap_err().kind(),
             io::ErrorKind::ConnectionAborted
         );
+        // The Reply timer firing after the abandon sends nothing either
+        // (the early request's bytes are read first).
+        ctl.release_reply();
+        let mut buf = vec![0u8; 4096];
+        let e = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                match answer.read(&mut buf).await {
+                    Ok(0) => panic!("end of stream instead of an error"),
+                    Ok(_) => continue,
+                    Err(e) => break e,
+                }
+            }
+        })
+        .await
+        .expect("a Reply went out after the abandon (the read waits for the client)");
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionAborted);
         drop(answer);
         let mut got = Vec::new();
         tokio::time::timeout(Duration::from_secs(10), async {
-            use tokio::io::AsyncReadExt;
             let _ = client.read_to_end(&mut got).await;
         })
         .await
