@@ -118,6 +118,10 @@ pub struct GatewayConfig {
     /// (docs/FLEET.md), checked after the local filter accepted a flight;
     /// `None`: the local filter alone.
     pub replay_store: Option<Arc<super::replay_store::ReplayStore>>,
+    /// The TLS sessions (resumption, 0-RTT): in this process, handed over
+    /// at a restart, and shared through `replay_store` when set (sealed
+    /// under keys derived from the admission's token keys).
+    pub tls_sessions: Arc<super::tls::TlsSessions>,
     /// Proofs of address and load limits (docs/PROTOCOL.md §8).
     pub admission: AdmissionConfig,
     /// Provenance verifiers whose certificates prove an address; `None`
@@ -179,6 +183,10 @@ impl GatewayConfig {
             sites: Vec::new(),
             replay: Arc::new(Mutex::new(replay)),
             replay_store: None,
+            tls_sessions: super::tls::TlsSessions::new(
+                TLS_SESSION_CACHE,
+                super::tls::DEFAULT_SESSION_TTL,
+            ),
             admission: AdmissionConfig::default(),
             provenance: None,
             listen: ListenOptions::default(),

@@ -526,6 +526,59 @@ impl ReplayStore {
     }
 }
 
+impl ReplayStore {
+    /// Run `cmd` on the store's connection (the TLS session store,
+    /// gateway/tls/shared.rs), within `deadline` if any, under the same
+    /// in-flight bound; a failure raises the guard as a failed check does.
+    pub(crate) async fn query<T>(
+        self: &Arc<Self>,
+        cmd: redis::Cmd,
+        deadline: Option<Duration>,
+    ) -> std::result::Result<T, Unavailable>
+    where
+        T: redis::FromRedisValue + Send + 'static,
+    {
+        let conn = lock(&self.state).conn.clone();
+        let Some((generation, mut conn)) = conn else {
+            self.connect();
+            return Err(Unavailable::NotConnected);
+        };
+        if self.in_flight.fetch_add(1, Ordering::AcqRel) >= MAX_IN_FLIGHT {
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
+            return Err(Unavailable::Overloaded);
+        }
+        let this = self.clone();
+        let task = tokio::spawn(async move {
+            let r: redis::RedisResult<T> = match &mut conn {
+                Conn::Single(c) => cmd.query_async(c).await,
+                Conn::Cluster(c) => cmd.query_async(c).await,
+            };
+            if let Err(e) = &r {
+                this.failed(generation, e);
+            }
+            this.in_flight.fetch_sub(1, Ordering::AcqRel);
+            r
+        });
+        let joined = match deadline {
+            Some(d) => tokio::time::timeout(d, task)
+                .await
+                .map_err(|_| Unavailable::Timeout)?,
+            None => task.await,
+        };
+        match joined {
+            Err(e) => Err(Unavailable::Failed(e.to_string())),
+            Ok(Err(e)) => Err(Unavailable::Failed(e.to_string())),
+            Ok(Ok(v)) => Ok(v),
+        }
+    }
+
+    /// The time up to which the store may have lost what it acknowledged
+    /// (the restart and failover guard, module docs).
+    pub(crate) fn guard(&self) -> UnixTime {
+        UnixTime::from_millis(self.guard_ms.load(Ordering::SeqCst))
+    }
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

@@ -9,9 +9,13 @@
 //! zrtt client, one round trip in all, as nginx does for TLS 1.3 0-RTT
 //! with a Fast Open cookie ([`stream`]).
 
+mod client_hello;
+mod seal;
 mod session_cache;
 pub(crate) use session_cache::SessionCache;
 mod sessions;
+mod shared;
+pub use shared::{TlsSessions, DEFAULT_SESSION_TTL};
 mod stream;
 
 use std::net::SocketAddr;
@@ -24,7 +28,7 @@ use tokio::net::TcpStream;
 use zrtt_proto::admission::Proof;
 
 use super::early_answer::{EarlyCtl, Grant};
-use super::gate::Gate;
+use super::gate::{read_within, Gate};
 use super::listener::SourceSlot;
 use super::{relay, Metrics, Shared};
 use sessions::{Binding, SessionView};
@@ -54,10 +58,39 @@ pub(super) async fn serve(
     let local = tcp
         .local_addr()
         .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
-    let view = SessionView::new(shared.cfg.tls.session_storage.clone(), peer.ip());
+    let sessions = &shared.cfg.tls_sessions;
+    let mut tcp = tcp;
+    // In a fleet, the session a ClientHello offers is taken from the
+    // fleet's store before rustls sees the ClientHello (shared.rs).
+    let mut hello = Vec::new();
+    let mut fetched = None;
+    if sessions.fleet() {
+        let read = read_within(
+            gate.socket(),
+            t.gate,
+            t.first_flight,
+            read_hello(&mut tcp, &mut hello),
+        )
+        .await;
+        match read {
+            Some(Ok(Some(ticket))) => fetched = sessions.fetch(&ticket).await,
+            Some(Ok(None)) => {}
+            Some(Err(e)) => {
+                tracing::debug!("TLS {peer}: {e}");
+                return;
+            }
+            None => return,
+        }
+    }
+    let early_ok = fetched.as_ref().is_none_or(|f| f.early);
+    let view = SessionView::new(sessions.clone(), peer.ip(), fetched);
     let binding = view.binding_handle();
     let mut config = (*shared.cfg.tls).clone();
     config.session_storage = Arc::new(view);
+    if !early_ok {
+        // Issued before the store's last failure: resumed, without 0-RTT.
+        config.max_early_data_size = 0;
+    }
     let conn = match rustls::ServerConnection::new(Arc::new(config)) {
         Ok(c) => c,
         Err(e) => {
@@ -67,8 +100,9 @@ pub(super) async fn serve(
     };
     let ctl = Arc::new(EarlyCtl::default());
     let mut tls = EarlyTls::new(tcp, conn, gate.clone(), m.clone(), ctl.clone());
+    tls.feed(hello);
     tls.finish_within(t.gate);
-    let hello = super::gate::read_within(
+    let hello = read_within(
         gate.socket(),
         t.gate,
         t.first_flight,
@@ -154,4 +188,23 @@ pub(super) async fn serve(
         bound,
     )
     .await;
+}
+
+/// Read the ClientHello into `buf` (without processing it); the first PSK
+/// identity it offers, if any.
+async fn read_hello(tcp: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<Option<Vec<u8>>> {
+    use tokio::io::AsyncReadExt;
+    loop {
+        match client_hello::parse(buf) {
+            client_hello::Hello::Complete(id) => return Ok(id),
+            client_hello::Hello::Other => return Ok(None),
+            client_hello::Hello::Partial => {}
+        }
+        let mut chunk = [0u8; 4096];
+        let n = tcp.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
 }

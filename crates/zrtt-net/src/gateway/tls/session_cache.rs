@@ -66,6 +66,13 @@ impl SessionCache {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Remove and return every session held (a hand-over at restart).
+    pub(crate) fn drain(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut i = self.lock();
+        i.order.clear();
+        i.map.drain().map(|(k, (_, v))| (k, v)).collect()
+    }
+
     #[cfg(test)]
     fn len(&self) -> (usize, usize) {
         let i = self.lock();

@@ -1,0 +1,287 @@
+//! [`SessionSeal`]: TLS session state sealed for storage outside this
+//! process (the fleet's Redis, the file a restart hands over), under a key
+//! every gateway of the fleet derives from the token key it already shares
+//! and rotates (crates/zrtt-dns/src/token_keys.rs).
+//!
+//! ```text
+//! sealed = 0x01 || key_id (4) || nonce (12)
+//!          || ChaCha20-Poly1305(issued_ms u64 || expires_ms u64 || state)
+//! aad    = "zrtt tls session v1" || key_id || context
+//! key    = HKDF-SHA256(token key, label "zrtt tls session seal")
+//! ```
+//!
+//! `key_id` is the token key's id; `context` binds the sealed state to
+//! where it is stored (a ticket id: a value moved to another ticket's key
+//! does not open). A session sealed under a token key that retired (past
+//! its last token's lifetime) no longer opens: the client gets a full
+//! handshake, as with any session the gateway lost.
+
+use std::sync::{Arc, Mutex};
+
+use ring::aead::{Aad, LessSafeKey, Nonce, NONCE_LEN};
+use zrtt_proto::admission::{TokenKeyRing, TokenKeys};
+use zrtt_proto::crypto::SecureRandom;
+use zrtt_proto::UnixTime;
+
+const VERSION: u8 = 1;
+const AAD_LABEL: &[u8] = b"zrtt tls session v1";
+/// The HKDF label of the session key (helpers deriving other keys from the
+/// token key use other labels).
+pub(crate) const KEY_LABEL: &[u8] = b"zrtt tls session seal";
+const HEADER: usize = 1 + 4 + NONCE_LEN;
+const TAG: usize = 16;
+
+/// Why sealed session state did not open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub(crate) enum SealError {
+    /// Not sealed by a key of this fleet for this context (or altered).
+    #[error("sealed session does not open")]
+    Invalid,
+    /// Sealed under a key this gateway no longer (or never) held.
+    #[error("sealed under an unknown key")]
+    UnknownKey,
+    /// Past its expiry.
+    #[error("session expired")]
+    Expired,
+    /// The random number generator failed.
+    #[error("random number generator failed")]
+    Rng,
+}
+
+/// Session state that opened.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Opened {
+    /// When it was sealed.
+    pub issued: UnixTime,
+    /// The state.
+    pub state: Vec<u8>,
+}
+
+type Derived = Arc<Vec<(u32, LessSafeKey)>>;
+
+/// Seals and opens session state under keys derived from a token key ring
+/// (the current key seals; every key of the ring opens).
+pub(crate) struct SessionSeal {
+    ring: TokenKeyRing,
+    /// The keys derived from the ring's keys last seen (re-derived when
+    /// the ring rotates).
+    derived: Mutex<Option<(Arc<TokenKeys>, Derived)>>,
+}
+
+impl std::fmt::Debug for SessionSeal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionSeal")
+            .field("key_ids", &self.ring.keys().ids())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SessionSeal {
+    /// Seal with keys derived from `ring`'s, following its rotations.
+    pub(crate) fn new(ring: TokenKeyRing) -> Self {
+        Self {
+            ring,
+            derived: Mutex::new(None),
+        }
+    }
+
+    fn keys(&self) -> Derived {
+        let now = self.ring.keys();
+        let mut d = self.derived.lock().unwrap_or_else(|p| p.into_inner());
+        match &*d {
+            Some((seen, keys)) if Arc::ptr_eq(seen, &now) => keys.clone(),
+            _ => {
+                let keys: Derived = Arc::new(
+                    now.all()
+                        .map(|k| (k.id(), k.derive_aead_key(KEY_LABEL)))
+                        .collect(),
+                );
+                *d = Some((now, keys.clone()));
+                keys
+            }
+        }
+    }
+
+    /// Seal `state` for `context`, issued `issued`, good until `expires`.
+    pub(crate) fn seal(
+        &self,
+        context: &[u8],
+        state: &[u8],
+        issued: UnixTime,
+        expires: UnixTime,
+        rng: &dyn SecureRandom,
+    ) -> Result<Vec<u8>, SealError> {
+        let keys = self.keys();
+        let Some((id, key)) = keys.first() else {
+            return Err(SealError::UnknownKey);
+        };
+        let mut nonce = [0u8; NONCE_LEN];
+        rng.fill(&mut nonce).map_err(|_| SealError::Rng)?;
+        let mut out = Vec::with_capacity(HEADER + 16 + state.len() + TAG);
+        out.push(VERSION);
+        out.extend_from_slice(&id.to_be_bytes());
+        out.extend_from_slice(&nonce);
+        let mut body = Vec::with_capacity(16 + state.len() + TAG);
+        body.extend_from_slice(&issued.as_millis().to_be_bytes());
+        body.extend_from_slice(&expires.as_millis().to_be_bytes());
+        body.extend_from_slice(state);
+        key.seal_in_place_append_tag(
+            Nonce::assume_unique_for_key(nonce),
+            Aad::from(aad(*id, context)),
+            &mut body,
+        )
+        .map_err(|_| SealError::Invalid)?;
+        out.extend_from_slice(&body);
+        Ok(out)
+    }
+
+    /// Open what [`Self::seal`] sealed for `context`, if still valid at `now`.
+    pub(crate) fn open(
+        &self,
+        context: &[u8],
+        sealed: &[u8],
+        now: UnixTime,
+    ) -> Result<Opened, SealError> {
+        if sealed.len() < HEADER + 16 + TAG || sealed[0] != VERSION {
+            return Err(SealError::Invalid);
+        }
+        let id = u32::from_be_bytes([sealed[1], sealed[2], sealed[3], sealed[4]]);
+        let keys = self.keys();
+        let key = keys
+            .iter()
+            .find(|(k, _)| *k == id)
+            .map(|(_, key)| key)
+            .ok_or(SealError::UnknownKey)?;
+        let nonce =
+            Nonce::try_assume_unique_for_key(&sealed[5..HEADER]).map_err(|_| SealError::Invalid)?;
+        let mut body = sealed[HEADER..].to_vec();
+        let plain = key
+            .open_in_place(nonce, Aad::from(aad(id, context)), &mut body)
+            .map_err(|_| SealError::Invalid)?;
+        let ms = |b: &[u8]| {
+            UnixTime::from_millis(u64::from_be_bytes(
+                b.try_into().unwrap_or_else(|_| unreachable!("8 bytes")),
+            ))
+        };
+        let issued = ms(&plain[..8]);
+        let expires = ms(&plain[8..16]);
+        if now >= expires {
+            return Err(SealError::Expired);
+        }
+        Ok(Opened {
+            issued,
+            state: plain[16..].to_vec(),
+        })
+    }
+}
+
+fn aad(id: u32, context: &[u8]) -> Vec<u8> {
+    let mut a = Vec::with_capacity(AAD_LABEL.len() + 4 + context.len());
+    a.extend_from_slice(AAD_LABEL);
+    a.extend_from_slice(&id.to_be_bytes());
+    a.extend_from_slice(context);
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::time::Duration;
+    use zrtt_proto::admission::TokenKey;
+
+    fn key(b: u8) -> Arc<TokenKey> {
+        Arc::new(TokenKey::new(&[b; 32], Duration::from_secs(60)))
+    }
+
+    const T0: UnixTime = UnixTime::from_secs(1_800_000_000);
+
+    fn later(s: u64) -> UnixTime {
+        T0.saturating_add(Duration::from_secs(s))
+    }
+
+    #[test]
+    fn sealed_state_opens_on_every_gateway_of_the_fleet_and_nowhere_else() {
+        let a = SessionSeal::new(TokenKeyRing::new(TokenKeys::single(TokenKey::new(
+            &[1; 32],
+            Duration::from_secs(60),
+        ))));
+        // Another gateway with the same token key.
+        let b = SessionSeal::new(TokenKeyRing::new(TokenKeys::new(key(1), Vec::new())));
+        let sealed = a
+            .seal(
+                b"ticket-1",
+                b"state",
+                T0,
+                later(3600),
+                &ring::rand::SystemRandom::new(),
+            )
+            .unwrap();
+        assert!(!sealed.windows(5).any(|w| w == b"state"), "encrypted");
+        let opened = b.open(b"ticket-1", &sealed, later(10)).unwrap();
+        assert_eq!(opened.state, b"state");
+        assert_eq!(opened.issued, T0);
+        // Stored under another ticket's key: refused.
+        assert_eq!(
+            b.open(b"ticket-2", &sealed, later(10)),
+            Err(SealError::Invalid)
+        );
+        // Another site (another token key): unknown key.
+        let other = SessionSeal::new(TokenKeyRing::new(TokenKeys::new(key(2), Vec::new())));
+        assert_eq!(
+            other.open(b"ticket-1", &sealed, later(10)),
+            Err(SealError::UnknownKey)
+        );
+        // A key derived under another label does not open it (the token
+        // key's own AEAD key is not the session key).
+        assert_ne!(
+            format!("{:?}", key(1).derive_aead_key(b"zrtt ticket")),
+            "",
+            "derivable"
+        );
+    }
+
+    #[test]
+    fn tampering_expiry_and_rotation() {
+        let ring = TokenKeyRing::new(TokenKeys::new(key(1), Vec::new()));
+        let s = SessionSeal::new(ring.clone());
+        let sealed = s
+            .seal(
+                b"t",
+                b"state",
+                T0,
+                later(100),
+                &ring::rand::SystemRandom::new(),
+            )
+            .unwrap();
+        for i in 0..sealed.len() {
+            let mut bad = sealed.clone();
+            bad[i] ^= 0x01;
+            assert!(s.open(b"t", &bad, later(1)).is_err(), "byte {i}");
+        }
+        assert_eq!(
+            s.open(b"t", &sealed[..sealed.len() - 1], later(1)),
+            Err(SealError::Invalid)
+        );
+        assert_eq!(s.open(b"t", &[], later(1)), Err(SealError::Invalid));
+        assert_eq!(s.open(b"t", &sealed, later(100)), Err(SealError::Expired));
+        // Rotation: the new key seals, the old one still opens ...
+        ring.replace(TokenKeys::new(key(3), vec![key(1)]));
+        assert!(s.open(b"t", &sealed, later(1)).is_ok());
+        let newer = s
+            .seal(
+                b"t",
+                b"state",
+                T0,
+                later(100),
+                &ring::rand::SystemRandom::new(),
+            )
+            .unwrap();
+        assert_ne!(newer[1..5], sealed[1..5], "sealed under the new key id");
+        // ... until it retires.
+        ring.replace(TokenKeys::new(key(3), Vec::new()));
+        assert_eq!(s.open(b"t", &sealed, later(1)), Err(SealError::UnknownKey));
+        assert!(s.open(b"t", &newer, later(1)).is_ok());
+    }
+}
