@@ -200,10 +200,7 @@ fn resume(dir: &Path, addr: &str) -> (bool, bool) {
 
 fn stop(g: &mut Guard) {
     let pid = g.0.id().to_string();
-    Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
     let _ = g.0.wait();
 }
 

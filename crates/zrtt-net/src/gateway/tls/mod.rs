@@ -73,7 +73,7 @@ pub(super) async fn serve(
         )
         .await;
         match read {
-            Some(Ok(Some(ticket))) => fetched = sessions.fetch(&ticket).await,
+            Some(Ok(Some(ticket))) => fetched = sessions.fetch(&ticket, m).await,
             Some(Ok(None)) => {}
             Some(Err(e)) => {
                 tracing::debug!("TLS {peer}: {e}");

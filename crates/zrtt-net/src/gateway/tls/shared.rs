@@ -33,7 +33,8 @@ use zrtt_proto::admission::{canonical_ip, TokenKeyRing};
 use zrtt_proto::crypto::SecureRandom;
 use zrtt_proto::UnixTime;
 
-use super::super::replay_store::{ReplayStore, Unavailable};
+use super::super::replay_store::ReplayStore;
+use super::super::Metrics;
 use super::seal::SessionSeal;
 use super::SessionCache;
 
@@ -253,7 +254,7 @@ impl TlsSessions {
     /// Take `ticket`'s session from the fleet's store (`GETDEL`, within
     /// the replay store's deadline); `None` without a fleet, when the
     /// store has none, or did not answer in time.
-    pub(super) async fn fetch(&self, ticket: &[u8]) -> Option<Fetched> {
+    pub(super) async fn fetch(&self, ticket: &[u8], m: &Metrics) -> Option<Fetched> {
         let a = self.attached.get()?;
         let (store, seal) = (a.store.as_ref()?, a.seal.as_ref()?);
         if self.stopped() {
@@ -262,31 +263,39 @@ impl TlsSessions {
         let mut cmd = redis::cmd("GETDEL");
         cmd.arg(Self::redis_key(store, ticket));
         let deadline = store.config().timeout;
-        let sealed: Option<Vec<u8>> = match store.query(cmd, Some(deadline)).await {
+        let start = std::time::Instant::now();
+        let answer = store.query(cmd, Some(deadline)).await;
+        m.latency
+            .tls_session_take
+            .observe(start.elapsed().as_secs_f64());
+        let sealed: Option<Vec<u8>> = match answer {
             Ok(v) => v,
-            Err(Unavailable::Timeout) => {
-                tracing::debug!(
-                    "TLS session: the replay store did not answer in {deadline:?}: full handshake"
-                );
-                return None;
-            }
             Err(e) => {
+                Metrics::inc(&m.tls_sessions_unavailable);
                 tracing::debug!("TLS session: replay store {e}: full handshake");
                 return None;
             }
         };
-        let now = self.now();
-        let opened = match seal.open(ticket, &sealed?, now) {
+        let Some(sealed) = sealed else {
+            Metrics::inc(&m.tls_sessions_missed);
+            return None;
+        };
+        let opened = match seal.open(ticket, &sealed, self.now()) {
             Ok(o) => o,
             Err(e) => {
+                Metrics::inc(&m.tls_sessions_missed);
                 tracing::debug!("TLS session from the replay store: {e}");
                 return None;
             }
         };
+        Metrics::inc(&m.tls_sessions_taken);
         let mut raw = opened.issued.as_millis().to_be_bytes().to_vec();
         raw.extend_from_slice(&opened.state);
         let stored = Stored::decode(&raw)?;
         let early = opened.issued > store.guard();
+        if !early {
+            Metrics::inc(&m.tls_sessions_without_early);
+        }
         Some(Fetched {
             ticket: ticket.to_vec(),
             stored,

@@ -1,0 +1,365 @@
+//! TLS sessions shared by the gateways of a fleet through a real
+//! `redis-server` (scripts/install-deps.sh installs it; started on a free
+//! loopback port, killed by PID at the end):
+//! - a ClientHello resuming a session, captured and sent at once on eight
+//!   connections to gateways A and B, is resumed by exactly one of them
+//!   (the others get full handshakes: the ServerHello says which);
+//! - `measure_shared_resumption` (ignored) prints the added latency of the
+//!   Redis take on a resumption (docs/FLEET.md).
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use zrtt_net::client::system_clock;
+use zrtt_net::gateway::{ReplayStore, ReplayStoreConfig};
+
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn redis_installed() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let ok = ["redis-server", "redis-cli"].iter().all(|b| {
+        Command::new(b)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    if !ok {
+        let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+        assert!(!root, "redis-server missing: run scripts/install-deps.sh");
+        eprintln!("skipped: redis-server not installed (scripts/install-deps.sh)");
+    }
+    ok
+}
+
+/// One redis-server without persistence, killed (by its PID) when dropped.
+struct Redis {
+    port: u16,
+    child: Child,
+    _dir: PathBuf,
+}
+
+impl Redis {
+    fn start(root: &Path) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = root.join(format!("redis-{port}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let r = Self {
+            port,
+            child,
+            _dir: dir,
+        };
+        let start = Instant::now();
+        while r.cli(&["PING"]) != "PONG" {
+            assert!(start.elapsed() < PATIENCE, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        r
+    }
+
+    fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .stderr(Stdio::null())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    fn sessions(&self) -> usize {
+        self.cli(&["--scan", "--pattern", "zrtt:tls:*"])
+            .lines()
+            .filter(|l| !l.is_empty())
+            .count()
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A gateway sharing `redis` (and the test token key, so the session key)
+/// with the others, once its store checks; without `redis`, a lone one.
+async fn gateway(redis: Option<&Redis>, timeout: Duration) -> Env {
+    let mut opts = GatewayOpts {
+        tokens: true,
+        ..GatewayOpts::default()
+    };
+    if let Some(r) = redis {
+        let mut cfg =
+            ReplayStoreConfig::new(format!("redis://127.0.0.1:{}", r.port).parse().unwrap());
+        cfg.skew = Duration::ZERO;
+        cfg.timeout = timeout;
+        let store = ReplayStore::new(cfg, system_clock).unwrap();
+        store.connect();
+        let start = Instant::now();
+        while !store.checking() {
+            assert!(start.elapsed() < PATIENCE, "the store never checked");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        opts.replay_store = Some(store);
+    }
+    start_gateway(opts).await
+}
+
+fn client_config() -> Arc<rustls::ClientConfig> {
+    let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13])
+    .unwrap()
+    .with_root_certificates(tls_roots())
+    .with_no_client_auth();
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(cfg)
+}
+
+fn name() -> rustls::pki_types::ServerName<'static> {
+    rustls::pki_types::ServerName::try_from(HOST).unwrap()
+}
+
+/// A TLS handshake with `addr`; the handshake's time and whether it resumed.
+async fn handshake(cfg: &Arc<rustls::ClientConfig>, addr: SocketAddr) -> (Duration, bool) {
+    let start = Instant::now();
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(cfg.clone())
+        .connect(name(), tcp)
+        .await
+        .unwrap();
+    let took = start.elapsed();
+    let resumed = tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+    // Read the session tickets (sent after the client's Finished).
+    tls.write_all(
+        format!("GET / HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut body = Vec::new();
+    let _ = tls.read_to_end(&mut body).await;
+    assert!(body.starts_with(b"HTTP/1.1 200"), "{:?}", body);
+    (took, resumed)
+}
+
+/// Whether the server's first record is a ServerHello accepting a PSK
+/// (its `pre_shared_key` extension: the ServerHello is not encrypted).
+async fn psk_accepted(addr: SocketAddr, hello: &[u8]) -> bool {
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(hello).await.unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if buf.len() >= 5 {
+            let len = usize::from(u16::from_be_bytes([buf[3], buf[4]]));
+            if buf.len() >= 5 + len {
+                break;
+            }
+        }
+        let n = tokio::time::timeout(PATIENCE, tcp.read(&mut chunk))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0, "closed before the ServerHello");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    assert_eq!(buf[0], 22, "a handshake record");
+    let sh = &buf[5..];
+    assert_eq!(sh[0], 2, "a ServerHello");
+    let mut at = 4 + 2 + 32;
+    at += 1 + usize::from(sh[at]); // session id
+    at += 2 + 1; // cipher suite, compression
+    let end = at + 2 + usize::from(u16::from_be_bytes([sh[at], sh[at + 1]]));
+    at += 2;
+    while at < end {
+        let kind = u16::from_be_bytes([sh[at], sh[at + 1]]);
+        let len = usize::from(u16::from_be_bytes([sh[at + 2], sh[at + 3]]));
+        if kind == 41 {
+            return true;
+        }
+        at += 4 + len;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_captured_resumption_is_resumed_by_one_connection_of_the_fleet() {
+    if !redis_installed() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let redis = Redis::start(tmp.path());
+    let a = gateway(Some(&redis), Duration::from_secs(2)).await;
+    let b = gateway(Some(&redis), Duration::from_secs(2)).await;
+    let cfg = client_config();
+    let (_, resumed) = handshake(&cfg, a.addr).await;
+    assert!(!resumed);
+    // Written to Redis off the handshake: both tickets.
+    let start = Instant::now();
+    while redis.sessions() < 2 {
+        assert!(start.elapsed() < PATIENCE, "sessions never reached Redis");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The ClientHello resuming one of them, as a client would send it.
+    let mut conn = rustls::ClientConnection::new(cfg.clone(), name()).unwrap();
+    let mut hello = Vec::new();
+    conn.write_tls(&mut hello).unwrap();
+    // Sent at once to both gateways, four times each.
+    let tries: Vec<_> = (0..8)
+        .map(|i| {
+            let addr = if i % 2 == 0 { a.addr } else { b.addr };
+            let hello = hello.clone();
+            tokio::spawn(async move { psk_accepted(addr, &hello).await })
+        })
+        .collect();
+    let mut accepted = 0;
+    for t in tries {
+        accepted += usize::from(t.await.unwrap());
+    }
+    assert_eq!(accepted, 1, "exactly one connection resumed the session");
+    assert_eq!(
+        a.metric("tls_sessions_taken") + b.metric("tls_sessions_taken"),
+        1
+    );
+    assert_eq!(
+        a.metric("tls_sessions_missed") + b.metric("tls_sessions_missed"),
+        7
+    );
+    // A session issued by B resumes at A (and the other way round).
+    let (_, resumed) = handshake(&cfg, b.addr).await;
+    assert!(resumed, "the second ticket from A, at B");
+    let (_, resumed) = handshake(&cfg, a.addr).await;
+    assert!(resumed, "a ticket from B, at A");
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+/// The take's histogram in the gateway's OpenMetrics text: (count, mean,
+/// the buckets holding the p50 and the p99, as their upper bounds).
+fn take_histogram(env: &Env) -> (u64, f64, f64, f64) {
+    let text = env.metrics.render();
+    let buckets: Vec<(f64, f64)> = text
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("zrtt_gateway_tls_session_take_seconds_bucket{le=\"")?;
+            let (le, n) = rest.split_once("\"} ")?;
+            Some((le.parse().ok()?, n.trim().parse().ok()?))
+        })
+        .collect();
+    let total = buckets.last().map_or(0.0, |b| b.1);
+    let q = |p: f64| {
+        buckets
+            .iter()
+            .find(|(_, n)| *n >= total * p)
+            .map_or(f64::INFINITY, |b| b.0)
+    };
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    let count = value("zrtt_gateway_tls_session_take_seconds_count");
+    let sum = value("zrtt_gateway_tls_session_take_seconds_sum");
+    let mean = if count > 0.0 { sum / count } else { 0.0 };
+    (count as u64, mean, q(0.5), q(0.99))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "measurement: prints the added latency of the Redis take"]
+async fn measure_shared_resumption() {
+    if !redis_installed() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let redis = Redis::start(tmp.path());
+    // The default 1 ms deadline, as a fleet runs.
+    let a = gateway(
+        Some(&redis),
+        zrtt_net::gateway::replay_store::DEFAULT_TIMEOUT,
+    )
+    .await;
+    let b = gateway(
+        Some(&redis),
+        zrtt_net::gateway::replay_store::DEFAULT_TIMEOUT,
+    )
+    .await;
+    let lone = gateway(None, Duration::ZERO).await;
+    let n = 300;
+    let (mut shared, mut local) = (Vec::new(), Vec::new());
+    let (mut shared_full, mut local_full) = (0, 0);
+    for _ in 0..n {
+        // A fresh client each time: one ticket from A resumed at B ...
+        let cfg = client_config();
+        handshake(&cfg, a.addr).await;
+        let start = Instant::now();
+        while redis.sessions() < 2 && start.elapsed() < Duration::from_secs(1) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let (took, resumed) = handshake(&cfg, b.addr).await;
+        if resumed {
+            shared.push(took);
+        } else {
+            shared_full += 1;
+        }
+        redis.cli(&["FLUSHDB"]);
+        // ... and one from the lone gateway resumed there.
+        let cfg = client_config();
+        handshake(&cfg, lone.addr).await;
+        let (took, resumed) = handshake(&cfg, lone.addr).await;
+        if resumed {
+            local.push(took);
+        } else {
+            local_full += 1;
+        }
+    }
+    shared.sort();
+    local.sort();
+    let (count, mean, p50, p99) = take_histogram(&b);
+    println!(
+        "resumed handshakes (client's view, TCP connect to handshake done), {n} each:\n  \
+         through Redis (A issued, B resumed): p50 {:?} p99 {:?} ({} of {n} resumed; {shared_full} full: store late or failed)\n  \
+         lone gateway (in-process store):   p50 {:?} p99 {:?} ({} of {n} resumed; {local_full} full)\n  \
+         added p50 {:?}, p99 {:?}\n  \
+         the take alone (GETDEL at B, histogram): {count} takes, mean {:.0} us, p50 <= {:.0} us, p99 <= {:.0} us; unavailable {}",
+        percentile(&shared, 0.5),
+        percentile(&shared, 0.99),
+        shared.len(),
+        percentile(&local, 0.5),
+        percentile(&local, 0.99),
+        local.len(),
+        percentile(&shared, 0.5).saturating_sub(percentile(&local, 0.5)),
+        percentile(&shared, 0.99).saturating_sub(percentile(&local, 0.99)),
+        mean * 1e6,
+        p50 * 1e6,
+        p99 * 1e6,
+        b.metric("tls_sessions_unavailable"),
+    );
+}
