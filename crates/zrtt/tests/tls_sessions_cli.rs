@@ -4,7 +4,8 @@
 //! key) resumes with its 0-RTT request answered once; the same session
 //! again, at A or B, is not resumed; with Redis stopped, full handshakes
 //! and every request served. A lone gateway stopped and started again
-//! (its `--replay-state`) resumes a session from before the restart, once.
+//! (its `--replay-state`), or replaced by a successor taking over its
+//! sockets (`--handover`), resumes a session from before the restart, once.
 
 mod common;
 use common::*;
@@ -119,8 +120,12 @@ fn setup() -> tempfile::TempDir {
 /// `zrtt gateway` with `extra` flags in front of `backend`: it and its
 /// address.
 fn gateway(dir: &Path, backend: &str, extra: &[&str]) -> (Guard, String) {
+    gateway_on(dir, "127.0.0.1:0", backend, extra)
+}
+
+fn gateway_on(dir: &Path, listen: &str, backend: &str, extra: &[&str]) -> (Guard, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_zrtt"))
-        .args(["gateway", "--listen", "127.0.0.1:0", "--backend", backend])
+        .args(["gateway", "--listen", listen, "--backend", backend])
         .args(["--key", "k1.key", "--record", "k1.rec"])
         .args(["--cert", "cert.pem", "--cert-key", "cert.key"])
         .args(["--token-key", "token.key"])
@@ -298,6 +303,50 @@ fn a_lone_gateway_hands_its_sessions_to_its_next_start_once() {
     let (resumed, early) = resume(dir, &addr);
     assert!(resumed, "the session from before the restart resumes");
     assert!(early, "with its 0-RTT request");
+    assert_eq!(resume(dir, &addr), (false, false), "and only once");
+    let early_runs = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.ends_with("early=true"))
+        .count();
+    assert_eq!(early_runs, 1, "{seen:?}");
+}
+
+#[test]
+fn a_successor_taking_over_resumes_the_sessions_of_its_predecessor_once() {
+    if skip("a_successor_taking_over_resumes_the_sessions_of_its_predecessor_once") {
+        return;
+    }
+    let tmp = setup();
+    let dir = tmp.path();
+    let (backend, seen) = recording_backend();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let flags = [
+        "--handover",
+        "gateway.handover",
+        "--request-head-timeout",
+        "1s",
+    ];
+    let (mut old, addr) = gateway_on(dir, &listen, &backend, &flags);
+    let sock = dir.join("gateway.handover");
+    let start = Instant::now();
+    while !sock.exists() {
+        assert!(start.elapsed() < PATIENCE, "no hand-over socket");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    new_session(dir, &addr);
+    // The successor takes the sockets (and the sessions); the old process
+    // drains and exits.
+    let (_new, addr2) = gateway_on(dir, &listen, &backend, &flags);
+    assert_eq!(addr, addr2);
+    let start = Instant::now();
+    while old.0.try_wait().unwrap().is_none() {
+        assert!(start.elapsed() < PATIENCE, "the old gateway did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (resumed, early) = resume(dir, &addr);
+    assert!(resumed && early, "resumed with 0-RTT after the hand-over");
     assert_eq!(resume(dir, &addr), (false, false), "and only once");
     let early_runs = seen
         .lock()
