@@ -315,13 +315,19 @@ async fn measure_shared_resumption() {
     let n = 300;
     let (mut shared, mut local) = (Vec::new(), Vec::new());
     let (mut shared_full, mut local_full) = (0, 0);
-    for _ in 0..n {
+    let mut bytes = String::new();
+    for i in 0..n {
         // A fresh client each time: one ticket from A resumed at B ...
         let cfg = client_config();
         handshake(&cfg, a.addr).await;
         let start = Instant::now();
         while redis.sessions() < 2 && start.elapsed() < Duration::from_secs(1) {
             tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        if i == 0 {
+            let key = redis.cli(&["--scan", "--pattern", "zrtt:tls:*"]);
+            let key = key.lines().next().unwrap_or_default().to_owned();
+            bytes = redis.cli(&["MEMORY", "USAGE", &key]);
         }
         let (took, resumed) = handshake(&cfg, b.addr).await;
         if resumed {
@@ -348,7 +354,8 @@ async fn measure_shared_resumption() {
          through Redis (A issued, B resumed): p50 {:?} p99 {:?} ({} of {n} resumed; {shared_full} full: store late or failed)\n  \
          lone gateway (in-process store):   p50 {:?} p99 {:?} ({} of {n} resumed; {local_full} full)\n  \
          added p50 {:?}, p99 {:?}\n  \
-         the take alone (GETDEL at B, histogram): {count} takes, mean {:.0} us, p50 <= {:.0} us, p99 <= {:.0} us; unavailable {}",
+         the take alone (GETDEL at B, histogram): {count} takes, mean {:.0} us, p50 <= {:.0} us, p99 <= {:.0} us; unavailable {}\n  \
+         Redis memory per session (MEMORY USAGE of one key): {bytes} bytes",
         percentile(&shared, 0.5),
         percentile(&shared, 0.99),
         shared.len(),

@@ -24,6 +24,7 @@ mod keys;
 mod provenance;
 mod refresh;
 mod root;
+mod sessions;
 mod successor;
 
 use keys::{all_keys, token_keys, LoadedSite};
@@ -51,6 +52,8 @@ pub struct GatewayArgs {
     root: root::RootArgs,
     #[command(flatten)]
     backend_opts: Box<backends::BackendArgs>,
+    #[command(flatten)]
+    sessions: sessions::SessionArgs,
     /// Key store (from `zrtt keys init`): semi-static keys, their records and
     /// the certificate. Re-read every --refresh, so rotations by `zrtt dns`
     /// or `zrtt keys rotate` take effect without a restart.
@@ -494,6 +497,7 @@ pub fn run(mut a: GatewayArgs) -> Result<ExitCode> {
     let mut cfg = GatewayConfig::new(shared_keys.clone(), tls, a.backends[0].clone())?;
     cfg.backends = a.backends.clone();
     a.backend_opts.apply(&mut cfg)?;
+    a.sessions.apply(&mut cfg)?;
     let replay_path =
         replay_state::location(a.replay_state.as_deref(), a.keystore.as_deref(), a.listen);
     cfg.replay_store = replay_store(&a.store, cfg.clock)?;

@@ -1,0 +1,43 @@
+//! `zrtt gateway` flags for TLS sessions (docs/GATEWAY.md, TLS sessions):
+//! how long one is kept for resumption, in this process, across a restart
+//! and in a fleet's Redis (docs/FLEET.md).
+
+use std::time::Duration;
+
+use clap::Args;
+use zrtt_net::gateway::{config::TLS_SESSION_CACHE, GatewayConfig, TlsSessions};
+
+use crate::util;
+
+#[derive(Args, Debug)]
+pub(super) struct SessionArgs {
+    /// How long a TLS session may be resumed (and is kept in the replay
+    /// store's Redis with --replay-store: each session costs memory there
+    /// for this long); a client coming back later gets a full handshake
+    /// (nginx `ssl_session_timeout`). At most 1d.
+    #[arg(long, default_value = "1h", value_parser = util::parse_duration)]
+    tls_session_ttl: Duration,
+}
+
+impl SessionArgs {
+    /// Set these in `cfg`.
+    pub(super) fn apply(&self, cfg: &mut GatewayConfig) -> anyhow::Result<()> {
+        let day = Duration::from_secs(24 * 3600);
+        if self.tls_session_ttl.is_zero() || self.tls_session_ttl > day {
+            anyhow::bail!("--tls-session-ttl: above 0 and at most 1d (the lifetime rustls gives clients)");
+        }
+        cfg.tls_sessions = TlsSessions::new(TLS_SESSION_CACHE, self.tls_session_ttl);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_flag_default_is_the_library_default() {
+        assert_eq!(
+            crate::util::parse_duration("1h"),
+            Ok(zrtt_net::gateway::DEFAULT_SESSION_TTL)
+        );
+    }
+}
