@@ -108,6 +108,13 @@ impl Drop for Redis {
 /// A gateway sharing `redis` (and the test token key, so the session key)
 /// with the others, once its store checks; without `redis`, a lone one.
 async fn gateway(redis: Option<&Redis>, timeout: Duration) -> Env {
+    gateway_with_store(redis, timeout).await.0
+}
+
+async fn gateway_with_store(
+    redis: Option<&Redis>,
+    timeout: Duration,
+) -> (Env, Option<Arc<ReplayStore>>) {
     let mut opts = GatewayOpts {
         tokens: true,
         ..GatewayOpts::default()
@@ -126,7 +133,8 @@ async fn gateway(redis: Option<&Redis>, timeout: Duration) -> Env {
         }
         opts.replay_store = Some(store);
     }
-    start_gateway(opts).await
+    let store = opts.replay_store.clone();
+    (start_gateway(opts).await, store)
 }
 
 fn client_config() -> Arc<rustls::ClientConfig> {
@@ -255,6 +263,39 @@ async fn a_captured_resumption_is_resumed_by_one_connection_of_the_fleet() {
     assert!(resumed, "the second ticket from A, at B");
     let (_, resumed) = handshake(&cfg, a.addr).await;
     assert!(resumed, "a ticket from B, at A");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_redis_refusing_sessions_does_not_fail_the_replay_store() {
+    if !redis_installed() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let redis = Redis::start(tmp.path());
+    let (a, store) = gateway_with_store(Some(&redis), Duration::from_secs(2)).await;
+    let store = store.unwrap();
+    // Full, and not evicting (FLEET.md's requirement): writes are refused OOM.
+    redis.cli(&["CONFIG", "SET", "maxmemory", "1"]);
+    let oom = || {
+        redis
+            .cli(&["INFO", "errorstats"])
+            .lines()
+            .find_map(|l| l.strip_prefix("errorstat_OOM:count="))
+            .and_then(|n| n.split(',').next()?.parse::<u32>().ok())
+            .unwrap_or(0)
+    };
+    let cfg = client_config();
+    let (_, resumed) = handshake(&cfg, a.addr).await;
+    assert!(!resumed);
+    let start = Instant::now();
+    while oom() < 2 {
+        assert!(start.elapsed() < PATIENCE, "the session writes never came");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Nothing was lost: the connection stays and flights are still checked.
+    assert!(store.checking(), "a refused session write failed the store");
+    assert_eq!(redis.sessions(), 0);
+    redis.cli(&["CONFIG", "SET", "maxmemory", "0"]);
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {

@@ -24,7 +24,9 @@ impl SessionArgs {
     pub(super) fn apply(&self, cfg: &mut GatewayConfig) -> anyhow::Result<()> {
         let day = Duration::from_secs(24 * 3600);
         if self.tls_session_ttl.is_zero() || self.tls_session_ttl > day {
-            anyhow::bail!("--tls-session-ttl: above 0 and at most 1d (the lifetime rustls gives clients)");
+            anyhow::bail!(
+                "--tls-session-ttl: above 0 and at most 1d (the lifetime rustls gives clients)"
+            );
         }
         cfg.tls_sessions = TlsSessions::new(TLS_SESSION_CACHE, self.tls_session_ttl);
         Ok(())
