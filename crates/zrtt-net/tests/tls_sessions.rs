@@ -3,7 +3,9 @@
 //! loopback port, killed by PID at the end):
 //! - a ClientHello resuming a session, captured and sent at once on eight
 //!   connections to gateways A and B, is resumed by exactly one of them
-//!   (the others get full handshakes: the ServerHello says which);
+//!   (the others get full handshakes: the ServerHello says which), on one
+//!   Redis and on a Redis Cluster of three masters;
+//! - a full Redis refusing session writes does not fail the replay store;
 //! - `measure_shared_resumption` (ignored) prints the added latency of the
 //!   Redis take on a resumption (docs/FLEET.md).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
@@ -20,7 +22,7 @@ use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use zrtt_net::client::system_clock;
-use zrtt_net::gateway::{ReplayStore, ReplayStoreConfig};
+use zrtt_net::gateway::{ReplayStore, ReplayStoreConfig, StoreAddress};
 
 const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -51,6 +53,10 @@ struct Redis {
 
 impl Redis {
     fn start(root: &Path) -> Self {
+        Self::start_node(root, false)
+    }
+
+    fn start_node(root: &Path, cluster: bool) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -58,11 +64,16 @@ impl Redis {
             .port();
         let dir = root.join(format!("redis-{port}"));
         std::fs::create_dir_all(&dir).unwrap();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .arg("--dir")
-            .arg(&dir)
+            .arg(&dir);
+        if cluster {
+            cmd.args(["--cluster-enabled", "yes"])
+                .args(["--cluster-config-file", "nodes.conf"]);
+        }
+        let child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -98,6 +109,34 @@ impl Redis {
     }
 }
 
+/// A Redis Cluster of three masters, each serving a third of the slots.
+async fn cluster(root: &Path) -> Vec<Redis> {
+    let nodes: Vec<Redis> = (0..3).map(|_| Redis::start_node(root, true)).collect();
+    let mut create = Command::new("redis-cli");
+    create.args(["--cluster", "create"]);
+    for n in &nodes {
+        create.arg(format!("127.0.0.1:{}", n.port));
+    }
+    let out = create
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let start = Instant::now();
+    while !nodes
+        .iter()
+        .all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+    {
+        assert!(start.elapsed() < PATIENCE, "cluster never ok");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    nodes
+}
+
 impl Drop for Redis {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -108,20 +147,23 @@ impl Drop for Redis {
 /// A gateway sharing `redis` (and the test token key, so the session key)
 /// with the others, once its store checks; without `redis`, a lone one.
 async fn gateway(redis: Option<&Redis>, timeout: Duration) -> Env {
-    gateway_with_store(redis, timeout).await.0
+    gateway_with_store(redis.map(single), timeout).await.0
+}
+
+fn single(r: &Redis) -> StoreAddress {
+    format!("redis://127.0.0.1:{}", r.port).parse().unwrap()
 }
 
 async fn gateway_with_store(
-    redis: Option<&Redis>,
+    address: Option<StoreAddress>,
     timeout: Duration,
 ) -> (Env, Option<Arc<ReplayStore>>) {
     let mut opts = GatewayOpts {
         tokens: true,
         ..GatewayOpts::default()
     };
-    if let Some(r) = redis {
-        let mut cfg =
-            ReplayStoreConfig::new(format!("redis://127.0.0.1:{}", r.port).parse().unwrap());
+    if let Some(address) = address {
+        let mut cfg = ReplayStoreConfig::new(address);
         cfg.skew = Duration::ZERO;
         cfg.timeout = timeout;
         let store = ReplayStore::new(cfg, system_clock).unwrap();
@@ -215,21 +257,22 @@ async fn psk_accepted(addr: SocketAddr, hello: &[u8]) -> bool {
     false
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_captured_resumption_is_resumed_by_one_connection_of_the_fleet() {
-    if !redis_installed() {
-        return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let redis = Redis::start(tmp.path());
-    let a = gateway(Some(&redis), Duration::from_secs(2)).await;
-    let b = gateway(Some(&redis), Duration::from_secs(2)).await;
+/// Two gateways on `address`: a captured resuming ClientHello sent eight
+/// times at once to both is resumed once; sessions issued by either
+/// resume at the other. `sessions` counts the sessions in the store.
+async fn resumed_once_in_the_fleet(address: StoreAddress, sessions: impl Fn() -> usize) {
+    let a = gateway_with_store(Some(address.clone()), Duration::from_secs(2))
+        .await
+        .0;
+    let b = gateway_with_store(Some(address), Duration::from_secs(2))
+        .await
+        .0;
     let cfg = client_config();
     let (_, resumed) = handshake(&cfg, a.addr).await;
     assert!(!resumed);
     // Written to Redis off the handshake: both tickets.
     let start = Instant::now();
-    while redis.sessions() < 2 {
+    while sessions() < 2 {
         assert!(start.elapsed() < PATIENCE, "sessions never reached Redis");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -258,11 +301,50 @@ async fn a_captured_resumption_is_resumed_by_one_connection_of_the_fleet() {
         a.metric("tls_sessions_missed") + b.metric("tls_sessions_missed"),
         7
     );
-    // A session issued by B resumes at A (and the other way round).
+    // A session issued by A resumes at B (the second ticket), and one
+    // issued by B at A.
     let (_, resumed) = handshake(&cfg, b.addr).await;
     assert!(resumed, "the second ticket from A, at B");
+    let start = Instant::now();
+    while sessions() < 2 {
+        assert!(
+            start.elapsed() < PATIENCE,
+            "B's sessions never reached Redis"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let (_, resumed) = handshake(&cfg, a.addr).await;
     assert!(resumed, "a ticket from B, at A");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_captured_resumption_is_resumed_by_one_connection_of_the_fleet() {
+    if !redis_installed() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let redis = Redis::start(tmp.path());
+    resumed_once_in_the_fleet(single(&redis), || redis.sessions()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cluster_shares_sessions_across_its_slots() {
+    if !redis_installed() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let nodes = cluster(tmp.path()).await;
+    let address: StoreAddress = format!(
+        "redis+cluster://{}",
+        nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect::<Vec<_>>()
+            .join(",")
+    )
+    .parse()
+    .unwrap();
+    resumed_once_in_the_fleet(address, || nodes.iter().map(Redis::sessions).sum()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -272,7 +354,7 @@ async fn a_full_redis_refusing_sessions_does_not_fail_the_replay_store() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let redis = Redis::start(tmp.path());
-    let (a, store) = gateway_with_store(Some(&redis), Duration::from_secs(2)).await;
+    let (a, store) = gateway_with_store(Some(single(&redis)), Duration::from_secs(2)).await;
     let store = store.unwrap();
     // Full, and not evicting (FLEET.md's requirement): writes are refused OOM.
     redis.cli(&["CONFIG", "SET", "maxmemory", "1"]);
