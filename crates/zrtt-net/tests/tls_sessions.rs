@@ -180,10 +180,16 @@ async fn gateway_with_store(
 }
 
 fn client_config() -> Arc<rustls::ClientConfig> {
+    client_config_for(&rustls::version::TLS13)
+}
+
+fn client_config_for(
+    version: &'static rustls::SupportedProtocolVersion,
+) -> Arc<rustls::ClientConfig> {
     let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
-    .with_protocol_versions(&[&rustls::version::TLS13])
+    .with_protocol_versions(&[version])
     .unwrap()
     .with_root_certificates(tls_roots())
     .with_no_client_auth();
@@ -378,6 +384,34 @@ async fn a_full_redis_refusing_sessions_does_not_fail_the_replay_store() {
     assert!(store.checking(), "a refused session write failed the store");
     assert_eq!(redis.sessions(), 0);
     redis.cli(&["CONFIG", "SET", "maxmemory", "0"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls12_sessions_stay_in_the_gateway_that_issued_them() {
+    if !redis_installed() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let redis = Redis::start(tmp.path());
+    let a = gateway(Some(&redis), Duration::from_secs(2)).await;
+    let b = gateway(Some(&redis), Duration::from_secs(2)).await;
+    let tls12 = client_config_for(&rustls::version::TLS12);
+    assert!(!handshake(&tls12, a.addr).await.1);
+    // TLS 1.3 after it: its two tickets reach Redis, the TLS 1.2 session
+    // (written first, had it been) does not.
+    assert!(!handshake(&client_config(), a.addr).await.1);
+    let start = Instant::now();
+    while redis.sessions() < 2 {
+        assert!(start.elapsed() < PATIENCE, "sessions never reached Redis");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(redis.sessions(), 2);
+    // Resumed (by session id, reusable) where it was issued, not elsewhere.
+    assert!(!handshake(&tls12, b.addr).await.1);
+    let tls12 = client_config_for(&rustls::version::TLS12);
+    assert!(!handshake(&tls12, a.addr).await.1);
+    assert!(handshake(&tls12, a.addr).await.1);
+    assert!(handshake(&tls12, a.addr).await.1);
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {

@@ -194,7 +194,7 @@ impl TlsSessions {
         if self.stopped() {
             return false;
         }
-        if let Some(a) = self.attached.get() {
+        if let Some(a) = self.attached.get().filter(|_| !is_tls12(&stored.value)) {
             if let (Some(store), Some(seal)) = (&a.store, &a.seal) {
                 let expires = stored.issued.saturating_add(self.ttl);
                 match seal.seal(
@@ -385,6 +385,18 @@ impl TlsSessions {
         tracing::info!("TLS sessions: {n} handed over by the previous process");
         n
     }
+}
+
+/// Whether rustls's session value is a TLS 1.2 session (kept in this
+/// process only: TLS 1.2 has no early data, and its session ids are
+/// looked up, not taken). rustls's encoding: SNI presence (u8), the SNI
+/// (u8 length), the version (u16); anything else is shared.
+fn is_tls12(value: &[u8]) -> bool {
+    let at = match value.first() {
+        Some(1) => 2 + usize::from(value.get(1).copied().unwrap_or(0)),
+        _ => 1,
+    };
+    value.get(at..at + 2) == Some(&[0x03, 0x03][..])
 }
 
 fn entry(b: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
