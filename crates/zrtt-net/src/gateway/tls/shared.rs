@@ -16,8 +16,8 @@
 //!   replay store's deadline): what Redis gave is the only session this
 //!   connection's rustls may take ([`super::sessions::SessionView`]), so a
 //!   session is resumed by the one connection of the fleet whose `GETDEL`
-//!   got it. Local copies are never taken for TLS 1.3 (they serve TLS 1.2
-//!   session ids, which carry no early data). No answer in time, an error,
+//!   got it. No local copy is kept of a TLS 1.3 session; TLS 1.2 sessions
+//!   (looked up by id, no early data) stay in the issuing process only. No answer in time, an error,
 //!   a session that does not open: a full handshake. A session issued
 //!   before the store's last failure or reconnection (the replay store's
 //!   guard: a promoted replica may not have seen its `GETDEL`) resumes
@@ -196,17 +196,14 @@ impl TlsSessions {
         }
         if let Some(a) = self.attached.get().filter(|_| !is_tls12(&stored.value)) {
             if let (Some(store), Some(seal)) = (&a.store, &a.seal) {
+                // In a fleet a TLS 1.3 session lives in the store only.
                 let expires = stored.issued.saturating_add(self.ttl);
-                match seal.seal(
-                    &ticket,
-                    &stored.encode()[8..],
-                    stored.issued,
-                    expires,
-                    &*a.rng,
-                ) {
+                let state = stored.encode();
+                match seal.seal(&ticket, &state[8..], stored.issued, expires, &*a.rng) {
                     Ok(sealed) => self.spawn_set(store, &ticket, sealed),
                     Err(e) => tracing::debug!("TLS session not shared: {e}"),
                 }
+                return true;
             }
         }
         self.local.put(ticket, stored.encode())
@@ -234,7 +231,8 @@ impl TlsSessions {
     }
 
     /// Take the session of `ticket` from this process (TLS 1.3: single
-    /// use). In a fleet the local copy is dropped, never returned.
+    /// use). In a fleet none is returned (TLS 1.3 sessions are not kept
+    /// here then; the store is the only source).
     pub(super) fn take_local(&self, ticket: &[u8]) -> Option<Stored> {
         let got = self.local.take(ticket);
         if self.stopped() || self.fleet() {
