@@ -40,6 +40,8 @@ use zrtt_proto::UnixTime;
 const MAGIC: &[u8; 8] = b"ZRTTRS2\0";
 const TLS_MAGIC: &[u8; 8] = b"ZRTTTS\0\0";
 
+type Bytes = Vec<u8>;
+
 /// The replay filter a gateway serves with, and what it needs to save it.
 pub struct ReplayState {
     /// The filter, shared with the gateway.
@@ -225,8 +227,7 @@ fn open_private(path: &Path, write: bool) -> std::io::Result<Option<File>> {
 /// Under the generation file's lock: take this start's generation (the
 /// stored one plus one) and the snapshot's bytes, if any (the snapshot is
 /// removed, so it is used once whatever it holds), and the TLS sessions'.
-#[allow(clippy::type_complexity)]
-fn take(path: &Path) -> anyhow::Result<(u64, Option<Vec<u8>>, Option<Vec<u8>>)> {
+fn take(path: &Path) -> anyhow::Result<(u64, Option<Bytes>, Option<Bytes>)> {
     let gen_path = generation_path(path);
     std::fs::create_dir_all(zrtt_dns::fsutil::parent_dir(path))?;
     let mut gen_file = open_private(&gen_path, true)?

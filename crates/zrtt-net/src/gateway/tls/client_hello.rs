@@ -198,8 +198,15 @@ mod tests {
                 let _ = parse(&bad);
             }
         }
-        let mut empty_id = psk(&[b""]);
-        empty_id[1] = 6;
-        assert_eq!(parse(&hello(&[(41, empty_id)], 100)), Hello::Complete(None));
+        // An empty identity is no identity.
+        assert_eq!(
+            parse(&hello(&[(41, psk(&[b""]))], 100)),
+            Hello::Complete(None)
+        );
+        // A ClientHello larger than MAX_HELLO is not buffered further.
+        assert_eq!(
+            parse(&hello(&[(21, vec![0; MAX_HELLO])], 16_000)),
+            Hello::Other
+        );
     }
 }
