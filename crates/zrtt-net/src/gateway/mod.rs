@@ -118,6 +118,8 @@ pub use metrics::Metrics;
 pub use replay_store::{ReplayStore, ReplayStoreConfig, StoreAddress};
 pub use sites::Site;
 pub use static_files::StaticRoot;
+#[doc(hidden)]
+pub use tls::fuzz_tls_sessions;
 pub use tls::{TlsSessions, DEFAULT_SESSION_TTL};
 
 /// What every connection of one gateway shares.

@@ -208,3 +208,20 @@ async fn read_hello(tcp: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<O
         buf.extend_from_slice(&chunk[..n]);
     }
 }
+
+/// Fuzz entry point (fuzz/fuzz_targets/tls_sessions.rs): the ClientHello
+/// reader, and a restart's sealed sessions, on arbitrary bytes.
+#[doc(hidden)]
+pub fn fuzz_tls_sessions(data: &[u8]) {
+    use zrtt_proto::admission::{TokenKey, TokenKeyRing, TokenKeys};
+    let _ = client_hello::parse(data);
+    let sessions = TlsSessions::new(4, DEFAULT_SESSION_TTL);
+    let key = TokenKey::new(&[1; 32], std::time::Duration::from_secs(60));
+    sessions.attach(
+        Some(TokenKeyRing::new(TokenKeys::single(key))),
+        None,
+        crate::client::system_clock,
+        Arc::new(ring::rand::SystemRandom::new()),
+    );
+    sessions.adopt(data);
+}
