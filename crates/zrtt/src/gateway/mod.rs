@@ -497,7 +497,7 @@ pub fn run(mut a: GatewayArgs) -> Result<ExitCode> {
     let mut cfg = GatewayConfig::new(shared_keys.clone(), tls, a.backends[0].clone())?;
     cfg.backends = a.backends.clone();
     a.backend_opts.apply(&mut cfg)?;
-    a.sessions.apply(&mut cfg)?;
+    a.sessions.apply(&mut cfg, a.token_lifetime)?;
     let replay_path =
         replay_state::location(a.replay_state.as_deref(), a.keystore.as_deref(), a.listen);
     cfg.replay_store = replay_store(&a.store, cfg.clock)?;

@@ -20,12 +20,24 @@ pub(super) struct SessionArgs {
 }
 
 impl SessionArgs {
-    /// Set these in `cfg`.
-    pub(super) fn apply(&self, cfg: &mut GatewayConfig) -> anyhow::Result<()> {
+    /// Set these in `cfg`; `token_lifetime` is how long a retired token
+    /// key still opens what it sealed (TLS sessions are sealed under a key
+    /// derived from it).
+    pub(super) fn apply(
+        &self,
+        cfg: &mut GatewayConfig,
+        token_lifetime: Duration,
+    ) -> anyhow::Result<()> {
         let day = Duration::from_secs(24 * 3600);
         if self.tls_session_ttl.is_zero() || self.tls_session_ttl > day {
             anyhow::bail!(
                 "--tls-session-ttl: above 0 and at most 1d (the lifetime rustls gives clients)"
+            );
+        }
+        if self.tls_session_ttl > token_lifetime {
+            tracing::warn!(
+                "--tls-session-ttl {:?} is above --token-lifetime {token_lifetime:?}: with rotating token keys (--keystore), sessions issued late in a key's epoch stop resuming when that key retires",
+                self.tls_session_ttl
             );
         }
         cfg.tls_sessions = TlsSessions::new(TLS_SESSION_CACHE, self.tls_session_ttl);
