@@ -64,6 +64,15 @@ fn redis(dir: &Path) -> (Guard, u16) {
     (g, port)
 }
 
+/// Until at least `n` TLS sessions are in Redis (written off the handshake).
+fn wait_for_sessions(port: u16, n: usize) {
+    let start = Instant::now();
+    while tls_keys(port) < n {
+        assert!(start.elapsed() < PATIENCE, "sessions never reached Redis");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// The TLS session keys in Redis.
 fn tls_keys(port: u16) -> usize {
     redis_cli(port, &["--scan", "--pattern", "zrtt:tls:*"])
@@ -264,6 +273,21 @@ fn a_session_from_gateway_a_resumes_once_at_gateway_b_through_redis() {
         .filter(|l| l.ends_with("early=true"))
         .count();
     assert_eq!(early_runs, 1, "the 0-RTT request ran once: {seen:?}");
+
+    // A ClientHello answered with a HelloRetryRequest (its only key share
+    // is for a group the gateway does not take): the session taken for the
+    // first ClientHello is the one the second resumes, without 0-RTT (none
+    // after a retry, RFC 8446 §4.2.10).
+    new_session(dir, &a);
+    wait_for_sessions(port, 2);
+    let out = s_client(
+        dir,
+        &b,
+        &["-sess_in", SESS, "-groups", "P-521:X25519"],
+        &std::fs::read(dir.join("early.txt")).unwrap(),
+    );
+    assert!(out.contains("Reused, TLSv1.3"), "{out}");
+    assert!(out.contains("\r\n\r\nok"), "{out}");
 
     // Redis gone: full handshakes, nothing fails.
     new_session(dir, &a);
