@@ -4,7 +4,8 @@
 //! - a ClientHello resuming a session, captured and sent at once on eight
 //!   connections to gateways A and B, is resumed by exactly one of them
 //!   (the others get full handshakes: the ServerHello says which), on one
-//!   Redis and on a Redis Cluster of three masters;
+//!   Redis and on a Redis Cluster of three masters (then with one killed:
+//!   every connection still served);
 //! - a full Redis refusing session writes does not fail the replay store;
 //! - `measure_shared_resumption` (ignored) prints the added latency of the
 //!   Redis take on a resumption (docs/FLEET.md).
@@ -350,7 +351,24 @@ async fn a_redis_cluster_shares_sessions_across_its_slots() {
     )
     .parse()
     .unwrap();
-    resumed_once_in_the_fleet(address, || nodes.iter().map(Redis::sessions).sum()).await;
+    resumed_once_in_the_fleet(address.clone(), || nodes.iter().map(Redis::sessions).sum()).await;
+    // A node lost: sessions in its slots are neither written nor taken
+    // (full handshakes), the others resume; no connection fails.
+    let a = gateway_with_store(Some(address.clone()), Duration::from_secs(2))
+        .await
+        .0;
+    let b = gateway_with_store(Some(address), Duration::from_secs(2))
+        .await
+        .0;
+    let mut nodes = nodes;
+    drop(nodes.remove(0));
+    let mut resumed = 0;
+    for _ in 0..6 {
+        let cfg = client_config();
+        assert!(!handshake(&cfg, a.addr).await.1);
+        resumed += usize::from(handshake(&cfg, b.addr).await.1);
+    }
+    eprintln!("with a node lost, {resumed} of 6 resumed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
