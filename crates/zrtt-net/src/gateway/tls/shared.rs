@@ -234,8 +234,11 @@ impl TlsSessions {
     /// use). In a fleet none is returned (TLS 1.3 sessions are not kept
     /// here then; the store is the only source).
     pub(super) fn take_local(&self, ticket: &[u8]) -> Option<Stored> {
+        if self.fleet() {
+            return None;
+        }
         let got = self.local.take(ticket);
-        if self.stopped() || self.fleet() {
+        if self.stopped() {
             return None;
         }
         got.and_then(|v| Stored::decode(&v))
