@@ -2,8 +2,8 @@
 //! here wrote: `openssl s_client -sess_out` at gateway A, `-sess_in
 //! -early_data` at gateway B (both on one real `redis-server` and one token
 //! key) resumes with its 0-RTT request answered once; the same session
-//! again, at A or B, is not resumed; with Redis stopped, full handshakes
-//! and every request served. A lone gateway stopped and started again
+//! again, at A or B, is not resumed; with Redis stalled or stopped, full
+//! handshakes and every request served. A lone gateway stopped and started again
 //! (its `--replay-state`), or replaced by a successor taking over its
 //! sockets (`--handover`), resumes a session from before the restart, once.
 
@@ -74,11 +74,17 @@ fn wait_for_sessions(port: u16, n: usize) {
 }
 
 /// The TLS session keys in Redis.
-fn tls_keys(port: u16) -> usize {
+fn tls_key_set(port: u16) -> std::collections::HashSet<String> {
     redis_cli(port, &["--scan", "--pattern", "zrtt:tls:*"])
         .lines()
         .filter(|l| !l.is_empty())
-        .count()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// How many TLS sessions Redis holds.
+fn tls_keys(port: u16) -> usize {
+    tls_key_set(port).len()
 }
 
 /// An HTTP/1.1 backend answering `ok`, recording each request's first
@@ -212,6 +218,14 @@ fn resume(dir: &Path, addr: &str) -> (bool, bool) {
     (resumed, early)
 }
 
+fn signal(g: &Guard, sig: &str) {
+    let st = Command::new("kill")
+        .args([sig, &g.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
 fn stop(g: &mut Guard) {
     let pid = g.0.id().to_string();
     Command::new("kill").args(["-TERM", &pid]).status().unwrap();
@@ -288,6 +302,27 @@ fn a_session_from_gateway_a_resumes_once_at_gateway_b_through_redis() {
     );
     assert!(out.contains("Reused, TLSv1.3"), "{out}");
     assert!(out.contains("\r\n\r\nok"), "{out}");
+
+    // Redis stalled (SIGSTOP, shorter than the connection's own 1 s
+    // bound): no answer within the deadline, a full handshake; once Redis
+    // runs again its late GETDEL takes the session, which is then never
+    // resumed.
+    new_session(dir, &a);
+    wait_for_sessions(port, 2);
+    let held = tls_key_set(port);
+    signal(&redis, "-STOP");
+    let req = std::fs::read(dir.join("early.txt")).unwrap();
+    let out = s_client(dir, &b, &["-sess_in", SESS], &req);
+    signal(&redis, "-CONT");
+    assert!(out.contains("New, TLSv1.3"), "{out}");
+    assert!(out.contains("\r\n\r\nok"), "{out}");
+    let start = Instant::now();
+    // (B's full handshake meanwhile added its own two.)
+    while held.difference(&tls_key_set(port)).count() != 1 {
+        assert!(start.elapsed() < PATIENCE, "the late GETDEL never ran");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(resume(dir, &b), (false, false));
 
     // Redis gone: full handshakes, nothing fails.
     new_session(dir, &a);
