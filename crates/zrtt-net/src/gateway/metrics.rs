@@ -159,6 +159,13 @@ counters! {
     /// TLS sessions resumed without 0-RTT because they were issued before
     /// the fleet's store last failed or reconnected.
     tls_sessions_without_early,
+    /// TLS sessions not kept (so no ticket issued) because this gateway's
+    /// cap on session writes was reached (gateway/tls/limits.rs).
+    tls_sessions_puts_limited,
+    /// ClientHellos offering a session not looked up in the fleet's store
+    /// because the per-source or global cap on look-ups was reached: full
+    /// handshakes.
+    tls_sessions_lookups_limited,
 }
 
 /// How a connection's first answer went: `path` is `zrtt` or `tls`,

@@ -120,7 +120,7 @@ pub use sites::Site;
 pub use static_files::StaticRoot;
 #[doc(hidden)]
 pub use tls::fuzz_tls_sessions;
-pub use tls::{TlsSessions, DEFAULT_SESSION_TTL};
+pub use tls::{SessionLimits, TlsSessions, DEFAULT_SESSION_TTL};
 
 /// What every connection of one gateway shares.
 struct Shared {

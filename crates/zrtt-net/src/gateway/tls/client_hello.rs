@@ -4,6 +4,12 @@
 //! session may carry 0-RTT data. The I/O layer takes that session from the
 //! fleet's store (an await) so that rustls's synchronous `take` finds it.
 //!
+//! Only an identity rustls could have issued is worth a look-up (each
+//! costs a Redis round trip and leaves a tombstone): one of rustls's
+//! ticket-id size ([`TICKET_ID_LEN`]), in a ClientHello that offers TLS
+//! 1.3 (`supported_versions`) and `psk_dhe_ke`, the only PSK mode rustls
+//! resumes with.
+//!
 //! Parsing never panics on peer bytes; anything unexpected means "no
 //! identity" (rustls then judges the ClientHello itself).
 
@@ -13,8 +19,13 @@ pub(super) const MAX_HELLO: usize = 16 * 1024;
 
 const HANDSHAKE: u8 = 22;
 const CLIENT_HELLO: u8 = 1;
+const SUPPORTED_VERSIONS: u16 = 43;
+const PSK_KEY_EXCHANGE_MODES: u16 = 45;
 const PRE_SHARED_KEY: u16 = 41;
-const MAX_IDENTITY: usize = 1024;
+const TLS13: [u8; 2] = [3, 4];
+const PSK_DHE_KE: u8 = 1;
+/// The size of rustls's ticket ids (stateful tickets: 32 random bytes).
+pub(super) const TICKET_ID_LEN: usize = 32;
 
 /// What the bytes received so far say.
 #[derive(Debug, PartialEq, Eq)]
@@ -97,7 +108,7 @@ impl<'a> Reader<'a> {
 }
 
 /// The first identity of the `pre_shared_key` extension of a ClientHello
-/// body.
+/// body, if worth a look-up (module docs).
 fn first_identity(body: &[u8]) -> Option<Vec<u8>> {
     let mut r = Reader(body);
     r.take(2 + 32)?; // legacy_version, random
@@ -105,17 +116,27 @@ fn first_identity(body: &[u8]) -> Option<Vec<u8>> {
     r.vec16()?; // cipher_suites
     r.vec8()?; // legacy_compression_methods
     let mut exts = Reader(r.vec16()?);
+    let (mut tls13, mut dhe) = (false, false);
     while !exts.0.is_empty() {
         let kind = exts.u16()?;
         let data = exts.vec16()?;
-        if kind == usize::from(PRE_SHARED_KEY) {
-            let mut psk = Reader(data);
-            let mut ids = Reader(psk.vec16()?);
-            let id = ids.vec16()?;
-            if id.is_empty() || id.len() > MAX_IDENTITY {
-                return None;
+        match u16::try_from(kind).ok()? {
+            SUPPORTED_VERSIONS => {
+                let versions = Reader(data).vec8()?;
+                tls13 = versions.chunks_exact(2).any(|v| v == TLS13);
             }
-            return Some(id.to_vec());
+            PSK_KEY_EXCHANGE_MODES => dhe = Reader(data).vec8()?.contains(&PSK_DHE_KE),
+            // Last of the extensions (RFC 8446 §4.2.11).
+            PRE_SHARED_KEY => {
+                let mut psk = Reader(data);
+                let mut ids = Reader(psk.vec16()?);
+                let id = ids.vec16()?;
+                if !tls13 || !dhe || id.len() != TICKET_ID_LEN {
+                    return None;
+                }
+                return Some(id.to_vec());
+            }
+            _ => {}
         }
     }
     None
@@ -167,16 +188,25 @@ mod tests {
         d
     }
 
+    const T1: &[u8; 32] = b"ticket-1 ticket-1 ticket-1 ticke";
+    const T2: &[u8; 32] = b"ticket-2 ticket-2 ticket-2 ticke";
+
+    /// TLS 1.3 offered, psk_dhe_ke, then the PSK extension.
+    fn resuming(ids: &[&[u8]]) -> Vec<(u16, Vec<u8>)> {
+        vec![
+            (0u16, vec![0, 0]),
+            (43, vec![4, 3, 4, 3, 3]),
+            (45, vec![1, 1]),
+            (41, psk(ids)),
+        ]
+    }
+
     #[test]
     fn finds_the_first_identity_across_records() {
-        let exts = [(0u16, vec![0, 0]), (41, psk(&[b"ticket-1", b"ticket-2"]))];
+        let exts = resuming(&[T1, T2]);
         for frag in [7, 100, 5000] {
             let h = hello(&exts, frag);
-            assert_eq!(
-                parse(&h),
-                Hello::Complete(Some(b"ticket-1".to_vec())),
-                "{frag}"
-            );
+            assert_eq!(parse(&h), Hello::Complete(Some(T1.to_vec())), "{frag}");
             for cut in 0..h.len() {
                 assert_eq!(parse(&h[..cut]), Hello::Partial, "{frag} {cut}");
             }
@@ -189,8 +219,26 @@ mod tests {
     }
 
     #[test]
+    fn looks_up_only_what_rustls_could_have_issued() {
+        // Not rustls's ticket-id size.
+        for id in [&b"ticket"[..], &[7; 31], &[7; 33], &[7; 1024]] {
+            assert_eq!(parse(&hello(&resuming(&[id]), 100)), Hello::Complete(None));
+        }
+        // No TLS 1.3 offered, or no psk_dhe_ke (psk_ke only).
+        let mut no13 = resuming(&[T1]);
+        no13[1].1 = vec![2, 3, 3];
+        assert_eq!(parse(&hello(&no13, 100)), Hello::Complete(None));
+        let mut ke_only = resuming(&[T1]);
+        ke_only[2].1 = vec![1, 0];
+        assert_eq!(parse(&hello(&ke_only, 100)), Hello::Complete(None));
+        let mut without_modes = resuming(&[T1]);
+        without_modes.remove(2);
+        assert_eq!(parse(&hello(&without_modes, 100)), Hello::Complete(None));
+    }
+
+    #[test]
     fn never_panics_on_damaged_hellos() {
-        let h = hello(&[(41, psk(&[b"ticket"]))], 50);
+        let h = hello(&resuming(&[T1]), 50);
         for i in 0..h.len() {
             for x in [0x01, 0x80, 0xff] {
                 let mut bad = h.clone();
@@ -199,10 +247,7 @@ mod tests {
             }
         }
         // An empty identity is no identity.
-        assert_eq!(
-            parse(&hello(&[(41, psk(&[b""]))], 100)),
-            Hello::Complete(None)
-        );
+        assert_eq!(parse(&hello(&resuming(&[b""]), 100)), Hello::Complete(None));
         // A ClientHello larger than MAX_HELLO is not buffered further.
         assert_eq!(
             parse(&hello(&[(21, vec![0; MAX_HELLO])], 16_000)),

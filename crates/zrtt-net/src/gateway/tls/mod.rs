@@ -10,6 +10,8 @@
 //! with a Fast Open cookie ([`stream`]).
 
 mod client_hello;
+mod limits;
+pub use limits::SessionLimits;
 mod seal;
 mod session_cache;
 pub(crate) use session_cache::SessionCache;
@@ -62,6 +64,9 @@ pub(super) async fn serve(
     let mut tcp = tcp;
     // In a fleet, the session a ClientHello offers is taken from the
     // fleet's store before rustls sees the ClientHello (shared.rs).
+    // One deadline for the ClientHello: read here (in a fleet), then by
+    // rustls.
+    let hello_deadline = Instant::now() + t.first_flight;
     let mut hello = Vec::new();
     let mut fetched = None;
     if sessions.fleet() {
@@ -73,7 +78,7 @@ pub(super) async fn serve(
         )
         .await;
         match read {
-            Some(Ok(Some(ticket))) => fetched = sessions.fetch(&ticket, m).await,
+            Some(Ok(Some(ticket))) => fetched = sessions.fetch(&ticket, peer.ip(), m).await,
             Some(Ok(None)) => {}
             Some(Err(e)) => {
                 tracing::debug!("TLS {peer}: {e}");
@@ -83,10 +88,15 @@ pub(super) async fn serve(
         }
     }
     let early_ok = fetched.as_ref().is_none_or(|f| f.early);
-    let view = SessionView::new(sessions.clone(), peer.ip(), fetched);
+    let view = SessionView::new(sessions.clone(), m.clone(), peer.ip(), fetched);
     let binding = view.binding_handle();
     let mut config = (*shared.cfg.tls).clone();
     config.session_storage = Arc::new(view);
+    if sessions.fleet() {
+        // Each ticket is a session in the fleet's store (docs/FLEET.md,
+        // Capacity): one per handshake.
+        config.send_tls13_tickets = 1;
+    }
     if !early_ok {
         // Issued before the store's last failure: resumed, without 0-RTT.
         config.max_early_data_size = 0;
@@ -105,7 +115,7 @@ pub(super) async fn serve(
     let hello = read_within(
         gate.socket(),
         t.gate,
-        t.first_flight,
+        hello_deadline.saturating_duration_since(Instant::now()),
         tls.read_client_hello(),
     )
     .await;

@@ -4,11 +4,18 @@
 //! and rotates (crates/zrtt-dns/src/token_keys.rs).
 //!
 //! ```text
-//! sealed = 0x01 || key_id (4) || nonce (12)
+//! sealed = 0x02 || key_id (4) || salt (16, random)
 //!          || ChaCha20-Poly1305(issued_ms u64 || expires_ms u64 || state)
-//! aad    = "zrtt tls session v1" || key_id || context
-//! key    = HKDF-SHA256(token key, label "zrtt tls session seal")
+//! aad    = "zrtt tls session v2" || key_id || context
+//! key    = HKDF-SHA256(token key, info "zrtt tls session seal" || salt)
+//! nonce  = 0 (96 bits)
 //! ```
+//!
+//! Each message has its own key (a random 128-bit salt in the HKDF info):
+//! no nonce is ever used twice under a key, however many sessions the
+//! fleet seals under one token key (random 96-bit nonces under one key
+//! would collide after about 2^32 of them, and the whole fleet seals
+//! under the same key).
 //!
 //! `key_id` is the token key's id; `context` binds the sealed state to
 //! where it is stored (a ticket id: a value moved to another ticket's key
@@ -16,19 +23,19 @@
 //! its last token's lifetime) no longer opens: the client gets a full
 //! handshake, as with any session the gateway lost.
 
-use std::sync::{Arc, Mutex};
-
 use ring::aead::{Aad, LessSafeKey, Nonce, NONCE_LEN};
-use zrtt_proto::admission::{TokenKeyRing, TokenKeys};
+use zeroize::Zeroizing;
+use zrtt_proto::admission::{TokenKey, TokenKeyRing};
 use zrtt_proto::crypto::SecureRandom;
 use zrtt_proto::UnixTime;
 
-const VERSION: u8 = 1;
-const AAD_LABEL: &[u8] = b"zrtt tls session v1";
-/// The HKDF label of the session key (helpers deriving other keys from the
-/// token key use other labels).
+const VERSION: u8 = 2;
+const AAD_LABEL: &[u8] = b"zrtt tls session v2";
+/// The HKDF label of the session keys (helpers deriving other keys from
+/// the token key use other labels), followed by each message's salt.
 pub(crate) const KEY_LABEL: &[u8] = b"zrtt tls session seal";
-const HEADER: usize = 1 + 4 + NONCE_LEN;
+const SALT: usize = 16;
+const HEADER: usize = 1 + 4 + SALT;
 const TAG: usize = 16;
 
 /// Why sealed session state did not open.
@@ -55,19 +62,23 @@ pub(crate) struct Opened {
     /// When it was sealed.
     pub issued: UnixTime,
     /// The state.
-    pub state: Vec<u8>,
+    pub state: Zeroizing<Vec<u8>>,
 }
-
-type Derived = Arc<Vec<(u32, LessSafeKey)>>;
 
 /// Seals and opens session state under keys derived from a token key ring
 /// (the current key seals; every key of the ring opens).
 pub(crate) struct SessionSeal {
     ring: TokenKeyRing,
-    /// The keys derived from the ring's keys last seen (re-derived when
-    /// the ring rotates).
-    derived: Mutex<Option<(Arc<TokenKeys>, Derived)>>,
 }
+
+/// The key of one message: `salt` under `token`.
+fn message_key(token: &TokenKey, salt: &[u8]) -> LessSafeKey {
+    let mut info = KEY_LABEL.to_vec();
+    info.extend_from_slice(salt);
+    token.derive_aead_key(&info)
+}
+
+const ZERO_NONCE: [u8; NONCE_LEN] = [0; NONCE_LEN];
 
 impl std::fmt::Debug for SessionSeal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -80,27 +91,7 @@ impl std::fmt::Debug for SessionSeal {
 impl SessionSeal {
     /// Seal with keys derived from `ring`'s, following its rotations.
     pub(crate) fn new(ring: TokenKeyRing) -> Self {
-        Self {
-            ring,
-            derived: Mutex::new(None),
-        }
-    }
-
-    fn keys(&self) -> Derived {
-        let now = self.ring.keys();
-        let mut d = self.derived.lock().unwrap_or_else(|p| p.into_inner());
-        match &*d {
-            Some((seen, keys)) if Arc::ptr_eq(seen, &now) => keys.clone(),
-            _ => {
-                let keys: Derived = Arc::new(
-                    now.all()
-                        .map(|k| (k.id(), k.derive_aead_key(KEY_LABEL)))
-                        .collect(),
-                );
-                *d = Some((now, keys.clone()));
-                keys
-            }
-        }
+        Self { ring }
     }
 
     /// Seal `state` for `context`, issued `issued`, good until `expires`.
@@ -112,24 +103,26 @@ impl SessionSeal {
         expires: UnixTime,
         rng: &dyn SecureRandom,
     ) -> Result<Vec<u8>, SealError> {
-        let keys = self.keys();
-        let Some((id, key)) = keys.first() else {
+        let keys = self.ring.keys();
+        let Some(token) = keys.all().next() else {
             return Err(SealError::UnknownKey);
         };
-        let mut nonce = [0u8; NONCE_LEN];
-        rng.fill(&mut nonce).map_err(|_| SealError::Rng)?;
+        let id = token.id();
+        let mut salt = [0u8; SALT];
+        rng.fill(&mut salt).map_err(|_| SealError::Rng)?;
+        let key = message_key(token, &salt);
         let mut out = Vec::with_capacity(HEADER + 16 + state.len() + TAG);
         out.push(VERSION);
         out.extend_from_slice(&id.to_be_bytes());
-        out.extend_from_slice(&nonce);
-        let mut body = Vec::with_capacity(16 + state.len() + TAG);
+        out.extend_from_slice(&salt);
+        let mut body = Zeroizing::new(Vec::with_capacity(16 + state.len() + TAG));
         body.extend_from_slice(&issued.as_millis().to_be_bytes());
         body.extend_from_slice(&expires.as_millis().to_be_bytes());
         body.extend_from_slice(state);
         key.seal_in_place_append_tag(
-            Nonce::assume_unique_for_key(nonce),
-            Aad::from(aad(*id, context)),
-            &mut body,
+            Nonce::assume_unique_for_key(ZERO_NONCE),
+            Aad::from(aad(id, context)),
+            &mut *body,
         )
         .map_err(|_| SealError::Invalid)?;
         out.extend_from_slice(&body);
@@ -147,17 +140,19 @@ impl SessionSeal {
             return Err(SealError::Invalid);
         }
         let id = u32::from_be_bytes([sealed[1], sealed[2], sealed[3], sealed[4]]);
-        let keys = self.keys();
-        let key = keys
-            .iter()
-            .find(|(k, _)| *k == id)
-            .map(|(_, key)| key)
+        let keys = self.ring.keys();
+        let token = keys
+            .all()
+            .find(|k| k.id() == id)
             .ok_or(SealError::UnknownKey)?;
-        let nonce =
-            Nonce::try_assume_unique_for_key(&sealed[5..HEADER]).map_err(|_| SealError::Invalid)?;
-        let mut body = sealed[HEADER..].to_vec();
+        let key = message_key(token, &sealed[5..HEADER]);
+        let mut body = Zeroizing::new(sealed[HEADER..].to_vec());
         let plain = key
-            .open_in_place(nonce, Aad::from(aad(id, context)), &mut body)
+            .open_in_place(
+                Nonce::assume_unique_for_key(ZERO_NONCE),
+                Aad::from(aad(id, context)),
+                &mut body,
+            )
             .map_err(|_| SealError::Invalid)?;
         let ms = |b: &[u8]| {
             UnixTime::from_millis(u64::from_be_bytes(
@@ -171,7 +166,7 @@ impl SessionSeal {
         }
         Ok(Opened {
             issued,
-            state: plain[16..].to_vec(),
+            state: Zeroizing::new(plain[16..].to_vec()),
         })
     }
 }
@@ -189,7 +184,8 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use std::time::Duration;
-    use zrtt_proto::admission::TokenKey;
+    use std::sync::Arc;
+    use zrtt_proto::admission::TokenKeys;
 
     fn key(b: u8) -> Arc<TokenKey> {
         Arc::new(TokenKey::new(&[b; 32], Duration::from_secs(60)))
@@ -220,7 +216,7 @@ mod tests {
             .unwrap();
         assert!(!sealed.windows(5).any(|w| w == b"state"), "encrypted");
         let opened = b.open(b"ticket-1", &sealed, later(10)).unwrap();
-        assert_eq!(opened.state, b"state");
+        assert_eq!(*opened.state, b"state");
         assert_eq!(opened.issued, T0);
         // Stored under another ticket's key: refused.
         assert_eq!(
@@ -235,13 +231,33 @@ mod tests {
         );
         // The same token key under another label (another use of it)
         // does not open it.
-        let other_label = key(1).derive_aead_key(b"zrtt another use");
+        let mut info = b"zrtt another use".to_vec();
+        info.extend_from_slice(&sealed[5..HEADER]);
+        let other_label = key(1).derive_aead_key(&info);
         let mut body = sealed[HEADER..].to_vec();
-        let nonce = Nonce::try_assume_unique_for_key(&sealed[5..HEADER]).unwrap();
+        let nonce = Nonce::assume_unique_for_key(ZERO_NONCE);
         let id = u32::from_be_bytes(sealed[1..5].try_into().unwrap());
         assert!(other_label
             .open_in_place(nonce, Aad::from(aad(id, b"ticket-1")), &mut body)
             .is_err());
+        // Each message under its own key: the same state sealed twice
+        // differs, and one message's salt does not open the other.
+        let again = a
+            .seal(
+                b"ticket-1",
+                b"state",
+                T0,
+                later(3600),
+                &ring::rand::SystemRandom::new(),
+            )
+            .unwrap();
+        assert_ne!(again[5..HEADER], sealed[5..HEADER], "a salt per message");
+        let mut swapped = again.clone();
+        swapped[5..HEADER].copy_from_slice(&sealed[5..HEADER]);
+        assert_eq!(
+            b.open(b"ticket-1", &swapped, later(10)),
+            Err(SealError::Invalid)
+        );
     }
 
     #[test]

@@ -18,6 +18,9 @@ use std::sync::{Arc, Mutex};
 
 use rustls::server::StoresServerSessions;
 
+use zeroize::Zeroizing;
+
+use super::super::Metrics;
 use super::shared::{address_bytes, Fetched, Stored, TlsSessions};
 
 const UNKNOWN: u8 = 0;
@@ -39,6 +42,7 @@ pub(super) enum Binding {
 /// The gateway's sessions as one connection sees them.
 pub(super) struct SessionView {
     sessions: Arc<TlsSessions>,
+    metrics: Arc<Metrics>,
     peer: [u8; 16],
     binding: Arc<AtomicU8>,
     /// The session the fleet's store gave this connection: in a fleet, the
@@ -57,9 +61,15 @@ impl fmt::Debug for SessionView {
 impl SessionView {
     /// A view of `sessions` for a connection from `peer`, with the
     /// session the fleet's store gave it, if any.
-    pub(super) fn new(sessions: Arc<TlsSessions>, peer: IpAddr, fetched: Option<Fetched>) -> Self {
+    pub(super) fn new(
+        sessions: Arc<TlsSessions>,
+        metrics: Arc<Metrics>,
+        peer: IpAddr,
+        fetched: Option<Fetched>,
+    ) -> Self {
         Self {
             sessions,
+            metrics,
             peer: address_bytes(peer),
             binding: Arc::new(AtomicU8::new(UNKNOWN)),
             fetched: Mutex::new(fetched),
@@ -79,7 +89,7 @@ impl SessionView {
         let bound = stored.peer == self.peer;
         self.binding
             .store(if bound { BOUND } else { ELSEWHERE }, Ordering::Release);
-        stored.value
+        stored.value.to_vec()
     }
 }
 
@@ -97,9 +107,9 @@ impl StoresServerSessions for SessionView {
         let stored = Stored {
             issued: self.sessions.now(),
             peer: self.peer,
-            value,
+            value: Zeroizing::new(value),
         };
-        self.sessions.put(key, stored)
+        self.sessions.put(key, stored, &self.metrics)
     }
 
     fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
@@ -132,20 +142,26 @@ mod tests {
     #[test]
     fn sessions_say_whether_they_come_back_to_their_address() {
         let cache = TlsSessions::new(16, super::super::shared::DEFAULT_SESSION_TTL);
+        let m = Arc::new(Metrics::default());
         let a: IpAddr = "198.18.0.1".parse().unwrap();
         let b: IpAddr = "198.18.0.2".parse().unwrap();
-        let issued = SessionView::new(cache.clone(), a, None);
+        let issued = SessionView::new(cache.clone(), m.clone(), a, None);
         assert!(issued.put(b"t1".to_vec(), b"secret".to_vec()));
         assert!(issued.put(b"t2".to_vec(), b"secret".to_vec()));
         // Back from the same address (IPv4-mapped on a dual-stack listener).
-        let same = SessionView::new(cache.clone(), "::ffff:198.18.0.1".parse().unwrap(), None);
+        let same = SessionView::new(
+            cache.clone(),
+            m.clone(),
+            "::ffff:198.18.0.1".parse().unwrap(),
+            None,
+        );
         assert_eq!(same.binding(), Binding::None);
         assert_eq!(same.take(b"t1"), Some(b"secret".to_vec()));
         assert_eq!(same.binding(), Binding::Bound);
         // Single use.
         assert_eq!(same.take(b"t1"), None);
         // From elsewhere: resumed, not bound.
-        let other = SessionView::new(cache.clone(), b, None);
+        let other = SessionView::new(cache.clone(), m.clone(), b, None);
         assert_eq!(other.take(b"t2"), Some(b"secret".to_vec()));
         assert_eq!(other.binding(), Binding::Elsewhere);
         assert_eq!(

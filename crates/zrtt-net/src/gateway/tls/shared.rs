@@ -8,40 +8,70 @@
 //!   and issuing sessions, removes them all from its cache and seals them
 //!   ([`TlsSessions::hand_over`]); the next process opens them
 //!   ([`TlsSessions::adopt`]). Each session is in exactly one process.
-//! - **Fleet** (`--replay-store redis://...`): every session any gateway
-//!   issues is also written to Redis, sealed ([`super::seal`]), with `SET
-//!   <prefix>:tls:<ticket id hex> <sealed> PX <ttl>` in a task of its own
-//!   (off the handshake). A ClientHello offering a PSK is held by the I/O
-//!   layer until `GETDEL` of its first identity answered (within the
-//!   replay store's deadline): what Redis gave is the only session this
-//!   connection's rustls may take ([`super::sessions::SessionView`]), so a
-//!   session is resumed by the one connection of the fleet whose `GETDEL`
-//!   got it. No local copy is kept of a TLS 1.3 session; TLS 1.2 sessions
-//!   (looked up by id, no early data) stay in the issuing process only. No answer in time, an error,
+//! - **Fleet** (`--replay-store redis://...`): every TLS 1.3 session any
+//!   gateway issues is written to Redis, sealed ([`super::seal`]), with
+//!   `SET <prefix>:tls:<ticket id hex> <sealed> NX PX <ttl>` in a task of
+//!   its own (off the handshake), at most [`SessionLimits`]`::puts_per_second`
+//!   a second (over it: no ticket). A ClientHello offering a PSK is held by
+//!   the I/O layer until the take of its first identity answered (within
+//!   the replay store's deadline): a script ([`TAKE`]) that reads the
+//!   value and leaves a tombstone (`""`, [`TOMBSTONE_SLACK`] past rustls's
+//!   60 s freshness window) in its place, atomically. What Redis gave is
+//!   the only session this connection's rustls may take
+//!   ([`super::sessions::SessionView`]), so a session is resumed by the one
+//!   connection of the fleet whose take got it; a `SET` arriving after the
+//!   take (late) finds the tombstone and writes nothing (`NX`). A take
+//!   that could not be sent (no connection, too many commands waiting) is
+//!   queued and sent once the store answers again (best effort: this
+//!   process may stop first; docs/PROTOCOL.md §7). No local copy is kept
+//!   of a TLS 1.3 session; TLS 1.2 sessions (looked up by id, no early
+//!   data) stay in the issuing process only. No answer in time, an error,
 //!   a session that does not open: a full handshake. A session issued
 //!   before the store's last failure or reconnection (the replay store's
-//!   guard: a promoted replica may not have seen its `GETDEL`) resumes
+//!   guard: a promoted replica may not have seen its take) resumes
 //!   without 0-RTT.
 
+use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use rustls::server::StoresServerSessions;
+use zeroize::Zeroizing;
 use zrtt_proto::admission::{canonical_ip, TokenKeyRing};
 use zrtt_proto::crypto::SecureRandom;
 use zrtt_proto::UnixTime;
 
-use super::super::replay_store::ReplayStore;
+use super::super::replay_store::{ReplayStore, Unavailable};
 use super::super::Metrics;
+use super::limits::{Limiter, SessionLimits};
 use super::seal::SessionSeal;
 use super::SessionCache;
 
-/// How long a session is kept by default (in Redis, or across a restart):
-/// rustls tells clients 24 h, but a fleet's Redis would hold every
-/// session of a day; past this the client gets a full handshake.
-pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(3600);
+/// How long a session is kept by default (in this process, in Redis, or
+/// across a restart): rustls tells clients 24 h, but a fleet's Redis would
+/// hold every session of a day; past this the client gets a full
+/// handshake. nginx's `ssl_session_timeout` default.
+pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(300);
+
+/// The take (`EVAL`, one key, `ARGV[1]` the tombstone's life in ms): the
+/// session if there is one (not a tombstone), and a tombstone in its place
+/// either way, so that a `SET ... NX` arriving later writes nothing. The
+/// tombstone is written with `pcall`: a full store (OOM) still gives the
+/// session away (the value is removed: `GETDEL` frees memory).
+pub(super) const TAKE: &str = "local v = redis.call('GETDEL', KEYS[1]) \
+redis.pcall('SET', KEYS[1], '', 'PX', ARGV[1]) \
+if v and v ~= '' then return v end return false";
+
+/// How long a tombstone outlives rustls's freshness window for 0-RTT (a
+/// ClientHello's ticket age within 60 s of the server's): a session
+/// written after that no longer carries 0-RTT data for a ClientHello the
+/// take saw. Plus the store's skew between gateways' clocks.
+pub(super) const TOMBSTONE_SLACK: Duration = Duration::from_secs(61);
+
+/// Most takes queued while the store could not be asked.
+const MAX_PENDING: usize = 4096;
 
 const HANDOVER_MAGIC: &[u8; 8] = b"ZRTTTS1\0";
 
@@ -50,12 +80,12 @@ const HANDOVER_MAGIC: &[u8; 8] = b"ZRTTTS1\0";
 pub(super) struct Stored {
     pub issued: UnixTime,
     pub peer: [u8; 16],
-    pub value: Vec<u8>,
+    pub value: Zeroizing<Vec<u8>>,
 }
 
 impl Stored {
-    pub(super) fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(24 + self.value.len());
+    pub(super) fn encode(&self) -> Zeroizing<Vec<u8>> {
+        let mut out = Zeroizing::new(Vec::with_capacity(24 + self.value.len()));
         out.extend_from_slice(&self.issued.as_millis().to_be_bytes());
         out.extend_from_slice(&self.peer);
         out.extend_from_slice(&self.value);
@@ -67,7 +97,7 @@ impl Stored {
         Some(Self {
             issued: UnixTime::from_millis(issued),
             peer: b.get(8..24)?.try_into().ok()?,
-            value: b.get(24..)?.to_vec(),
+            value: Zeroizing::new(b.get(24..)?.to_vec()),
         })
     }
 }
@@ -111,6 +141,11 @@ pub struct TlsSessions {
     attached: OnceLock<Attached>,
     /// Set once the sessions were handed over: nothing is taken or issued.
     stopped: AtomicBool,
+    limiter: Limiter,
+    /// Tickets whose take could not be sent, to take once the store
+    /// answers again; whether a task is sending them.
+    pending: Mutex<VecDeque<Vec<u8>>>,
+    flushing: AtomicBool,
 }
 
 impl std::fmt::Debug for TlsSessions {
@@ -128,12 +163,25 @@ impl TlsSessions {
     /// At most `capacity` sessions in this process, each kept `ttl` in a
     /// fleet's store or across a restart.
     pub fn new(capacity: usize, ttl: Duration) -> Arc<Self> {
+        Self::with_limits(capacity, ttl, SessionLimits::default())
+    }
+
+    /// [`Self::new`] with other caps on a fleet's store ([`SessionLimits`]).
+    pub fn with_limits(capacity: usize, ttl: Duration, limits: SessionLimits) -> Arc<Self> {
         Arc::new(Self {
             local: SessionCache::new(capacity),
             ttl,
             attached: OnceLock::new(),
             stopped: AtomicBool::new(false),
+            limiter: Limiter::new(limits, Instant::now()),
+            pending: Mutex::new(VecDeque::new()),
+            flushing: AtomicBool::new(false),
         })
+    }
+
+    /// The caps on a fleet's store.
+    pub fn limits(&self) -> SessionLimits {
+        self.limiter.limits()
     }
 
     /// How long sessions are kept.
@@ -189,14 +237,20 @@ impl TlsSessions {
         )
     }
 
-    /// Keep a session rustls issued (`ticket` → `stored`).
-    pub(super) fn put(&self, ticket: Vec<u8>, stored: Stored) -> bool {
+    /// Keep a session rustls issued (`ticket` → `stored`); `false`: not
+    /// kept, rustls issues no ticket.
+    pub(super) fn put(&self, ticket: Vec<u8>, stored: Stored, m: &Metrics) -> bool {
         if self.stopped() {
             return false;
         }
         if let Some(a) = self.attached.get().filter(|_| !is_tls12(&stored.value)) {
             if let (Some(store), Some(seal)) = (&a.store, &a.seal) {
-                // In a fleet a TLS 1.3 session lives in the store only.
+                // In a fleet a TLS 1.3 session lives in the store only,
+                // written at most at the cap's rate.
+                if !self.limiter.put(Instant::now()) {
+                    Metrics::inc(&m.tls_sessions_puts_limited);
+                    return false;
+                }
                 let expires = stored.issued.saturating_add(self.ttl);
                 let state = stored.encode();
                 match seal.seal(&ticket, &state[8..], stored.issued, expires, &*a.rng) {
@@ -206,7 +260,7 @@ impl TlsSessions {
                 return true;
             }
         }
-        self.local.put(ticket, stored.encode())
+        self.local.put(ticket, stored.encode().to_vec())
     }
 
     fn spawn_set(&self, store: &Arc<ReplayStore>, ticket: &[u8], sealed: Vec<u8>) {
@@ -214,8 +268,10 @@ impl TlsSessions {
             return;
         };
         let mut cmd = redis::cmd("SET");
+        // NX: a take that came first left a tombstone (or took it).
         cmd.arg(Self::redis_key(store, ticket))
             .arg(sealed)
+            .arg("NX")
             .arg("PX")
             .arg(
                 u64::try_from(self.ttl.as_millis())
@@ -224,7 +280,7 @@ impl TlsSessions {
             );
         let store = store.clone();
         rt.spawn(async move {
-            if let Err(e) = store.query::<()>(cmd, None).await {
+            if let Err(e) = store.query::<Option<String>>(cmd, None).await {
                 tracing::debug!("TLS session not written to the replay store: {e}");
             }
         });
@@ -242,6 +298,12 @@ impl TlsSessions {
             return None;
         }
         got.and_then(|v| Stored::decode(&v))
+            .filter(|s| self.live(s))
+    }
+
+    /// Whether `s` is within the TTL (`--tls-session-ttl`).
+    fn live(&self, s: &Stored) -> bool {
+        s.issued.saturating_add(self.ttl) > self.now()
     }
 
     /// Look up a TLS 1.2 session id (reusable: no early data in TLS 1.2).
@@ -249,23 +311,48 @@ impl TlsSessions {
         if self.stopped() {
             return None;
         }
-        self.local.get(id).and_then(|v| Stored::decode(&v))
+        self.local
+            .get(id)
+            .and_then(|v| Stored::decode(&v))
+            .filter(|s| self.live(s))
     }
 
-    /// Take `ticket`'s session from the fleet's store (`GETDEL`, within
-    /// the replay store's deadline); `None` without a fleet, when the
-    /// store has none, or did not answer in time.
-    pub(super) async fn fetch(&self, ticket: &[u8], m: &Metrics) -> Option<Fetched> {
+    fn take_cmd(store: &ReplayStore, ticket: &[u8]) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(TAKE)
+            .arg(1)
+            .arg(Self::redis_key(store, ticket))
+            .arg(
+                u64::try_from((TOMBSTONE_SLACK + store.config().skew).as_millis())
+                    .unwrap_or(u64::MAX),
+            );
+        cmd
+    }
+
+    /// Take `ticket`'s session from the fleet's store (module docs), for
+    /// a ClientHello from `source`, within the replay store's deadline;
+    /// `None` without a fleet, over the look-up caps, when the store has
+    /// none, or did not answer in time.
+    pub(super) async fn fetch(
+        self: &Arc<Self>,
+        ticket: &[u8],
+        source: IpAddr,
+        m: &Metrics,
+    ) -> Option<Fetched> {
         let a = self.attached.get()?;
         let (store, seal) = (a.store.as_ref()?, a.seal.as_ref()?);
         if self.stopped() {
             return None;
         }
-        let mut cmd = redis::cmd("GETDEL");
-        cmd.arg(Self::redis_key(store, ticket));
+        if !self.limiter.lookup(source, Instant::now()) {
+            Metrics::inc(&m.tls_sessions_lookups_limited);
+            return None;
+        }
         let deadline = store.config().timeout;
         let start = std::time::Instant::now();
-        let answer = store.query(cmd, Some(deadline)).await;
+        let answer = store
+            .query(Self::take_cmd(store, ticket), Some(deadline))
+            .await;
         m.latency
             .tls_session_take
             .observe(start.elapsed().as_secs_f64());
@@ -274,6 +361,11 @@ impl TlsSessions {
             Err(e) => {
                 Metrics::inc(&m.tls_sessions_unavailable);
                 tracing::debug!("TLS session: replay store {e}: full handshake");
+                if matches!(e, Unavailable::NotConnected | Unavailable::Overloaded) {
+                    // Never sent: take it later, lest this ClientHello
+                    // (captured) resume with 0-RTT at another gateway.
+                    self.take_later(store, ticket);
+                }
                 return None;
             }
         };
@@ -290,7 +382,7 @@ impl TlsSessions {
             }
         };
         Metrics::inc(&m.tls_sessions_taken);
-        let mut raw = opened.issued.as_millis().to_be_bytes().to_vec();
+        let mut raw = Zeroizing::new(opened.issued.as_millis().to_be_bytes().to_vec());
         raw.extend_from_slice(&opened.state);
         let stored = Stored::decode(&raw)?;
         let early = opened.issued > store.guard();
@@ -302,6 +394,58 @@ impl TlsSessions {
             stored,
             early,
         })
+    }
+
+    /// Queue the take of `ticket` until the store answers (a task sends
+    /// the queue, one take at a time, once connected; bounded: the oldest
+    /// are dropped).
+    fn take_later(self: &Arc<Self>, store: &Arc<ReplayStore>, ticket: &[u8]) {
+        {
+            let mut q = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+            if q.len() >= MAX_PENDING {
+                q.pop_front();
+            }
+            q.push_back(ticket.to_vec());
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.flushing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (this, store) = (self.clone(), store.clone());
+        rt.spawn(async move {
+            loop {
+                let next = this
+                    .pending
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .pop_front();
+                let Some(ticket) = next else {
+                    this.flushing.store(false, Ordering::Release);
+                    // A ticket queued between the pop and the store above
+                    // finds `flushing` set: look once more.
+                    let more = !this
+                        .pending
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .is_empty();
+                    if more && !this.flushing.swap(true, Ordering::AcqRel) {
+                        continue;
+                    }
+                    return;
+                };
+                loop {
+                    let cmd = Self::take_cmd(&store, &ticket);
+                    match store.query::<Option<Vec<u8>>>(cmd, None).await {
+                        Err(Unavailable::NotConnected | Unavailable::Overloaded) => {
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                        _ => break,
+                    }
+                }
+            }
+        });
     }
 
     /// Stop taking and issuing sessions, and hand every session this
@@ -377,9 +521,9 @@ impl TlsSessions {
             };
             rest = next;
             if let Ok(o) = seal.open(ticket, sealed, now) {
-                let mut v = o.issued.as_millis().to_be_bytes().to_vec();
+                let mut v = Zeroizing::new(o.issued.as_millis().to_be_bytes().to_vec());
                 v.extend_from_slice(&o.state);
-                self.local.put(ticket.to_vec(), v);
+                self.local.put(ticket.to_vec(), v.to_vec());
                 n += 1;
             }
         }
@@ -434,25 +578,26 @@ mod tests {
         Stored {
             issued: crate::client::system_clock(),
             peer: [1; 16],
-            value: v.to_vec(),
+            value: Zeroizing::new(v.to_vec()),
         }
     }
 
     #[test]
     fn a_hand_over_moves_every_session_once() {
+        let m = Metrics::default();
         let old = sessions(1);
-        assert!(old.put(b"t1".to_vec(), stored(b"one")));
-        assert!(old.put(b"t2".to_vec(), stored(b"two")));
-        assert_eq!(old.take_local(b"t2").unwrap().value, b"two");
+        assert!(old.put(b"t1".to_vec(), stored(b"one"), &m));
+        assert!(old.put(b"t2".to_vec(), stored(b"two"), &m));
+        assert_eq!(&old.take_local(b"t2").unwrap().value[..], b"two");
         let handed = old.hand_over();
         assert!(!handed.windows(3).any(|w| w == b"one"), "sealed");
         // The old process takes and issues nothing any more.
         assert!(old.take_local(b"t1").is_none());
-        assert!(!old.put(b"t3".to_vec(), stored(b"three")));
+        assert!(!old.put(b"t3".to_vec(), stored(b"three"), &m));
         let new = sessions(1);
         assert_eq!(new.adopt(&handed), 1);
         let got = new.take_local(b"t1").unwrap();
-        assert_eq!((got.value.as_slice(), got.peer), (&b"one"[..], [1; 16]));
+        assert_eq!((&got.value[..], got.peer), (&b"one"[..], [1; 16]));
         assert!(new.take_local(b"t1").is_none(), "single use");
         // Another key (another site, or a key made at start): nothing opens.
         assert_eq!(sessions(2).adopt(&handed), 0);
@@ -464,10 +609,33 @@ mod tests {
 
     #[test]
     fn an_aborted_hand_over_gives_the_sessions_back() {
+        let m = Metrics::default();
         let s = sessions(1);
-        s.put(b"t1".to_vec(), stored(b"one"));
+        s.put(b"t1".to_vec(), stored(b"one"), &m);
         let handed = s.hand_over();
         s.resume(&handed);
-        assert_eq!(s.take_local(b"t1").unwrap().value, b"one");
+        assert_eq!(&s.take_local(b"t1").unwrap().value[..], b"one");
+    }
+
+    #[test]
+    fn local_sessions_live_only_the_ttl() {
+        let m = Metrics::default();
+        let s = TlsSessions::new(16, Duration::from_secs(60));
+        let old = |v: &[u8]| Stored {
+            issued: UnixTime::from_millis(
+                crate::client::system_clock().as_millis() - 61_000,
+            ),
+            peer: [1; 16],
+            value: Zeroizing::new(v.to_vec()),
+        };
+        assert!(s.put(b"t1".to_vec(), old(b"one"), &m));
+        assert!(s.put(b"t2".to_vec(), stored(b"two"), &m));
+        assert!(s.take_local(b"t1").is_none(), "past --tls-session-ttl");
+        assert!(s.take_local(b"t2").is_some());
+        // TLS 1.2 ids (looked up, not taken): no SNI, version 0x0303.
+        assert!(s.put(b"i1".to_vec(), old(&[0, 3, 3]), &m));
+        assert!(s.put(b"i2".to_vec(), stored(&[0, 3, 3]), &m));
+        assert!(s.get_local(b"i1").is_none(), "past --tls-session-ttl");
+        assert!(s.get_local(b"i2").is_some());
     }
 }
