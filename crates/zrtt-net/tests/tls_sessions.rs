@@ -16,14 +16,18 @@ mod common;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use zrtt_net::client::system_clock;
-use zrtt_net::gateway::{ReplayStore, ReplayStoreConfig, StoreAddress};
+use zrtt_net::gateway::{
+    ReplayStore, ReplayStoreConfig, SessionLimits, StoreAddress, TlsSessions,
+    DEFAULT_SESSION_TTL,
+};
 
 const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -102,11 +106,102 @@ impl Redis {
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
+    /// The sessions held (not the tombstones a take leaves).
     fn sessions(&self) -> usize {
+        self.session_keys()
+            .iter()
+            .filter(|k| self.cli(&["STRLEN", k]) != "0")
+            .count()
+    }
+
+    fn session_keys(&self) -> Vec<String> {
         self.cli(&["--scan", "--pattern", "zrtt:tls:*"])
             .lines()
             .filter(|l| !l.is_empty())
-            .count()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The only session key (a session or a tombstone).
+    fn session_key(&self) -> String {
+        let keys = self.session_keys();
+        assert_eq!(keys.len(), 1, "{keys:?}");
+        keys[0].clone()
+    }
+}
+
+/// A TCP relay to a Redis that holds what its clients send while `hold`
+/// is set (a store slow to receive one gateway's commands); `replied`
+/// counts the bytes Redis sent on each relayed connection, in order.
+struct HoldProxy {
+    port: u16,
+    hold: Arc<AtomicBool>,
+    replied: Arc<Mutex<Vec<usize>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl HoldProxy {
+    async fn start(to: u16, hold: bool) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let hold = Arc::new(AtomicBool::new(hold));
+        let replied = Arc::new(Mutex::new(Vec::new()));
+        let (h, r) = (hold.clone(), replied.clone());
+        let task = tokio::spawn(async move {
+            let mut relays = tokio::task::JoinSet::new();
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = TcpStream::connect(("127.0.0.1", to)).await else {
+                    continue;
+                };
+                let i = {
+                    let mut r = r.lock().unwrap();
+                    r.push(0);
+                    r.len() - 1
+                };
+                let (mut cr, mut cw) = client.into_split();
+                let (mut sr, mut sw) = server.into_split();
+                let h = h.clone();
+                relays.spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    while let Ok(n @ 1..) = cr.read(&mut buf).await {
+                        while h.load(Ordering::Acquire) {
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                        }
+                        if sw.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+                let r = r.clone();
+                relays.spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    while let Ok(n @ 1..) = sr.read(&mut buf).await {
+                        r.lock().unwrap()[i] += n;
+                        let _ = cw.write_all(&buf[..n]).await;
+                    }
+                });
+            }
+        });
+        Self {
+            port,
+            hold,
+            replied,
+            task,
+        }
+    }
+
+    fn address(&self) -> StoreAddress {
+        format!("redis://127.0.0.1:{}", self.port).parse().unwrap()
+    }
+
+    fn replied(&self, conn: usize) -> usize {
+        self.replied.lock().unwrap().get(conn).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for HoldProxy {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
 
@@ -277,12 +372,8 @@ async fn resumed_once_in_the_fleet(address: StoreAddress, sessions: impl Fn() ->
     let cfg = client_config();
     let (_, resumed) = handshake(&cfg, a.addr).await;
     assert!(!resumed);
-    // Written to Redis off the handshake: both tickets.
-    let start = Instant::now();
-    while sessions() < 2 {
-        assert!(start.elapsed() < PATIENCE, "sessions never reached Redis");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    // Written to Redis off the handshake: one ticket in a fleet.
+    wait_sessions(&sessions, 1).await;
     // The ClientHello resuming one of them, as a client would send it.
     let mut conn = rustls::ClientConnection::new(cfg.clone(), name()).unwrap();
     let mut hello = Vec::new();
@@ -308,20 +399,197 @@ async fn resumed_once_in_the_fleet(address: StoreAddress, sessions: impl Fn() ->
         a.metric("tls_sessions_missed") + b.metric("tls_sessions_missed"),
         7
     );
-    // A session issued by A resumes at B (the second ticket), and one
-    // issued by B at A.
+    assert_eq!(sessions(), 0, "taken, a tombstone left");
+    // A session issued by A resumes at B, and one issued by B at A.
+    let cfg = client_config();
+    assert!(!handshake(&cfg, a.addr).await.1);
+    wait_sessions(&sessions, 1).await;
     let (_, resumed) = handshake(&cfg, b.addr).await;
-    assert!(resumed, "the second ticket from A, at B");
-    let start = Instant::now();
-    while sessions() < 2 {
-        assert!(
-            start.elapsed() < PATIENCE,
-            "B's sessions never reached Redis"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    assert!(resumed, "a ticket from A, at B");
+    wait_sessions(&sessions, 1).await;
     let (_, resumed) = handshake(&cfg, a.addr).await;
     assert!(resumed, "a ticket from B, at A");
+}
+
+async fn wait_sessions(sessions: impl Fn() -> usize, n: usize) {
+    let start = Instant::now();
+    while sessions() < n {
+        assert!(start.elapsed() < PATIENCE, "sessions never reached Redis");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The ClientHello resuming `cfg`'s ticket, with early data if any.
+fn resuming_hello(cfg: &Arc<rustls::ClientConfig>) -> Vec<u8> {
+    let mut conn = rustls::ClientConnection::new(cfg.clone(), name()).unwrap();
+    if let Some(mut early) = conn.early_data() {
+        let _ = std::io::Write::write(
+            &mut early,
+            format!("GET / HTTP/1.1\r\nHost: {HOST}\r\n\r\n").as_bytes(),
+        );
+    }
+    let mut hello = Vec::new();
+    while conn.wants_write() {
+        conn.write_tls(&mut hello).unwrap();
+    }
+    hello
+}
+
+fn early_client() -> Arc<rustls::ClientConfig> {
+    let mut cfg = (*client_config()).clone();
+    cfg.enable_early_data = true;
+    Arc::new(cfg)
+}
+
+/// Review sess-1 M2: a session written late (after a take at another
+/// gateway found nothing) is not brought back: the take left a
+/// tombstone and the write is `SET NX`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_write_does_not_bring_a_taken_session_back() {
+    if !redis_installed() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let redis = Redis::start(tmp.path());
+    let proxy = HoldProxy::start(redis.port, false).await;
+    let (a, a_store) = gateway_with_store(Some(proxy.address()), Duration::from_secs(2)).await;
+    let b = gateway(Some(&redis), Duration::from_secs(2)).await;
+    let cfg = early_client();
+    // A's session write is held on its way to Redis.
+    proxy.hold.store(true, Ordering::Release);
+    let before = proxy.replied(0);
+    assert!(!handshake(&cfg, a.addr).await.1);
+    let hello = resuming_hello(&cfg);
+    // Taken at B before it arrived: nothing there, a tombstone left.
+    assert!(!psk_accepted(b.addr, &hello).await);
+    assert_eq!(b.metric("tls_sessions_missed"), 1);
+    let key = redis.session_key();
+    assert_eq!(redis.cli(&["STRLEN", &key]), "0", "a tombstone");
+    // The write arrives (its answer came back): it wrote nothing.
+    proxy.hold.store(false, Ordering::Release);
+    let start = Instant::now();
+    while proxy.replied(0) == before {
+        assert!(start.elapsed() < PATIENCE, "the held write never answered");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(redis.cli(&["STRLEN", &key]), "0", "still a tombstone");
+    assert_eq!(redis.sessions(), 0);
+    // The captured ClientHello resumes nowhere.
+    assert!(!psk_accepted(b.addr, &hello).await);
+    assert!(!psk_accepted(a.addr, &hello).await);
+    assert_eq!(a.metric("tls_sessions_taken") + b.metric("tls_sessions_taken"), 0);
+    drop(a_store);
+}
+
+/// Review sess-1 M2: a take a gateway could not send (its store not
+/// connected) is sent once the store answers: the captured ClientHello
+/// it refused does not resume (with 0-RTT) at another gateway later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_never_sent_is_sent_later() {
+    if !redis_installed() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let redis = Redis::start(tmp.path());
+    let a = gateway(Some(&redis), Duration::from_secs(2)).await;
+    // C's store: everything it sends is held (it cannot connect).
+    let proxy = HoldProxy::start(redis.port, true).await;
+    let mut scfg = ReplayStoreConfig::new(proxy.address());
+    scfg.skew = Duration::ZERO;
+    scfg.timeout = Duration::from_secs(2);
+    let c_store = ReplayStore::new(scfg, system_clock).unwrap();
+    let c = start_gateway(GatewayOpts {
+        tokens: true,
+        replay_store: Some(c_store.clone()),
+        ..GatewayOpts::default()
+    })
+    .await;
+    let cfg = early_client();
+    assert!(!handshake(&cfg, a.addr).await.1);
+    wait_sessions(|| redis.sessions(), 1).await;
+    let hello = resuming_hello(&cfg);
+    assert!(!psk_accepted(c.addr, &hello).await, "C cannot take it");
+    assert_eq!(c.metric("tls_sessions_unavailable"), 1);
+    assert!(!c_store.connected());
+    // C's store answers again: the queued take runs.
+    proxy.hold.store(false, Ordering::Release);
+    let key = redis.session_key();
+    let start = Instant::now();
+    while redis.cli(&["STRLEN", &key]) != "0" {
+        assert!(start.elapsed() < PATIENCE, "the queued take never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!psk_accepted(a.addr, &hello).await, "not resumed at A later");
+    assert_eq!(a.metric("tls_early_data"), 0);
+}
+
+/// Review sess-1 H1: sessions written to the fleet's store are capped per
+/// gateway (over the cap: no ticket, counted), one ticket per handshake;
+/// look-ups are capped per source (over it: a full handshake, counted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_writes_and_lookups_are_capped() {
+    if !redis_installed() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let redis = Redis::start(tmp.path());
+    let mut limits = SessionLimits::default();
+    limits.puts_per_second = 0.001; // one, then none for 1000 s
+    limits.lookups_per_source_per_second = 0.001;
+    let mut scfg = ReplayStoreConfig::new(single(&redis));
+    scfg.skew = Duration::ZERO;
+    scfg.timeout = Duration::from_secs(2);
+    let store = ReplayStore::new(scfg, system_clock).unwrap();
+    let a = start_gateway(GatewayOpts {
+        tokens: true,
+        replay_store: Some(store.clone()),
+        tls_sessions: Some(TlsSessions::with_limits(16, DEFAULT_SESSION_TTL, limits)),
+        ..GatewayOpts::default()
+    })
+    .await;
+    let start = Instant::now();
+    while !store.checking() {
+        assert!(start.elapsed() < PATIENCE, "the store never checked");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let first = client_config();
+    for cfg in [first.clone(), client_config(), client_config(), client_config()] {
+        assert!(!handshake(&cfg, a.addr).await.1);
+    }
+    assert_eq!(a.metric("tls_sessions_puts_limited"), 3);
+    wait_sessions(|| redis.sessions(), 1).await;
+    assert_eq!(redis.session_keys().len(), 1, "one session written in all");
+    // The one session: looked up once (taken) ...
+    let hello = resuming_hello(&first);
+    assert!(psk_accepted(a.addr, &hello).await);
+    // ... then this source's look-ups are over its cap: no look-up.
+    assert!(!psk_accepted(a.addr, &hello).await);
+    assert_eq!(a.metric("tls_sessions_lookups_limited"), 1);
+    assert_eq!(a.metric("tls_sessions_taken"), 1);
+}
+
+/// Review sess-1 H1: an error Redis answers to a session command (here a
+/// wrong type under a session's key) neither raises the replay guard nor
+/// drops the connection: flights are still checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_answered_to_a_session_command_does_not_fail_the_store() {
+    if !redis_installed() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let redis = Redis::start(tmp.path());
+    let (a, store) = gateway_with_store(Some(single(&redis)), Duration::from_secs(2)).await;
+    let store = store.unwrap();
+    let cfg = client_config();
+    assert!(!handshake(&cfg, a.addr).await.1);
+    wait_sessions(|| redis.sessions(), 1).await;
+    let key = redis.session_key();
+    redis.cli(&["DEL", &key]);
+    redis.cli(&["RPUSH", &key, "x"]);
+    let hello = resuming_hello(&cfg);
+    assert!(!psk_accepted(a.addr, &hello).await);
+    assert_eq!(a.metric("tls_sessions_unavailable"), 1, "the error came");
+    assert!(store.checking(), "an error reply failed the store");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -394,7 +662,7 @@ async fn a_full_redis_refusing_sessions_does_not_fail_the_replay_store() {
     let (_, resumed) = handshake(&cfg, a.addr).await;
     assert!(!resumed);
     let start = Instant::now();
-    while oom() < 2 {
+    while oom() < 1 {
         assert!(start.elapsed() < PATIENCE, "the session writes never came");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -415,15 +683,11 @@ async fn tls12_sessions_stay_in_the_gateway_that_issued_them() {
     let b = gateway(Some(&redis), Duration::from_secs(2)).await;
     let tls12 = client_config_for(&rustls::version::TLS12);
     assert!(!handshake(&tls12, a.addr).await.1);
-    // TLS 1.3 after it: its two tickets reach Redis, the TLS 1.2 session
+    // TLS 1.3 after it: its ticket reaches Redis, the TLS 1.2 session
     // (written first, had it been) does not.
     assert!(!handshake(&client_config(), a.addr).await.1);
-    let start = Instant::now();
-    while redis.sessions() < 2 {
-        assert!(start.elapsed() < PATIENCE, "sessions never reached Redis");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(redis.sessions(), 2);
+    wait_sessions(|| redis.sessions(), 1).await;
+    assert_eq!(redis.sessions(), 1);
     // Resumed (by session id, reusable) where it was issued, not elsewhere.
     assert!(!handshake(&tls12, b.addr).await.1);
     let tls12 = client_config_for(&rustls::version::TLS12);
@@ -496,7 +760,7 @@ async fn measure_shared_resumption() {
         let cfg = client_config();
         handshake(&cfg, a.addr).await;
         let start = Instant::now();
-        while redis.sessions() < 2 && start.elapsed() < Duration::from_secs(1) {
+        while redis.sessions() < 1 && start.elapsed() < Duration::from_secs(1) {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         if i == 0 {

@@ -14,8 +14,8 @@ pub(super) struct SessionArgs {
     /// How long a TLS session may be resumed (and is kept in the replay
     /// store's Redis with --replay-store: each session costs memory there
     /// for this long); a client coming back later gets a full handshake
-    /// (nginx `ssl_session_timeout`). At most 1d.
-    #[arg(long, default_value = "1h", value_parser = util::parse_duration)]
+    /// (nginx `ssl_session_timeout`, also 5 minutes by default). At most 1d.
+    #[arg(long, default_value = "5m", value_parser = util::parse_duration)]
     tls_session_ttl: Duration,
 }
 
@@ -50,7 +50,7 @@ mod tests {
     #[test]
     fn the_flag_default_is_the_library_default() {
         assert_eq!(
-            crate::util::parse_duration("1h"),
+            crate::util::parse_duration("5m"),
             Ok(zrtt_net::gateway::DEFAULT_SESSION_TTL)
         );
     }
