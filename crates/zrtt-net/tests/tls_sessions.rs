@@ -254,8 +254,21 @@ async fn gateway_with_store(
     address: Option<StoreAddress>,
     timeout: Duration,
 ) -> (Env, Option<Arc<ReplayStore>>) {
+    gateway_with_limits(address, timeout, SessionLimits::default()).await
+}
+
+async fn gateway_with_limits(
+    address: Option<StoreAddress>,
+    timeout: Duration,
+    limits: SessionLimits,
+) -> (Env, Option<Arc<ReplayStore>>) {
     let mut opts = GatewayOpts {
         tokens: true,
+        tls_sessions: Some(TlsSessions::with_limits(
+            1024,
+            DEFAULT_SESSION_TTL,
+            limits,
+        )),
         ..GatewayOpts::default()
     };
     if let Some(address) = address {
@@ -739,17 +752,17 @@ async fn measure_shared_resumption() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let redis = Redis::start(tmp.path());
-    // The default 1 ms deadline, as a fleet runs.
-    let a = gateway(
-        Some(&redis),
-        zrtt_net::gateway::replay_store::DEFAULT_TIMEOUT,
-    )
-    .await;
-    let b = gateway(
-        Some(&redis),
-        zrtt_net::gateway::replay_store::DEFAULT_TIMEOUT,
-    )
-    .await;
+    // The default 1 ms deadline, as a fleet runs; every client from one
+    // address here: no per-source cap on look-ups.
+    let mut limits = SessionLimits::default();
+    limits.lookups_per_source_per_second = 0.0;
+    let deadline = zrtt_net::gateway::replay_store::DEFAULT_TIMEOUT;
+    let a = gateway_with_limits(Some(single(&redis)), deadline, limits)
+        .await
+        .0;
+    let b = gateway_with_limits(Some(single(&redis)), deadline, limits)
+        .await
+        .0;
     let lone = gateway(None, Duration::ZERO).await;
     let n = 300;
     let (mut shared, mut local) = (Vec::new(), Vec::new());
@@ -766,7 +779,11 @@ async fn measure_shared_resumption() {
         if i == 0 {
             let key = redis.cli(&["--scan", "--pattern", "zrtt:tls:*"]);
             let key = key.lines().next().unwrap_or_default().to_owned();
-            bytes = redis.cli(&["MEMORY", "USAGE", &key]);
+            bytes = format!(
+                "{} (value {} bytes)",
+                redis.cli(&["MEMORY", "USAGE", &key]),
+                redis.cli(&["STRLEN", &key])
+            );
         }
         let (took, resumed) = handshake(&cfg, b.addr).await;
         if resumed {
@@ -793,7 +810,7 @@ async fn measure_shared_resumption() {
          through Redis (A issued, B resumed): p50 {:?} p99 {:?} ({} of {n} resumed; {shared_full} full: store late or failed)\n  \
          lone gateway (in-process store):   p50 {:?} p99 {:?} ({} of {n} resumed; {local_full} full)\n  \
          added p50 {:?}, p99 {:?}\n  \
-         the take alone (GETDEL at B, histogram): {count} takes, mean {:.0} us, p50 <= {:.0} us, p99 <= {:.0} us; unavailable {}\n  \
+         the take alone (script at B, histogram): {count} takes, mean {:.0} us, p50 <= {:.0} us, p99 <= {:.0} us; unavailable {}, missed {}, over the caps {} + {}\n  \
          Redis memory per session (MEMORY USAGE of one key): {bytes} bytes",
         percentile(&shared, 0.5),
         percentile(&shared, 0.99),
@@ -807,5 +824,8 @@ async fn measure_shared_resumption() {
         p50 * 1e6,
         p99 * 1e6,
         b.metric("tls_sessions_unavailable"),
+        b.metric("tls_sessions_missed"),
+        b.metric("tls_sessions_lookups_limited"),
+        a.metric("tls_sessions_puts_limited"),
     );
 }
