@@ -25,8 +25,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use zrtt_net::client::system_clock;
 use zrtt_net::gateway::{
-    ReplayStore, ReplayStoreConfig, SessionLimits, StoreAddress, TlsSessions,
-    DEFAULT_SESSION_TTL,
+    ReplayStore, ReplayStoreConfig, SessionLimits, StoreAddress, TlsSessions, DEFAULT_SESSION_TTL,
 };
 
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -264,11 +263,7 @@ async fn gateway_with_limits(
 ) -> (Env, Option<Arc<ReplayStore>>) {
     let mut opts = GatewayOpts {
         tokens: true,
-        tls_sessions: Some(TlsSessions::with_limits(
-            1024,
-            DEFAULT_SESSION_TTL,
-            limits,
-        )),
+        tls_sessions: Some(TlsSessions::with_limits(1024, DEFAULT_SESSION_TTL, limits)),
         ..GatewayOpts::default()
     };
     if let Some(address) = address {
@@ -490,7 +485,10 @@ async fn a_late_write_does_not_bring_a_taken_session_back() {
     // The captured ClientHello resumes nowhere.
     assert!(!psk_accepted(b.addr, &hello).await);
     assert!(!psk_accepted(a.addr, &hello).await);
-    assert_eq!(a.metric("tls_sessions_taken") + b.metric("tls_sessions_taken"), 0);
+    assert_eq!(
+        a.metric("tls_sessions_taken") + b.metric("tls_sessions_taken"),
+        0
+    );
     drop(a_store);
 }
 
@@ -532,7 +530,10 @@ async fn a_take_never_sent_is_sent_later() {
         assert!(start.elapsed() < PATIENCE, "the queued take never ran");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(!psk_accepted(a.addr, &hello).await, "not resumed at A later");
+    assert!(
+        !psk_accepted(a.addr, &hello).await,
+        "not resumed at A later"
+    );
     assert_eq!(a.metric("tls_early_data"), 0);
 }
 
@@ -566,7 +567,12 @@ async fn session_writes_and_lookups_are_capped() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let first = client_config();
-    for cfg in [first.clone(), client_config(), client_config(), client_config()] {
+    for cfg in [
+        first.clone(),
+        client_config(),
+        client_config(),
+        client_config(),
+    ] {
         assert!(!handshake(&cfg, a.addr).await.1);
     }
     assert_eq!(a.metric("tls_sessions_puts_limited"), 3);

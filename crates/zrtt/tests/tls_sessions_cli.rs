@@ -98,7 +98,10 @@ fn wait_for_saved(dir: &Path, port: u16) {
     let key = saved_key(dir);
     let start = Instant::now();
     while redis_cli(port, &["STRLEN", &key]) == "0" {
-        assert!(start.elapsed() < PATIENCE, "the session never reached Redis");
+        assert!(
+            start.elapsed() < PATIENCE,
+            "the session never reached Redis"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
 }

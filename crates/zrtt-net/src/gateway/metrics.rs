@@ -147,7 +147,7 @@ counters! {
     /// vouch for them (no answer in time, error, no connection, stamped
     /// before its last failure): the fail-safe refusals.
     replay_store_unavailable,
-    /// TLS sessions taken from the fleet's store (Redis `GETDEL`) for a
+    /// TLS sessions taken from the fleet's store (a Redis script: `GETDEL`) for a
     /// ClientHello offering them.
     tls_sessions_taken,
     /// TLS sessions offered that the fleet's store did not hold (taken
@@ -227,7 +227,7 @@ impl Latency {
         );
         r.register(
             "tls_session_take_seconds",
-            "TLS session takes from the fleet's store (GETDEL on Redis) before a resumption, until the answer or the deadline.",
+            "TLS session takes from the fleet's store (GETDEL and a tombstone, one Redis script) before a resumption, until the answer or the deadline.",
             self.tls_session_take.clone(),
         );
     }

@@ -145,7 +145,11 @@ mod tests {
         assert!(!l.lookup(a6, t0), "the /64's bucket is empty");
         // The global cap: 5 a second, 4 spent.
         let mut others = (1..=200u8).map(|i| IpAddr::from([10, 0, 0, i]));
-        let granted = others.by_ref().take(50).filter(|ip| l.lookup(*ip, t0)).count();
+        let granted = others
+            .by_ref()
+            .take(50)
+            .filter(|ip| l.lookup(*ip, t0))
+            .count();
         assert_eq!(granted, 1, "global");
         let unlimited = Limiter::new(
             SessionLimits {

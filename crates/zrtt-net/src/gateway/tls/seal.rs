@@ -183,8 +183,8 @@ fn aad(id: u32, context: &[u8]) -> Vec<u8> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use std::time::Duration;
     use std::sync::Arc;
+    use std::time::Duration;
     use zrtt_proto::admission::TokenKeys;
 
     fn key(b: u8) -> Arc<TokenKey> {

@@ -622,9 +622,7 @@ mod tests {
         let m = Metrics::default();
         let s = TlsSessions::new(16, Duration::from_secs(60));
         let old = |v: &[u8]| Stored {
-            issued: UnixTime::from_millis(
-                crate::client::system_clock().as_millis() - 61_000,
-            ),
+            issued: UnixTime::from_millis(crate::client::system_clock().as_millis() - 61_000),
             peer: [1; 16],
             value: Zeroizing::new(v.to_vec()),
         };
