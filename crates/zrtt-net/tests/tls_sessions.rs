@@ -667,6 +667,10 @@ async fn a_full_redis_refusing_sessions_does_not_fail_the_replay_store() {
     let redis = Redis::start(tmp.path());
     let (a, store) = gateway_with_store(Some(single(&redis)), Duration::from_secs(2)).await;
     let store = store.unwrap();
+    // A session written before Redis is full.
+    let before = early_client();
+    assert!(!handshake(&before, a.addr).await.1);
+    wait_sessions(|| redis.sessions(), 1).await;
     // Full, and not evicting (FLEET.md's requirement): writes are refused OOM.
     redis.cli(&["CONFIG", "SET", "maxmemory", "1"]);
     let oom = || {
@@ -687,7 +691,14 @@ async fn a_full_redis_refusing_sessions_does_not_fail_the_replay_store() {
     }
     // Nothing was lost: the connection stays and flights are still checked.
     assert!(store.checking(), "a refused session write failed the store");
+    assert_eq!(redis.sessions(), 1, "only the one written before");
+    // A full Redis still gives a session away (the take frees memory;
+    // its tombstone may be refused), once.
+    let hello = resuming_hello(&before);
+    assert!(psk_accepted(a.addr, &hello).await, "taken from a full Redis");
+    assert!(!psk_accepted(a.addr, &hello).await);
     assert_eq!(redis.sessions(), 0);
+    assert!(store.checking(), "a take from a full Redis failed the store");
     redis.cli(&["CONFIG", "SET", "maxmemory", "0"]);
 }
 
