@@ -695,10 +695,16 @@ async fn a_full_redis_refusing_sessions_does_not_fail_the_replay_store() {
     // A full Redis still gives a session away (the take frees memory;
     // its tombstone may be refused), once.
     let hello = resuming_hello(&before);
-    assert!(psk_accepted(a.addr, &hello).await, "taken from a full Redis");
+    assert!(
+        psk_accepted(a.addr, &hello).await,
+        "taken from a full Redis"
+    );
     assert!(!psk_accepted(a.addr, &hello).await);
     assert_eq!(redis.sessions(), 0);
-    assert!(store.checking(), "a take from a full Redis failed the store");
+    assert!(
+        store.checking(),
+        "a take from a full Redis failed the store"
+    );
     redis.cli(&["CONFIG", "SET", "maxmemory", "0"]);
 }
 

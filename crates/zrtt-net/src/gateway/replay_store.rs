@@ -373,9 +373,7 @@ impl ReplayStore {
             let attempt = match attempt {
                 Ok(mut conn) => match self.same_settings(&mut conn).await {
                     Ok(()) => {
-                        if failures == 0 {
-                            self.check_policy(&mut conn).await;
-                        }
+                        self.check_policy(&mut conn).await;
                         Ok(conn)
                     }
                     Err(e) => Err(e),
@@ -694,6 +692,41 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn session_errors_answered_by_redis_do_not_reach_the_guard() {
+        let reply = |r: &[u8]| {
+            redis::parse_redis_value(r)
+                .unwrap()
+                .extract_error()
+                .unwrap_err()
+        };
+        for r in [
+            &b"-OOM command not allowed when used memory > 'maxmemory'.\r\n"[..],
+            b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
+            b"-ERR Error running script\r\n",
+            b"-NOSCRIPT No matching script\r\n",
+            b"-BUSY Redis is busy running a script\r\n",
+        ] {
+            let e = reply(r);
+            assert!(!reaches_guard(&e, false), "{e}");
+            assert!(!reaches_guard(&e, true), "{e}");
+        }
+        // A cluster's topology replies do (redis-rs may reconnect after them).
+        for r in [
+            &b"-MOVED 3999 127.0.0.1:6381\r\n"[..],
+            b"-READONLY You can't write against a read only replica.\r\n",
+            b"-LOADING Redis is loading the dataset in memory\r\n",
+        ] {
+            let e = reply(r);
+            assert!(!reaches_guard(&e, false), "{e}");
+            assert!(reaches_guard(&e, true), "{e}");
+        }
+        // A broken connection does, everywhere.
+        let io: redis::RedisError =
+            std::io::Error::from(std::io::ErrorKind::ConnectionReset).into();
+        assert!(reaches_guard(&io, false) && reaches_guard(&io, true));
     }
 
     #[test]
