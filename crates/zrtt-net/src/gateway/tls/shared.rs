@@ -361,9 +361,11 @@ impl TlsSessions {
             Err(e) => {
                 Metrics::inc(&m.tls_sessions_unavailable);
                 tracing::debug!("TLS session: replay store {e}: full handshake");
-                if matches!(e, Unavailable::NotConnected | Unavailable::Overloaded) {
-                    // Never sent: take it later, lest this ClientHello
-                    // (captured) resume with 0-RTT at another gateway.
+                if !matches!(e, Unavailable::Timeout) {
+                    // Not sent, or not known to have run (a timeout's
+                    // take still runs): take it later, lest this
+                    // ClientHello (captured) resume with 0-RTT at another
+                    // gateway.
                     self.take_later(store, ticket);
                 }
                 return None;
@@ -397,8 +399,8 @@ impl TlsSessions {
     }
 
     /// Queue the take of `ticket` until the store answers (a task sends
-    /// the queue, one take at a time, once connected; bounded: the oldest
-    /// are dropped).
+    /// the queue, one take at a time, once connected, each until it was
+    /// sent; bounded: the oldest are dropped).
     fn take_later(self: &Arc<Self>, store: &Arc<ReplayStore>, ticket: &[u8]) {
         {
             let mut q = self.pending.lock().unwrap_or_else(|p| p.into_inner());
