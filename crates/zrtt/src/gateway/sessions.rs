@@ -26,7 +26,9 @@ pub(super) struct SessionArgs {
     tls_session_writes_per_sec: f64,
     /// With --replay-store: most look-ups of offered TLS sessions in Redis
     /// per second by this gateway (each leaves a 136-byte tombstone for
-    /// 66 s); over it a full handshake without a look-up. 0: no cap.
+    /// 66 s), and a quarter of it more for ClientHellos sent before their
+    /// TCP handshake completed (Fast Open: a spoofable source); over it a
+    /// full handshake without a look-up. 0: no cap.
     #[arg(long, default_value_t = SessionLimits::default().lookups_per_second, value_parser = rate)]
     tls_session_lookups_per_sec: f64,
     /// With --replay-store: the same per client address (IPv6: per /64).

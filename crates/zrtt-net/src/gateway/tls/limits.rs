@@ -11,7 +11,11 @@
 //!   trip, and a tombstone on a miss) at most `lookups_per_second` times
 //!   per gateway and `lookups_per_source_per_second` per client address
 //!   (IPv6 by /64); over it the connection gets a full handshake without
-//!   a look-up.
+//!   a look-up. A ClientHello that came before the TCP handshake completed
+//!   (in a Fast Open SYN: its source may be spoofed, so the per-source cap
+//!   does not hold it) draws on a bucket of its own, a quarter of the
+//!   global rate, so that a spoofed flood never spends the look-ups of
+//!   clients whose handshake completed.
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -27,7 +31,8 @@ use zrtt_proto::admission::{canonical_ip, TokenBucket};
 pub struct SessionLimits {
     /// Sessions kept per second by this gateway (bursts of as many).
     pub puts_per_second: f64,
-    /// Look-ups in the fleet's store per second by this gateway.
+    /// Look-ups in the fleet's store per second by this gateway (and a
+    /// quarter of it more for ClientHellos before their TCP handshake).
     pub lookups_per_second: f64,
     /// Look-ups per second for one client address (IPv6: its /64).
     pub lookups_per_source_per_second: f64,
@@ -57,6 +62,8 @@ pub(super) struct Limiter {
     limits: SessionLimits,
     puts: Mutex<TokenBucket>,
     lookups: Mutex<TokenBucket>,
+    /// Look-ups before the TCP handshake completed.
+    early_lookups: Mutex<TokenBucket>,
     sources: Mutex<Vec<TokenBucket>>,
     hasher: RandomState,
 }
@@ -79,6 +86,7 @@ impl Limiter {
             limits,
             puts: Mutex::new(TokenBucket::new(limits.puts_per_second, now)),
             lookups: Mutex::new(TokenBucket::new(limits.lookups_per_second, now)),
+            early_lookups: Mutex::new(TokenBucket::new(limits.lookups_per_second / 4.0, now)),
             sources: Mutex::new(vec![
                 TokenBucket::new(
                     limits.lookups_per_source_per_second,
@@ -99,10 +107,11 @@ impl Limiter {
         lock(&self.puts).try_take(now)
     }
 
-    /// Whether `source` may have its ClientHello's identity looked up now:
-    /// its own bucket first, so that a source over its cap spends none of
-    /// the global bucket's tokens (those of the other clients).
-    pub(super) fn lookup(&self, source: IpAddr, now: Instant) -> bool {
+    /// Whether `source` may have its ClientHello's identity looked up now
+    /// (`early`: before its TCP handshake completed): its own bucket
+    /// first, so that a source over its cap spends none of the global
+    /// bucket's tokens (those of the other clients).
+    pub(super) fn lookup(&self, source: IpAddr, early: bool, now: Instant) -> bool {
         let key = match canonical_ip(source) {
             IpAddr::V4(a) => u128::from(a.to_bits()),
             IpAddr::V6(a) => a.to_bits() >> 64,
@@ -113,7 +122,11 @@ impl Limiter {
             return false;
         }
         drop(sources);
-        lock(&self.lookups).try_take(now)
+        if early {
+            lock(&self.early_lookups).try_take(now)
+        } else {
+            lock(&self.lookups).try_take(now)
+        }
     }
 }
 
@@ -139,18 +152,45 @@ mod tests {
         let a: IpAddr = "198.18.0.1".parse().unwrap_or_else(|_| unreachable!());
         let a6: IpAddr = "2001:db8::1".parse().unwrap_or_else(|_| unreachable!());
         let same64: IpAddr = "2001:db8::2".parse().unwrap_or_else(|_| unreachable!());
-        assert_eq!((0..10).filter(|_| l.lookup(a, t0)).count(), 2, "per source");
-        assert!(l.lookup(a6, t0));
-        assert!(l.lookup(same64, t0), "same /64, second token");
-        assert!(!l.lookup(a6, t0), "the /64's bucket is empty");
+        assert_eq!(
+            (0..10).filter(|_| l.lookup(a, false, t0)).count(),
+            2,
+            "per source"
+        );
+        assert!(l.lookup(a6, false, t0));
+        assert!(l.lookup(same64, false, t0), "same /64, second token");
+        assert!(!l.lookup(a6, false, t0), "the /64's bucket is empty");
         // The global cap: 5 a second, 4 spent.
         let mut others = (1..=200u8).map(|i| IpAddr::from([10, 0, 0, i]));
         let granted = others
             .by_ref()
             .take(50)
-            .filter(|ip| l.lookup(*ip, t0))
+            .filter(|ip| l.lookup(*ip, false, t0))
             .count();
         assert_eq!(granted, 1, "global");
+        // Before the handshake (a spoofable source): a bucket of its own,
+        // a quarter of the rate (burst at least one); the completed
+        // handshakes' bucket is not touched.
+        let l = Limiter::new(
+            SessionLimits {
+                puts_per_second: 0.0,
+                lookups_per_second: 40.0,
+                lookups_per_source_per_second: 0.0,
+            },
+            t0,
+        );
+        let early = others
+            .by_ref()
+            .take(50)
+            .filter(|ip| l.lookup(*ip, true, t0))
+            .count();
+        assert_eq!(early, 10);
+        let late = others
+            .by_ref()
+            .take(50)
+            .filter(|ip| l.lookup(*ip, false, t0))
+            .count();
+        assert_eq!(late, 40);
         let unlimited = Limiter::new(
             SessionLimits {
                 puts_per_second: 0.0,
@@ -159,6 +199,6 @@ mod tests {
             },
             t0,
         );
-        assert!((0..10_000).all(|_| unlimited.put(t0) && unlimited.lookup(a, t0)));
+        assert!((0..10_000).all(|_| unlimited.put(t0) && unlimited.lookup(a, true, t0)));
     }
 }

@@ -78,7 +78,10 @@ pub(super) async fn serve(
         )
         .await;
         match read {
-            Some(Ok(Some(ticket))) => fetched = sessions.fetch(&ticket, peer.ip(), m).await,
+            Some(Ok(Some(ticket))) => {
+                let early = !gate.handshake_complete().unwrap_or(false);
+                fetched = sessions.fetch(&ticket, peer.ip(), early, m).await;
+            }
             Some(Ok(None)) => {}
             Some(Err(e)) => {
                 tracing::debug!("TLS {peer}: {e}");

@@ -330,13 +330,15 @@ impl TlsSessions {
     }
 
     /// Take `ticket`'s session from the fleet's store (module docs), for
-    /// a ClientHello from `source`, within the replay store's deadline;
+    /// a ClientHello from `source` (`early`: before its TCP handshake
+    /// completed), within the replay store's deadline;
     /// `None` without a fleet, over the look-up caps, when the store has
     /// none, or did not answer in time.
     pub(super) async fn fetch(
         self: &Arc<Self>,
         ticket: &[u8],
         source: IpAddr,
+        early: bool,
         m: &Metrics,
     ) -> Option<Fetched> {
         let a = self.attached.get()?;
@@ -344,7 +346,7 @@ impl TlsSessions {
         if self.stopped() {
             return None;
         }
-        if !self.limiter.lookup(source, Instant::now()) {
+        if !self.limiter.lookup(source, early, Instant::now()) {
             Metrics::inc(&m.tls_sessions_lookups_limited);
             return None;
         }
