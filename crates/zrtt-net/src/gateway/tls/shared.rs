@@ -21,9 +21,10 @@
 //!   ([`super::sessions::SessionView`]), so a session is resumed by the one
 //!   connection of the fleet whose take got it; a `SET` arriving after the
 //!   take (late) finds the tombstone and writes nothing (`NX`). A take
-//!   that could not be sent (no connection, too many commands waiting) is
-//!   queued and sent once the store answers again (best effort: this
-//!   process may stop first; docs/PROTOCOL.md §7). No local copy is kept
+//!   that could not be sent (no connection, too many commands waiting, a
+//!   failed connection) is queued and sent once the store answers again
+//!   (best effort: this process may stop first; docs/PROTOCOL.md §7).
+//!   Look-ups are capped ([`SessionLimits`]). No local copy is kept
 //!   of a TLS 1.3 session; TLS 1.2 sessions (looked up by id, no early
 //!   data) stay in the issuing process only. No answer in time, an error,
 //!   a session that does not open: a full handshake. A session issued
