@@ -24,9 +24,9 @@ secs=${1:-60}; shift || true
 targets=("$@")
 all=(record encodings frames server_first_flight first_flight_plaintext client_reply
      channel token provenance der_validity verifier_wire replay_snapshot
-     state_files early_use dns_answer)
+     state_files early_use dns_answer tls_sessions)
 # Targets of zrtt-net's parsers need the fuzz crate's `net` feature.
-net_targets=" state_files early_use dns_answer "
+net_targets=" state_files early_use dns_answer tls_sessions "
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 san=${FUZZ_SANITIZER:-none}
 nice=(nice -n "${FUZZ_NICE:-19}")
@@ -53,6 +53,16 @@ d = root / "state_files"; d.mkdir(parents=True, exist_ok=True)
 d = root / "early_use"; d.mkdir(parents=True, exist_ok=True)
 (d / "seed-get").write_bytes(b"GET / HTTP/1.1\r\nHost: www.example.com\r\n\r\n")
 (d / "seed-post").write_bytes(b"POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nx")
+# tls_sessions: a ClientHello offering one PSK identity, in one record.
+ident = b"\x07" * 32
+psk = len(ident).to_bytes(2, "big") + ident + b"\x00\x00\x00\x09"
+psk = len(psk).to_bytes(2, "big") + psk + b"\x00\x21\x20" + b"\x05" * 32
+exts = b"\x00\x29" + len(psk).to_bytes(2, "big") + psk
+body = b"\x03\x03" + b"\x01" * 32 + b"\x00" + b"\x00\x02\x13\x01\x01\x00" + len(exts).to_bytes(2, "big") + exts
+msg = b"\x01" + len(body).to_bytes(3, "big") + body
+d = root / "tls_sessions"; d.mkdir(parents=True, exist_ok=True)
+(d / "seed-psk-hello").write_bytes(b"\x16\x03\x01" + len(msg).to_bytes(2, "big") + msg)
+(d / "seed-handover").write_bytes(b"ZRTTTS1\x00\x00\x02t1\x00\x00\x00\x04abcd")
 # dns_answer: a DNS response for www.example.com carrying the vector
 # records as HTTPS and TXT answers.
 def rr(rtype, rdata):

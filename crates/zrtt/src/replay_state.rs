@@ -17,6 +17,13 @@
 //! - the snapshot's latest time must not be ahead of this start's clock by
 //!   more than `max_future` (a clock stepped back, or a forged file).
 //!
+//! The TLS sessions a lone gateway holds go the same way, in `<state>.tls`
+//! (`ZRTTTS\0\0`, the generation, then the sessions sealed under the
+//! session key: zrtt-net's `TlsSessions::hand_over`): written after the
+//! filter under the same generation check, taken and removed with it, and
+//! used only when the filter is restored (a process that could not save its
+//! filter, or another's file, gives no sessions: each is used once).
+//!
 //! Files are opened without following symbolic links and must be regular
 //! files owned by this user with mode 0600.
 
@@ -31,6 +38,9 @@ use zrtt_proto::replay::{BloomReplayFilter, ReplayConfig};
 use zrtt_proto::UnixTime;
 
 const MAGIC: &[u8; 8] = b"ZRTTRS2\0";
+const TLS_MAGIC: &[u8; 8] = b"ZRTTTS\0\0";
+
+type Bytes = Vec<u8>;
 
 /// The replay filter a gateway serves with, and what it needs to save it.
 pub struct ReplayState {
@@ -39,6 +49,8 @@ pub struct ReplayState {
     /// The generation this start took (0 without a state file).
     generation: u64,
     owner: String,
+    /// The TLS sessions the predecessor left (hand them to `TlsSessions::adopt`).
+    pub sessions: Vec<u8>,
 }
 
 /// The owner tag of a gateway listening on `listen`: this host (its
@@ -65,10 +77,18 @@ pub fn load(path: Option<&Path>, owner: &str) -> anyhow::Result<ReplayState> {
     let Some(path) = path else {
         return Ok(state(fresh(now, None)?, 0, owner));
     };
-    let (generation, found) = take(path)?;
+    let (generation, found, tls) = take(path)?;
+    let mut sessions = Vec::new();
     let (filter, latest) = match found.map(|bytes| restore(&bytes, generation - 1, owner, now)) {
         Some(Ok(f)) => {
             tracing::info!("replay filter restored from {}", path.display());
+            sessions = tls
+                .and_then(|t| {
+                    let rest = t.strip_prefix(TLS_MAGIC.as_slice())?;
+                    let (g, blob) = rest.split_at_checked(8)?;
+                    (g == (generation - 1).to_be_bytes()).then(|| blob.to_vec())
+                })
+                .unwrap_or_default();
             (Some(f), None)
         }
         Some(Err((e, latest))) => {
@@ -84,7 +104,9 @@ pub fn load(path: Option<&Path>, owner: &str) -> anyhow::Result<ReplayState> {
         Some(f) => f,
         None => fresh(now, latest)?,
     };
-    Ok(state(filter, generation, owner))
+    let mut st = state(filter, generation, owner);
+    st.sessions = sessions;
+    Ok(st)
 }
 
 /// The filter a running predecessor handed over (gateway/handover.rs): its
@@ -118,6 +140,7 @@ fn state(filter: BloomReplayFilter, generation: u64, owner: &str) -> ReplayState
         filter: Arc::new(Mutex::new(filter)),
         generation,
         owner: owner.to_owned(),
+        sessions: Vec::new(),
     }
 }
 
@@ -132,9 +155,35 @@ fn fresh(now: UnixTime, latest: Option<UnixTime>) -> anyhow::Result<BloomReplayF
 }
 
 fn generation_path(path: &Path) -> PathBuf {
+    suffixed(path, ".gen")
+}
+
+fn suffixed(path: &Path, suffix: &str) -> PathBuf {
     let mut p = path.as_os_str().to_owned();
-    p.push(".gen");
+    p.push(suffix);
     PathBuf::from(p)
+}
+
+/// Read and remove the private file at `path`, if any.
+fn take_file(path: &Path) -> anyhow::Result<Option<Vec<u8>>> {
+    let bytes = match open_private(path, false) {
+        Ok(Some(mut f)) => {
+            let mut bytes = Vec::new();
+            f.read_to_end(&mut bytes)?;
+            Some(bytes)
+        }
+        Ok(None) => None,
+        Err(e) => {
+            tracing::warn!("{e}");
+            None
+        }
+    };
+    match std::fs::remove_file(path) {
+        Ok(()) => zrtt_dns::fsutil::sync_dir(zrtt_dns::fsutil::parent_dir(path)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("removing {}", path.display())),
+    }
+    Ok(bytes)
 }
 
 /// Open an existing private file without following a symbolic link; it must
@@ -177,8 +226,8 @@ fn open_private(path: &Path, write: bool) -> std::io::Result<Option<File>> {
 
 /// Under the generation file's lock: take this start's generation (the
 /// stored one plus one) and the snapshot's bytes, if any (the snapshot is
-/// removed, so it is used once whatever it holds).
-fn take(path: &Path) -> anyhow::Result<(u64, Option<Vec<u8>>)> {
+/// removed, so it is used once whatever it holds), and the TLS sessions'.
+fn take(path: &Path) -> anyhow::Result<(u64, Option<Bytes>, Option<Bytes>)> {
     let gen_path = generation_path(path);
     std::fs::create_dir_all(zrtt_dns::fsutil::parent_dir(path))?;
     let mut gen_file = open_private(&gen_path, true)?
@@ -195,28 +244,13 @@ fn take(path: &Path) -> anyhow::Result<(u64, Option<Vec<u8>>)> {
             .with_context(|| format!("{}: not a generation number", gen_path.display()))?,
     };
     let generation = stored.checked_add(1).context("generation overflow")?;
-    let snapshot = match open_private(path, false) {
-        Ok(Some(mut f)) => {
-            let mut bytes = Vec::new();
-            f.read_to_end(&mut bytes)?;
-            Some(bytes)
-        }
-        Ok(None) => None,
-        Err(e) => {
-            tracing::warn!("{e}");
-            None
-        }
-    };
-    match std::fs::remove_file(path) {
-        Ok(()) => zrtt_dns::fsutil::sync_dir(zrtt_dns::fsutil::parent_dir(path)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("removing {}", path.display())),
-    }
+    let snapshot = take_file(path)?;
+    let tls = take_file(&suffixed(path, ".tls"))?;
     gen_file.set_len(0)?;
     gen_file.rewind()?;
     gen_file.write_all(format!("{generation}\n").as_bytes())?;
     gen_file.sync_all()?;
-    Ok((generation, snapshot))
+    Ok((generation, snapshot, tls))
 }
 
 /// The filter in `bytes` if it is the snapshot of generation `expected`
@@ -285,7 +319,7 @@ fn parse(bytes: &[u8]) -> anyhow::Result<(u64, &[u8], &[u8])> {
 /// accepting flights. Nothing is saved if another gateway started with this
 /// state file since (its generation is newer: this snapshot could never be
 /// restored).
-pub fn save(path: &Path, st: &ReplayState) -> anyhow::Result<()> {
+pub fn save(path: &Path, st: &ReplayState, sessions: &[u8]) -> anyhow::Result<()> {
     if st
         .filter
         .lock()
@@ -320,6 +354,12 @@ pub fn save(path: &Path, st: &ReplayState) -> anyhow::Result<()> {
     out.extend_from_slice(tag);
     out.extend_from_slice(&core);
     zrtt_dns::fsutil::write_atomic(path, &out, true)?;
+    if !sessions.is_empty() {
+        let mut tls = TLS_MAGIC.to_vec();
+        tls.extend_from_slice(&st.generation.to_be_bytes());
+        tls.extend_from_slice(sessions);
+        zrtt_dns::fsutil::write_atomic(&suffixed(path, ".tls"), &tls, true)?;
+    }
     Ok(())
 }
 
@@ -393,12 +433,32 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.state");
         let st = run_once(&path, OWNER);
-        save(&path, &st).unwrap();
+        save(&path, &st, &[]).unwrap();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
         assert!(restored(&path, OWNER));
         assert!(!path.exists(), "used once");
         assert!(!restored(&path, OWNER), "nothing left to restore");
+    }
+
+    #[test]
+    fn tls_sessions_go_with_the_filter_once_and_only_to_its_successor() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.state");
+        let st = run_once(&path, OWNER);
+        save(&path, &st, b"sealed sessions").unwrap();
+        let tls = suffixed(&path, ".tls");
+        let mode = std::fs::metadata(&tls).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let next = load(Some(&path), OWNER).unwrap();
+        assert_eq!(next.sessions, b"sealed sessions");
+        assert!(!tls.exists(), "used once");
+        assert!(load(Some(&path), OWNER).unwrap().sessions.is_empty());
+        // A filter that is not restored (another gateway's) brings none.
+        let st = run_once(&path, "m h 10.0.0.1:443");
+        save(&path, &st, b"sealed sessions").unwrap();
+        assert!(load(Some(&path), OWNER).unwrap().sessions.is_empty());
+        assert!(!tls.exists());
     }
 
     #[test]
@@ -410,7 +470,7 @@ mod tests {
         let a = run_once(&path, OWNER);
         let _b = load(Some(&path), OWNER).unwrap();
         // A notices the newer start and saves nothing...
-        assert!(save(&path, &a).is_err());
+        assert!(save(&path, &a, &[]).is_err());
         assert!(!path.exists());
         // ...and a snapshot planted with A's generation is refused too.
         let c = run_once(&path, OWNER);
@@ -418,13 +478,14 @@ mod tests {
             filter: c.filter.clone(),
             generation: a.generation,
             owner: OWNER.into(),
+            sessions: Vec::new(),
         };
         forged.generation = a.generation;
         let bytes = {
             let gen_path = generation_path(&path);
             let current = std::fs::read_to_string(&gen_path).unwrap();
             std::fs::write(&gen_path, format!("{}\n", a.generation)).unwrap();
-            save(&path, &forged).unwrap();
+            save(&path, &forged, &[]).unwrap();
             std::fs::write(&gen_path, current).unwrap();
             std::fs::read(&path).unwrap()
         };
@@ -437,7 +498,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.state");
         let st = run_once(&path, "m h 10.0.0.1:443");
-        save(&path, &st).unwrap();
+        save(&path, &st, &[]).unwrap();
         assert!(!restored(&path, OWNER));
     }
 
@@ -446,12 +507,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.state");
         let st = run_once(&path, OWNER);
-        save(&path, &st).unwrap();
+        save(&path, &st, &[]).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
         assert!(!restored(&path, OWNER));
 
         let st = run_once(&path, OWNER);
-        save(&path, &st).unwrap();
+        save(&path, &st, &[]).unwrap();
         let real = dir.path().join("elsewhere");
         std::fs::rename(&path, &real).unwrap();
         std::os::unix::fs::symlink(&real, &path).unwrap();
@@ -471,7 +532,7 @@ mod tests {
             .unwrap()
             .check_and_insert(1, &[7; 32], ahead, ahead)
             .unwrap();
-        save(&path, &st).unwrap();
+        save(&path, &st, &[]).unwrap();
         let next = load(Some(&path), OWNER).unwrap();
         let f = next.filter.lock().unwrap();
         assert!(!f.seen(1, &[7; 32]), "not restored");
@@ -485,7 +546,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.state");
         let st = run_once(&path, OWNER);
-        save(&path, &st).unwrap();
+        save(&path, &st, &[]).unwrap();
         let mut bytes = std::fs::read(&path).unwrap();
         let n = bytes.len();
         bytes[n - 40] ^= 1;

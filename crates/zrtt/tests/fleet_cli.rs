@@ -106,6 +106,8 @@ fn a_gateway_records_flights_in_redis_and_falls_back_safely_without_it() {
             .args(["--port", &redis_port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--dir"])
             .arg(dir)
+            // An evicting policy: the gateway warns (docs/FLEET.md).
+            .args(["--maxmemory-policy", "allkeys-lru"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -145,9 +147,19 @@ fn a_gateway_records_flights_in_redis_and_falls_back_safely_without_it() {
         ])
         .current_dir(dir)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let stderr = child.stderr.take().unwrap();
+    let l = log.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let mut l = l.lock().unwrap();
+            l.push_str(&line);
+            l.push('\n');
+        }
+    });
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let (mut admin, mut port) = (String::new(), 0u16);
     for _ in 0..2 {
@@ -174,9 +186,22 @@ fn a_gateway_records_flights_in_redis_and_falls_back_safely_without_it() {
     }
     let keys = redis_cli(redis_port, &["KEYS", "www:*"]);
     assert_eq!(
-        keys.lines().filter(|k| *k != "www:settings").count(),
+        keys.lines()
+            .filter(|k| *k != "www:settings" && !k.starts_with("www:tls:"))
+            .count(),
         1,
-        "the served flight, recorded: {keys}"
+        "the served flight, recorded (beside the TLS fallbacks' sessions): {keys}"
+    );
+    // Warned at start: the evicting policy, the token key made at start
+    // (TLS sessions would not open at the other gateways).
+    let warned = log.lock().unwrap().clone();
+    assert!(
+        warned.contains("maxmemory-policy is allkeys-lru"),
+        "{warned}"
+    );
+    assert!(
+        warned.contains("token key made at start with --replay-store"),
+        "{warned}"
     );
     let checks = metric(&admin, "zrtt_gateway_replay_store_check_seconds_count");
     assert!(checks >= 1.0);

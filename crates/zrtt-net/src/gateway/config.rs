@@ -118,6 +118,10 @@ pub struct GatewayConfig {
     /// (docs/FLEET.md), checked after the local filter accepted a flight;
     /// `None`: the local filter alone.
     pub replay_store: Option<Arc<super::replay_store::ReplayStore>>,
+    /// The TLS sessions (resumption, 0-RTT): in this process, handed over
+    /// at a restart, and shared through `replay_store` when set (sealed
+    /// under keys derived from the admission's token keys).
+    pub tls_sessions: Arc<super::tls::TlsSessions>,
     /// Proofs of address and load limits (docs/PROTOCOL.md §8).
     pub admission: AdmissionConfig,
     /// Provenance verifiers whose certificates prove an address; `None`
@@ -179,6 +183,10 @@ impl GatewayConfig {
             sites: Vec::new(),
             replay: Arc::new(Mutex::new(replay)),
             replay_store: None,
+            tls_sessions: super::tls::TlsSessions::new(
+                TLS_SESSION_CACHE,
+                super::tls::DEFAULT_SESSION_TTL,
+            ),
             admission: AdmissionConfig::default(),
             provenance: None,
             listen: ListenOptions::default(),
@@ -205,17 +213,18 @@ pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 128;
 /// default `max_early_data`).
 pub const TLS_MAX_EARLY_DATA: u32 = 16_384;
 
-/// Sessions remembered for resumption (TLS 1.2 session ids and TLS 1.3
-/// tickets, which are single-use: see [`tls_server_config`]).
+/// Sessions remembered in this process for resumption (TLS 1.2 session
+/// ids and TLS 1.3 tickets, which are single-use: [`super::TlsSessions`]).
 pub const TLS_SESSION_CACHE: usize = 32_768;
 
 /// A rustls server config (ring) as a TLS edge serves it: TLS 1.3 and 1.2,
-/// ALPN `h2` and `http/1.1`, resumption from a server-side session cache,
-/// 0-RTT early data on resumption.
-/// The cache (not stateless tickets) makes every TLS 1.3 ticket
-/// single-use, which is what lets a server accept 0-RTT data without
-/// replays (RFC 8446 §8.1). It lives in this process only: a client
-/// resumes at the gateway that issued its ticket (docs/FLEET.md).
+/// ALPN `h2` and `http/1.1`, stateful resumption, 0-RTT early data on
+/// resumption.
+/// The config itself keeps no sessions: the gateway gives each connection
+/// its [`super::TlsSessions`] (gateway/tls: this process, handed over at a
+/// restart, or the fleet's store), which make every TLS 1.3 ticket
+/// single-use, what lets a server accept 0-RTT data without replays (RFC
+/// 8446 §8.1).
 pub fn tls_server_config(
     chain: Vec<pki_types::CertificateDer<'static>>,
     key: pki_types::PrivateKeyDer<'static>,
@@ -236,7 +245,9 @@ pub fn tls_server_config_with(
     .with_no_client_auth()
     .with_cert_resolver(cert);
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    cfg.session_storage = super::tls::SessionCache::new(TLS_SESSION_CACHE);
+    cfg.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+    // Two tickets (a browser opens parallel connections); one in a fleet
+    // (gateway/tls).
     cfg.send_tls13_tickets = 2;
     // TLS 1.3 0-RTT for resumed clients (single-use tickets above), and
     // the answer as half-RTT data: the gateway's TLS path decides when it

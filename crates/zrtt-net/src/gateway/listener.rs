@@ -111,6 +111,12 @@ impl Gateway {
                 }
             });
         }
+        cfg.tls_sessions.attach(
+            cfg.admission.tokens.clone(),
+            cfg.replay_store.clone(),
+            cfg.clock,
+            cfg.rng.clone(),
+        );
         let metrics = Arc::new(Metrics::default());
         let timeouts = super::pool::PoolTimeouts {
             connect: cfg.timeouts.backend_connect,

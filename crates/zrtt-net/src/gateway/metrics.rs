@@ -147,6 +147,25 @@ counters! {
     /// vouch for them (no answer in time, error, no connection, stamped
     /// before its last failure): the fail-safe refusals.
     replay_store_unavailable,
+    /// TLS sessions taken from the fleet's store (a Redis script: `GETDEL`) for a
+    /// ClientHello offering them.
+    tls_sessions_taken,
+    /// TLS sessions offered that the fleet's store did not hold (taken
+    /// already, expired, never written) or that did not open: full handshakes.
+    tls_sessions_missed,
+    /// TLS sessions not looked up because the fleet's store gave no answer
+    /// in time, failed or was not connected: full handshakes.
+    tls_sessions_unavailable,
+    /// TLS sessions resumed without 0-RTT because they were issued before
+    /// the fleet's store last failed or reconnected.
+    tls_sessions_without_early,
+    /// TLS sessions not kept (so no ticket issued) because this gateway's
+    /// cap on session writes was reached (gateway/tls/limits.rs).
+    tls_sessions_puts_limited,
+    /// ClientHellos offering a session not looked up in the fleet's store
+    /// because the per-source or global cap on look-ups was reached: full
+    /// handshakes.
+    tls_sessions_lookups_limited,
 }
 
 /// How a connection's first answer went: `path` is `zrtt` or `tls`,
@@ -168,6 +187,9 @@ pub struct Latency {
     pub first_answer: Family<AnswerLabels, Histogram>,
     /// Shared replay store checks, until the answer or the deadline.
     pub replay_store: Histogram,
+    /// TLS session takes from the fleet's store, until the answer or the
+    /// deadline.
+    pub tls_session_take: Histogram,
 }
 
 fn buckets() -> impl Iterator<Item = f64> {
@@ -181,6 +203,7 @@ impl Default for Latency {
             first_answer: Family::new_with_constructor(|| Histogram::new(buckets())),
             // 25 us doubling to about 0.1 s: the deadline is 1 ms by default.
             replay_store: Histogram::new(exponential_buckets(0.000_025, 2.0, 13)),
+            tls_session_take: Histogram::new(exponential_buckets(0.000_025, 2.0, 13)),
         }
     }
 }
@@ -201,6 +224,11 @@ impl Latency {
             "replay_store_check_seconds",
             "Shared replay store checks (SET NX on Redis) of accepted first flights, until the answer or the deadline.",
             self.replay_store.clone(),
+        );
+        r.register(
+            "tls_session_take_seconds",
+            "TLS session takes from the fleet's store (GETDEL and a tombstone, one Redis script) before a resumption, until the answer or the deadline.",
+            self.tls_session_take.clone(),
         );
     }
 }

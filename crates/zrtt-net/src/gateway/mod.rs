@@ -122,6 +122,9 @@ pub use metrics::Metrics;
 pub use replay_store::{ReplayStore, ReplayStoreConfig, StoreAddress};
 pub use sites::Site;
 pub use static_files::StaticRoot;
+#[doc(hidden)]
+pub use tls::fuzz_tls_sessions;
+pub use tls::{SessionLimits, TlsSessions, DEFAULT_SESSION_TTL};
 
 /// What every connection of one gateway shares.
 struct Shared {

@@ -67,6 +67,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// once (a stalled store must not pile up tasks: each lives up to
 /// `CONNECT_TIMEOUT`).
 pub const MAX_IN_FLIGHT: usize = 4096;
+/// Most TLS session commands (gateway/tls/shared.rs) in flight at once,
+/// counted apart from the checks: sessions never push a check into
+/// `Overloaded`.
+pub const MAX_SESSION_IN_FLIGHT: usize = 1024;
 /// Pause between two connection attempts, doubling up to `RETRY_MAX`.
 const RETRY_MIN: Duration = Duration::from_millis(20);
 const RETRY_MAX: Duration = Duration::from_secs(1);
@@ -254,6 +258,9 @@ pub struct ReplayStore {
     latest_ms: AtomicU64,
     /// Checks waiting for the store ([`MAX_IN_FLIGHT`]).
     in_flight: AtomicUsize,
+    /// TLS session commands waiting for the store
+    /// ([`MAX_SESSION_IN_FLIGHT`]).
+    session_in_flight: AtomicUsize,
     clock: fn() -> UnixTime,
 }
 
@@ -315,6 +322,7 @@ impl ReplayStore {
             guard_ms: AtomicU64::new(0),
             latest_ms: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
+            session_in_flight: AtomicUsize::new(0),
             clock,
         }))
     }
@@ -364,7 +372,10 @@ impl ReplayStore {
             };
             let attempt = match attempt {
                 Ok(mut conn) => match self.same_settings(&mut conn).await {
-                    Ok(()) => Ok(conn),
+                    Ok(()) => {
+                        self.check_policy(&mut conn).await;
+                        Ok(conn)
+                    }
                     Err(e) => Err(e),
                 },
                 Err(e) => Err(e),
@@ -434,6 +445,26 @@ impl ReplayStore {
                     redis::ErrorKind::Client,
                     "the replay store's settings differ from this gateway's",
                 )))
+            }
+        }
+    }
+
+    /// Warn when the store may evict keys (docs/FLEET.md, Requirements):
+    /// an evicted replay key lets a replay of its flight run. Read with
+    /// `CONFIG GET maxmemory-policy` where allowed (a managed Redis may
+    /// refuse it: then nothing is said); on a cluster, one node's.
+    async fn check_policy(&self, conn: &mut Conn) {
+        let mut get = redis::cmd("CONFIG");
+        get.arg("GET").arg("maxmemory-policy");
+        let got: redis::RedisResult<Vec<String>> = match conn {
+            Conn::Single(c) => get.query_async(c).await,
+            Conn::Cluster(c) => get.query_async(c).await,
+        };
+        if let Ok(v) = got {
+            if let Some(policy) = v.get(1).filter(|p| p.as_str() != "noeviction") {
+                tracing::warn!(
+                    "replay store: maxmemory-policy is {policy}: a full Redis may evict replay keys (a replay of an evicted flight would be served); set maxmemory-policy noeviction (docs/FLEET.md)"
+                );
             }
         }
     }
@@ -526,6 +557,89 @@ impl ReplayStore {
     }
 }
 
+impl ReplayStore {
+    /// Run `cmd` on the store's connection (the TLS session store,
+    /// gateway/tls/shared.rs), within `deadline` if any, under its own
+    /// in-flight bound ([`MAX_SESSION_IN_FLIGHT`]). An error the store
+    /// answered (OOM when full, a script's error, a wrong type: whatever
+    /// a client's traffic can provoke) changes nothing: neither the guard
+    /// nor the connection. Only what may mean lost or moved data raises
+    /// the guard as a failed check does: a broken connection, and on a
+    /// cluster the replies after which redis-rs may reconnect by itself
+    /// ([`reaches_guard`]).
+    pub(crate) async fn query<T>(
+        self: &Arc<Self>,
+        cmd: redis::Cmd,
+        deadline: Option<Duration>,
+    ) -> std::result::Result<T, Unavailable>
+    where
+        T: redis::FromRedisValue + Send + 'static,
+    {
+        let conn = lock(&self.state).conn.clone();
+        let Some((generation, mut conn)) = conn else {
+            self.connect();
+            return Err(Unavailable::NotConnected);
+        };
+        if self.session_in_flight.fetch_add(1, Ordering::AcqRel) >= MAX_SESSION_IN_FLIGHT {
+            self.session_in_flight.fetch_sub(1, Ordering::AcqRel);
+            return Err(Unavailable::Overloaded);
+        }
+        let this = self.clone();
+        let cluster = matches!(self.backend, Backend::Cluster(_));
+        let task = tokio::spawn(async move {
+            let r: redis::RedisResult<T> = match &mut conn {
+                Conn::Single(c) => cmd.query_async(c).await,
+                Conn::Cluster(c) => cmd.query_async(c).await,
+            };
+            if let Some(e) = r.as_ref().err().filter(|e| reaches_guard(e, cluster)) {
+                this.failed(generation, e);
+            }
+            this.session_in_flight.fetch_sub(1, Ordering::AcqRel);
+            r
+        });
+        let joined = match deadline {
+            Some(d) => tokio::time::timeout(d, task)
+                .await
+                .map_err(|_| Unavailable::Timeout)?,
+            None => task.await,
+        };
+        match joined {
+            Err(e) => Err(Unavailable::Failed(e.to_string())),
+            Ok(Err(e)) => Err(Unavailable::Failed(e.to_string())),
+            Ok(Ok(v)) => Ok(v),
+        }
+    }
+
+    /// The time up to which the store may have lost what it acknowledged
+    /// (the restart and failover guard, module docs).
+    pub(crate) fn guard(&self) -> UnixTime {
+        UnixTime::from_millis(self.guard_ms.load(Ordering::SeqCst))
+    }
+}
+
+/// Whether a TLS session command's error must reach the guard: not an
+/// error the server answered (the connection is fine and nothing was
+/// lost; a client's traffic can provoke these, e.g. OOM when sessions
+/// fill the store), except, on a cluster, the replies after which
+/// redis-rs may re-read the slot map or reconnect unseen (a moved slot, a
+/// node changing role).
+fn reaches_guard(e: &redis::RedisError, cluster: bool) -> bool {
+    const TOPOLOGY: &[&str] = &[
+        "MOVED",
+        "ASK",
+        "TRYAGAIN",
+        "CLUSTERDOWN",
+        "READONLY",
+        "LOADING",
+        "MASTERDOWN",
+    ];
+    match e.code() {
+        // A reply of another type than asked is no failure of the store.
+        None => !matches!(e.kind(), redis::ErrorKind::UnexpectedReturnType),
+        Some(code) => cluster && TOPOLOGY.contains(&code),
+    }
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -578,6 +692,41 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn session_errors_answered_by_redis_do_not_reach_the_guard() {
+        let reply = |r: &[u8]| {
+            redis::parse_redis_value(r)
+                .unwrap()
+                .extract_error()
+                .unwrap_err()
+        };
+        for r in [
+            &b"-OOM command not allowed when used memory > 'maxmemory'.\r\n"[..],
+            b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
+            b"-ERR Error running script\r\n",
+            b"-NOSCRIPT No matching script\r\n",
+            b"-BUSY Redis is busy running a script\r\n",
+        ] {
+            let e = reply(r);
+            assert!(!reaches_guard(&e, false), "{e}");
+            assert!(!reaches_guard(&e, true), "{e}");
+        }
+        // A cluster's topology replies do (redis-rs may reconnect after them).
+        for r in [
+            &b"-MOVED 3999 127.0.0.1:6381\r\n"[..],
+            b"-READONLY You can't write against a read only replica.\r\n",
+            b"-LOADING Redis is loading the dataset in memory\r\n",
+        ] {
+            let e = reply(r);
+            assert!(!reaches_guard(&e, false), "{e}");
+            assert!(reaches_guard(&e, true), "{e}");
+        }
+        // A broken connection does, everywhere.
+        let io: redis::RedisError =
+            std::io::Error::from(std::io::ErrorKind::ConnectionReset).into();
+        assert!(reaches_guard(&io, false) && reaches_guard(&io, true));
     }
 
     #[test]

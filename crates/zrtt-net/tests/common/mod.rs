@@ -187,6 +187,8 @@ pub struct GatewayOpts {
     pub replay_store: Option<Arc<zrtt_net::gateway::ReplayStore>>,
     /// Most concurrent HTTP/2 streams per connection (the default's if `None`).
     pub max_streams: Option<u32>,
+    /// The TLS sessions (the default's if `None`; tests/tls_sessions.rs).
+    pub tls_sessions: Option<Arc<zrtt_net::gateway::TlsSessions>>,
 }
 
 impl Default for GatewayOpts {
@@ -210,6 +212,7 @@ impl Default for GatewayOpts {
             queues: None,
             replay_store: None,
             max_streams: None,
+            tls_sessions: None,
         }
     }
 }
@@ -292,6 +295,9 @@ pub async fn start_gateway(opts: GatewayOpts) -> Env {
     }
     if let Some(n) = opts.max_streams {
         cfg.max_concurrent_streams = n;
+    }
+    if let Some(s) = opts.tls_sessions {
+        cfg.tls_sessions = s;
     }
     if let Some(d) = opts.destinations {
         cfg.admission.destinations = d;

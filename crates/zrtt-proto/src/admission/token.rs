@@ -28,6 +28,7 @@ use super::canonical_ip as canonical;
 const VERSION: u8 = 2;
 const AAD: &[u8] = b"zrtt token v2";
 const ID_LABEL: &[u8] = b"zrtt token key id";
+const DERIVE_SALT: &[u8] = b"zrtt token key derive";
 /// version, key id, nonce, expiry, static key, IPv4 address, tag.
 const MIN_LEN: usize = 1 + 4 + NONCE_LEN + 8 + 32 + 4 + 16;
 
@@ -60,6 +61,8 @@ pub struct TokenKey {
     id: u32,
     key: LessSafeKey,
     lifetime: Duration,
+    /// HKDF-Extract of the secret, for keys derived under other labels.
+    derive: ring::hkdf::Prk,
 }
 
 impl std::fmt::Debug for TokenKey {
@@ -89,7 +92,21 @@ impl TokenKey {
             id: token_key_id(secret),
             key: LessSafeKey::new(unbound),
             lifetime,
+            derive: ring::hkdf::Salt::new(ring::hkdf::HKDF_SHA256, DERIVE_SALT).extract(secret),
         }
+    }
+
+    /// A ChaCha20-Poly1305 key derived from this key's secret for another
+    /// use, named by `label` (HKDF-SHA256, salt `"zrtt token key derive"`,
+    /// info `label`): it rotates and is shared with this key. Each use
+    /// takes its own label.
+    pub fn derive_aead_key(&self, label: &[u8]) -> LessSafeKey {
+        let info = [label];
+        let okm = self
+            .derive
+            .expand(&info, &CHACHA20_POLY1305)
+            .unwrap_or_else(|_| unreachable!("32 bytes is within HKDF-SHA256's output"));
+        LessSafeKey::new(UnboundKey::from(okm))
     }
 
     /// The key's id, carried in its tokens.
@@ -227,6 +244,11 @@ impl TokenKeys {
             .chain(&self.older)
             .map(|k| k.id)
             .collect()
+    }
+
+    /// Every key held, the current one first.
+    pub fn all(&self) -> impl Iterator<Item = &Arc<TokenKey>> {
+        std::iter::once(&self.current).chain(&self.older)
     }
 
     /// Check a token with the key that sealed it ([`TokenKey::verify`]).

@@ -12,7 +12,11 @@
 //!    ever accepted is in the snapshot, none can be accepted twice), then
 //!    sends a 24-byte header (`ZRTTHO1\0`, listeners, admin, snapshot
 //!    length) with the listening sockets (and the admin socket) attached
-//!    (`SCM_RIGHTS`), then the snapshot; or `REFUSED <why>\n`;
+//!    (`SCM_RIGHTS`), then the snapshot; or `REFUSED <why>\n`. When it
+//!    holds TLS sessions (a lone gateway; in a fleet the replay store holds
+//!    them) it stops taking and issuing them and removes them all, sealed,
+//!    in the same step: the header is then `ZRTTHO2\0` with 8 more bytes
+//!    (their length), and they follow the snapshot;
 //! 3. successor: restores the filter, builds its gateway on the sockets,
 //!    then `READY\n`;
 //! 4. running gateway: `GO\n`, then drains its connections and exits
@@ -41,6 +45,8 @@ use zrtt_proto::replay::BloomReplayFilter;
 
 const HELLO: &str = "ZRTT-HANDOVER/1";
 const MAGIC: &[u8; 8] = b"ZRTTHO1\0";
+/// With TLS sessions after the snapshot (their length closes the header).
+const MAGIC_TLS: &[u8; 8] = b"ZRTTHO2\0";
 const HEADER: usize = 24;
 /// At most this many sockets are handed over (listeners plus admin).
 const MAX_FDS: usize = 256;
@@ -59,6 +65,8 @@ pub struct Taken {
     pub admin: Option<std::net::TcpListener>,
     /// The running gateway's replay filter (`BloomReplayFilter::to_snapshot`).
     pub snapshot: Vec<u8>,
+    /// Its TLS sessions, sealed (`TlsSessions::adopt`).
+    pub sessions: Vec<u8>,
     conn: UnixStream,
 }
 
@@ -185,7 +193,8 @@ pub fn request(path: &Path, listen: SocketAddr) -> Result<Option<Taken>> {
         bail!("the running gateway closed the hand-over");
     }
     conn.read_exact(&mut header[got.bytes..])?;
-    if &header[..8] != MAGIC {
+    let with_tls = &header[..8] == MAGIC_TLS;
+    if &header[..8] != MAGIC && !with_tls {
         let mut rest = Vec::new();
         let _ = conn.take(1024).read_to_end(&mut rest);
         let mut text = header.to_vec();
@@ -198,6 +207,13 @@ pub fn request(path: &Path, listen: SocketAddr) -> Result<Option<Taken>> {
     let listeners = u32::from_be_bytes(header[8..12].try_into()?) as usize;
     let admin = u32::from_be_bytes(header[12..16].try_into()?) as usize;
     let len = u64::from_be_bytes(header[16..24].try_into()?);
+    let tls_len = if with_tls {
+        let mut b = [0u8; 8];
+        conn.read_exact(&mut b)?;
+        u64::from_be_bytes(b)
+    } else {
+        0
+    };
     if listeners == 0 || admin > 1 || fds.len() != listeners + admin {
         bail!(
             "hand-over: {} sockets received for {listeners} listeners and {admin} admin",
@@ -205,12 +221,15 @@ pub fn request(path: &Path, listen: SocketAddr) -> Result<Option<Taken>> {
         );
     }
     // A snapshot is a few MB (two Bloom filters of the default capacity).
-    if len > 1 << 30 {
-        bail!("hand-over: a {len}-byte snapshot");
+    if len > 1 << 30 || tls_len > 1 << 30 {
+        bail!("hand-over: a {len}-byte snapshot, {tls_len} bytes of TLS sessions");
     }
     let mut snapshot = vec![0u8; usize::try_from(len)?];
     conn.read_exact(&mut snapshot)
         .context("receiving the replay filter")?;
+    let mut sessions = vec![0u8; usize::try_from(tls_len)?];
+    conn.read_exact(&mut sessions)
+        .context("receiving the TLS sessions")?;
     let mut tcp = fds
         .into_iter()
         .map(|fd| {
@@ -231,6 +250,7 @@ pub fn request(path: &Path, listen: SocketAddr) -> Result<Option<Taken>> {
         listeners: tcp,
         admin,
         snapshot,
+        sessions,
         conn,
     }))
 }
@@ -247,6 +267,8 @@ pub struct Offer {
     pub admin: Option<OwnedFd>,
     /// Its replay filter.
     pub filter: Arc<Mutex<BloomReplayFilter>>,
+    /// Its TLS sessions.
+    pub sessions: Arc<zrtt_net::gateway::TlsSessions>,
 }
 
 /// Serve hand-overs on `listener` ([`bind_private`]) until one succeeds
@@ -283,6 +305,7 @@ async fn serve(listener: tokio::net::UnixListener, offer: Offer) {
 struct Resume<'a> {
     offer: &'a Offer,
     done: bool,
+    sessions: Vec<u8>,
 }
 
 impl Drop for Resume<'_> {
@@ -293,6 +316,7 @@ impl Drop for Resume<'_> {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .unseal();
+            self.offer.sessions.resume(&self.sessions);
             self.offer.accept.resume();
         }
     }
@@ -319,25 +343,41 @@ fn hand_over(mut conn: UnixStream, offer: &Offer) -> Result<()> {
     // did its slow work before it asked.
     conn.set_read_timeout(Some(PAUSED))?;
     conn.set_write_timeout(Some(PAUSED))?;
-    let mut resume = Resume { offer, done: false };
+    let mut resume = Resume {
+        offer,
+        done: false,
+        sessions: Vec::new(),
+    };
     offer.accept.pause();
     let snapshot = offer
         .filter
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .hand_over();
+    resume.sessions = offer.sessions.hand_over();
     tracing::info!(
-        "hand-over: accepting paused, replay filter sealed ({} bytes)",
-        snapshot.len()
+        "hand-over: accepting paused, replay filter sealed ({} bytes), TLS sessions handed over ({} bytes)",
+        snapshot.len(),
+        resume.sessions.len()
     );
-    send_and_wait(&mut conn, offer, &snapshot)?;
+    send_and_wait(&mut conn, offer, &snapshot, &resume.sessions)?;
     resume.done = true;
     Ok(())
 }
 
-fn send_and_wait(conn: &mut UnixStream, offer: &Offer, snapshot: &[u8]) -> Result<()> {
+fn send_and_wait(
+    conn: &mut UnixStream,
+    offer: &Offer,
+    snapshot: &[u8],
+    sessions: &[u8],
+) -> Result<()> {
     let mut header = [0u8; HEADER];
-    header[..8].copy_from_slice(MAGIC);
+    // Without sessions, the header a predecessor of this version reads.
+    header[..8].copy_from_slice(if sessions.is_empty() {
+        MAGIC
+    } else {
+        MAGIC_TLS
+    });
     header[8..12].copy_from_slice(&u32::try_from(offer.listeners.len())?.to_be_bytes());
     header[12..16].copy_from_slice(&u32::from(offer.admin.is_some()).to_be_bytes());
     header[16..24].copy_from_slice(&(snapshot.len() as u64).to_be_bytes());
@@ -359,7 +399,11 @@ fn send_and_wait(conn: &mut UnixStream, offer: &Offer, snapshot: &[u8]) -> Resul
         SendFlags::NOSIGNAL,
     )?;
     conn.write_all(&header[sent..])?;
+    if !sessions.is_empty() {
+        conn.write_all(&(sessions.len() as u64).to_be_bytes())?;
+    }
     conn.write_all(snapshot)?;
+    conn.write_all(sessions)?;
     let deadline = std::time::Instant::now() + PAUSED;
     let line = read_line(conn).context("waiting for READY")?;
     if line != "READY" {

@@ -52,9 +52,17 @@ pub(super) fn token_keys(a: &GatewayArgs, store: Option<&KeyStore>) -> Result<Op
     let mut secret = Zeroizing::new([0u8; 32]);
     ring::rand::SecureRandom::fill(&rng, &mut *secret)
         .map_err(|_| anyhow::anyhow!("random number generator failed"))?;
-    tracing::info!(
-        "address tokens sealed with a key made at start: they do not outlive this process (--token-key or --keystore to keep them)"
-    );
+    if a.store.replay_store.is_some() {
+        // The fleet's TLS sessions are sealed under a key derived from the
+        // token key: one made here opens none of the other gateways'.
+        tracing::warn!(
+            "token key made at start with --replay-store: TLS sessions sealed by the other gateways (and by this one after a restart) do not open here (full handshakes); give every gateway the same --token-key or --keystore"
+        );
+    } else {
+        tracing::info!(
+            "address tokens sealed with a key made at start: they do not outlive this process (--token-key or --keystore to keep them)"
+        );
+    }
     Ok(Some(TokenKeys::single(TokenKey::new(
         &secret,
         a.token_lifetime,

@@ -24,6 +24,7 @@ mod keys;
 mod provenance;
 mod refresh;
 mod root;
+mod sessions;
 mod successor;
 
 use keys::{all_keys, token_keys, LoadedSite};
@@ -51,6 +52,8 @@ pub struct GatewayArgs {
     root: root::RootArgs,
     #[command(flatten)]
     backend_opts: Box<backends::BackendArgs>,
+    #[command(flatten)]
+    sessions: sessions::SessionArgs,
     /// Key store (from `zrtt keys init`): semi-static keys, their records and
     /// the certificate. Re-read every --refresh, so rotations by `zrtt dns`
     /// or `zrtt keys rotate` take effect without a restart.
@@ -494,6 +497,7 @@ pub fn run(mut a: GatewayArgs) -> Result<ExitCode> {
     let mut cfg = GatewayConfig::new(shared_keys.clone(), tls, a.backends[0].clone())?;
     cfg.backends = a.backends.clone();
     a.backend_opts.apply(&mut cfg)?;
+    a.sessions.apply(&mut cfg, a.token_lifetime)?;
     let replay_path =
         replay_state::location(a.replay_state.as_deref(), a.keystore.as_deref(), a.listen);
     cfg.replay_store = replay_store(&a.store, cfg.clock)?;
@@ -545,12 +549,18 @@ pub fn run(mut a: GatewayArgs) -> Result<ExitCode> {
         println!("configuration ok");
         return Ok(ExitCode::SUCCESS);
     }
+    let tls_sessions = cfg.tls_sessions.clone();
     runtime.block_on(async move {
         let handed_admin = taken.as_mut().and_then(|t| t.admin.take());
+        let handed_tls = match taken.as_mut() {
+            Some(t) => std::mem::take(&mut t.sessions),
+            None => std::mem::take(&mut replay.sessions),
+        };
         let gw = match taken.as_mut() {
             Some(t) => Gateway::from_listeners(std::mem::take(&mut t.listeners), cfg)?,
             None => Gateway::bind(a.listen, cfg)?,
         };
+        tls_sessions.adopt(&handed_tls);
         let metrics = gw.metrics();
         if !gw.fast_open() {
             tracing::warn!("listener without TCP Fast Open");
@@ -627,6 +637,7 @@ pub fn run(mut a: GatewayArgs) -> Result<ExitCode> {
                 listeners: gw.dup_listening_fds()?,
                 admin: admin_fd,
                 filter: replay.filter.clone(),
+                sessions: tls_sessions.clone(),
             }),
             None => None,
         };
@@ -673,7 +684,7 @@ pub fn run(mut a: GatewayArgs) -> Result<ExitCode> {
         // hand-over the successor holds it: a sealed filter is never saved,
         // also when a SIGTERM raced the hand-over).
         if let Some(p) = replay_path.as_ref().filter(|_| !handed_over) {
-            if let Err(e) = replay_state::save(p, &replay) {
+            if let Err(e) = replay_state::save(p, &replay, &tls_sessions.hand_over()) {
                 tracing::warn!("saving the replay filter to {}: {e:#}", p.display());
             }
         }

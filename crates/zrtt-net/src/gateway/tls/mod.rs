@@ -9,9 +9,15 @@
 //! zrtt client, one round trip in all, as nginx does for TLS 1.3 0-RTT
 //! with a Fast Open cookie ([`stream`]).
 
+mod client_hello;
+mod limits;
+pub use limits::SessionLimits;
+mod seal;
 mod session_cache;
 pub(crate) use session_cache::SessionCache;
 mod sessions;
+mod shared;
+pub use shared::{TlsSessions, DEFAULT_SESSION_TTL};
 mod stream;
 
 use std::net::SocketAddr;
@@ -24,7 +30,7 @@ use tokio::net::TcpStream;
 use zrtt_proto::admission::Proof;
 
 use super::early_answer::{EarlyCtl, Grant};
-use super::gate::Gate;
+use super::gate::{read_within, Gate};
 use super::listener::SourceSlot;
 use super::{relay, Metrics, Shared};
 use sessions::{Binding, SessionView};
@@ -54,10 +60,50 @@ pub(super) async fn serve(
     let local = tcp
         .local_addr()
         .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
-    let view = SessionView::new(shared.cfg.tls.session_storage.clone(), peer.ip());
+    let sessions = &shared.cfg.tls_sessions;
+    let mut tcp = tcp;
+    // In a fleet, the session a ClientHello offers is taken from the
+    // fleet's store before rustls sees the ClientHello (shared.rs).
+    // One deadline for the ClientHello: read here (in a fleet), then by
+    // rustls.
+    let hello_deadline = Instant::now() + t.first_flight;
+    let mut hello = Vec::new();
+    let mut fetched = None;
+    if sessions.fleet() {
+        let read = read_within(
+            gate.socket(),
+            t.gate,
+            t.first_flight,
+            read_hello(&mut tcp, &mut hello),
+        )
+        .await;
+        match read {
+            Some(Ok(Some(ticket))) => {
+                let early = !gate.handshake_complete().unwrap_or(false);
+                fetched = sessions.fetch(&ticket, peer.ip(), early, m).await;
+            }
+            Some(Ok(None)) => {}
+            Some(Err(e)) => {
+                tracing::debug!("TLS {peer}: {e}");
+                return;
+            }
+            None => return,
+        }
+    }
+    let early_ok = fetched.as_ref().is_none_or(|f| f.early);
+    let view = SessionView::new(sessions.clone(), m.clone(), peer.ip(), fetched);
     let binding = view.binding_handle();
     let mut config = (*shared.cfg.tls).clone();
     config.session_storage = Arc::new(view);
+    if sessions.fleet() {
+        // Each ticket is a session in the fleet's store (docs/FLEET.md,
+        // Capacity): one per handshake.
+        config.send_tls13_tickets = 1;
+    }
+    if !early_ok {
+        // Issued before the store's last failure: resumed, without 0-RTT.
+        config.max_early_data_size = 0;
+    }
     let conn = match rustls::ServerConnection::new(Arc::new(config)) {
         Ok(c) => c,
         Err(e) => {
@@ -67,11 +113,12 @@ pub(super) async fn serve(
     };
     let ctl = Arc::new(EarlyCtl::default());
     let mut tls = EarlyTls::new(tcp, conn, gate.clone(), m.clone(), ctl.clone());
+    tls.feed(hello);
     tls.finish_within(t.gate);
-    let hello = super::gate::read_within(
+    let hello = read_within(
         gate.socket(),
         t.gate,
-        t.first_flight,
+        hello_deadline.saturating_duration_since(Instant::now()),
         tls.read_client_hello(),
     )
     .await;
@@ -154,4 +201,40 @@ pub(super) async fn serve(
         bound,
     )
     .await;
+}
+
+/// Read the ClientHello into `buf` (without processing it); the first PSK
+/// identity it offers, if any.
+async fn read_hello(tcp: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<Option<Vec<u8>>> {
+    use tokio::io::AsyncReadExt;
+    loop {
+        match client_hello::parse(buf) {
+            client_hello::Hello::Complete(id) => return Ok(id),
+            client_hello::Hello::Other => return Ok(None),
+            client_hello::Hello::Partial => {}
+        }
+        let mut chunk = [0u8; 4096];
+        let n = tcp.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Fuzz entry point (fuzz/fuzz_targets/tls_sessions.rs): the ClientHello
+/// reader, and a restart's sealed sessions, on arbitrary bytes.
+#[doc(hidden)]
+pub fn fuzz_tls_sessions(data: &[u8]) {
+    use zrtt_proto::admission::{TokenKey, TokenKeyRing, TokenKeys};
+    let _ = client_hello::parse(data);
+    let sessions = TlsSessions::new(4, DEFAULT_SESSION_TTL);
+    let key = TokenKey::new(&[1; 32], std::time::Duration::from_secs(60));
+    sessions.attach(
+        Some(TokenKeyRing::new(TokenKeys::single(key))),
+        None,
+        crate::client::system_clock,
+        Arc::new(ring::rand::SystemRandom::new()),
+    );
+    sessions.adopt(data);
 }

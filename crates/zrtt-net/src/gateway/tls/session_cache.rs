@@ -18,6 +18,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use rustls::server::StoresServerSessions;
+use zeroize::Zeroizing;
 
 /// A bounded TLS session store (see the module docs). Its `Debug` shows
 /// the capacity and the number of sessions held, never their keys or
@@ -39,8 +40,9 @@ impl std::fmt::Debug for SessionCache {
 
 #[derive(Default)]
 struct Inner {
-    /// Key → (insert number, value).
-    map: HashMap<Vec<u8>, (u64, Vec<u8>)>,
+    /// Key → (insert number, value: session secrets, zeroed when evicted,
+    /// taken or dropped).
+    map: HashMap<Vec<u8>, (u64, Zeroizing<Vec<u8>>)>,
     /// Keys in insert order, with their insert number (stale once the key
     /// was taken or put again).
     order: VecDeque<(u64, Vec<u8>)>,
@@ -66,6 +68,13 @@ impl SessionCache {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Remove and return every session held (a hand-over at restart).
+    pub(crate) fn drain(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut i = self.lock();
+        i.order.clear();
+        i.map.drain().map(|(k, (_, v))| (k, v.to_vec())).collect()
+    }
+
     #[cfg(test)]
     fn len(&self) -> (usize, usize) {
         let i = self.lock();
@@ -78,7 +87,7 @@ impl StoresServerSessions for SessionCache {
         let mut i = self.lock();
         let n = i.next;
         i.next += 1;
-        i.map.insert(key.clone(), (n, value));
+        i.map.insert(key.clone(), (n, Zeroizing::new(value)));
         i.order.push_back((n, key));
         while i.map.len() > self.capacity {
             let Some((m, k)) = i.order.pop_front() else {
@@ -104,11 +113,11 @@ impl StoresServerSessions for SessionCache {
     }
 
     fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
-        self.lock().map.get(key).map(|(_, v)| v.clone())
+        self.lock().map.get(key).map(|(_, v)| v.to_vec())
     }
 
     fn take(&self, key: &[u8]) -> Option<Vec<u8>> {
-        self.lock().map.remove(key).map(|(_, v)| v)
+        self.lock().map.remove(key).map(|(_, v)| v.to_vec())
     }
 
     fn can_cache(&self) -> bool {

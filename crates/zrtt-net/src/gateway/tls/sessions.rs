@@ -4,21 +4,24 @@
 //! answered before its TCP handshake completes only if its session was
 //! issued to the address it now comes from.
 //!
-//! The sessions live in one server-side cache (rustls's
-//! `StoresServerSessions`), which also makes every TLS 1.3 ticket
-//! single-use: the anti-replay rustls requires before it accepts 0-RTT
-//! data (RFC 8446 §8.1). Each connection sees the cache through a
-//! [`SessionView`] that knows the peer: it prefixes what it stores with the
-//! peer's address and reports, when a session is resumed, whether it was
-//! issued to this address.
+//! The sessions live in [`TlsSessions`] (this process, or a fleet's
+//! store), which also makes every TLS 1.3 ticket single-use: the
+//! anti-replay rustls requires before it accepts 0-RTT data (RFC 8446
+//! §8.1). Each connection sees them through a [`SessionView`] that knows
+//! the peer: it stores the peer's address with each session and reports,
+//! when a session is resumed, whether it was issued to this address.
 
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use rustls::server::StoresServerSessions;
-use zrtt_proto::admission::canonical_ip;
+
+use zeroize::Zeroizing;
+
+use super::super::Metrics;
+use super::shared::{address_bytes, Fetched, Stored, TlsSessions};
 
 const UNKNOWN: u8 = 0;
 const BOUND: u8 = 1;
@@ -36,11 +39,15 @@ pub(super) enum Binding {
     Elsewhere,
 }
 
-/// The shared session cache as one connection sees it.
+/// The gateway's sessions as one connection sees them.
 pub(super) struct SessionView {
-    cache: Arc<dyn StoresServerSessions>,
+    sessions: Arc<TlsSessions>,
+    metrics: Arc<Metrics>,
     peer: [u8; 16],
     binding: Arc<AtomicU8>,
+    /// The session the fleet's store gave this connection: in a fleet, the
+    /// only one its rustls may take.
+    fetched: Mutex<Option<Fetched>>,
 }
 
 impl fmt::Debug for SessionView {
@@ -51,20 +58,21 @@ impl fmt::Debug for SessionView {
     }
 }
 
-fn address_bytes(ip: IpAddr) -> [u8; 16] {
-    match canonical_ip(ip) {
-        IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
-        IpAddr::V6(a) => a.octets(),
-    }
-}
-
 impl SessionView {
-    /// A view of `cache` for a connection from `peer`.
-    pub(super) fn new(cache: Arc<dyn StoresServerSessions>, peer: IpAddr) -> Self {
+    /// A view of `sessions` for a connection from `peer`, with the
+    /// session the fleet's store gave it, if any.
+    pub(super) fn new(
+        sessions: Arc<TlsSessions>,
+        metrics: Arc<Metrics>,
+        peer: IpAddr,
+        fetched: Option<Fetched>,
+    ) -> Self {
         Self {
-            cache,
+            sessions,
+            metrics,
             peer: address_bytes(peer),
             binding: Arc::new(AtomicU8::new(UNKNOWN)),
+            fetched: Mutex::new(fetched),
         }
     }
 
@@ -77,14 +85,11 @@ impl SessionView {
         decode(self.binding.load(Ordering::Acquire))
     }
 
-    fn open(&self, stored: Vec<u8>) -> Option<Vec<u8>> {
-        if stored.len() < 16 {
-            return None;
-        }
-        let bound = stored[..16] == self.peer;
+    fn open(&self, stored: Stored) -> Vec<u8> {
+        let bound = stored.peer == self.peer;
         self.binding
             .store(if bound { BOUND } else { ELSEWHERE }, Ordering::Release);
-        Some(stored[16..].to_vec())
+        stored.value.to_vec()
     }
 }
 
@@ -99,22 +104,33 @@ pub(super) fn decode(v: u8) -> Binding {
 
 impl StoresServerSessions for SessionView {
     fn put(&self, key: Vec<u8>, value: Vec<u8>) -> bool {
-        let mut stored = Vec::with_capacity(16 + value.len());
-        stored.extend_from_slice(&self.peer);
-        stored.extend_from_slice(&value);
-        self.cache.put(key, stored)
+        let stored = Stored {
+            issued: self.sessions.now(),
+            peer: self.peer,
+            value: Zeroizing::new(value),
+        };
+        self.sessions.put(key, stored, &self.metrics)
     }
 
     fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
-        self.cache.get(key).and_then(|v| self.open(v))
+        self.sessions.get_local(key).map(|s| self.open(s))
     }
 
     fn take(&self, key: &[u8]) -> Option<Vec<u8>> {
-        self.cache.take(key).and_then(|v| self.open(v))
+        let local = self.sessions.take_local(key);
+        let fetched = self
+            .fetched
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take_if(|f| f.ticket == key);
+        match fetched {
+            Some(f) => Some(self.open(f.stored)),
+            None => local.map(|s| self.open(s)),
+        }
     }
 
     fn can_cache(&self) -> bool {
-        self.cache.can_cache()
+        !self.sessions.stopped()
     }
 }
 
@@ -125,21 +141,27 @@ mod tests {
 
     #[test]
     fn sessions_say_whether_they_come_back_to_their_address() {
-        let cache: Arc<dyn StoresServerSessions> = super::super::SessionCache::new(16);
+        let cache = TlsSessions::new(16, super::super::shared::DEFAULT_SESSION_TTL);
+        let m = Arc::new(Metrics::default());
         let a: IpAddr = "198.18.0.1".parse().unwrap();
         let b: IpAddr = "198.18.0.2".parse().unwrap();
-        let issued = SessionView::new(cache.clone(), a);
+        let issued = SessionView::new(cache.clone(), m.clone(), a, None);
         assert!(issued.put(b"t1".to_vec(), b"secret".to_vec()));
         assert!(issued.put(b"t2".to_vec(), b"secret".to_vec()));
         // Back from the same address (IPv4-mapped on a dual-stack listener).
-        let same = SessionView::new(cache.clone(), "::ffff:198.18.0.1".parse().unwrap());
+        let same = SessionView::new(
+            cache.clone(),
+            m.clone(),
+            "::ffff:198.18.0.1".parse().unwrap(),
+            None,
+        );
         assert_eq!(same.binding(), Binding::None);
         assert_eq!(same.take(b"t1"), Some(b"secret".to_vec()));
         assert_eq!(same.binding(), Binding::Bound);
         // Single use.
         assert_eq!(same.take(b"t1"), None);
         // From elsewhere: resumed, not bound.
-        let other = SessionView::new(cache.clone(), b);
+        let other = SessionView::new(cache.clone(), m.clone(), b, None);
         assert_eq!(other.take(b"t2"), Some(b"secret".to_vec()));
         assert_eq!(other.binding(), Binding::Elsewhere);
         assert_eq!(

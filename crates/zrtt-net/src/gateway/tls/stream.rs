@@ -56,6 +56,9 @@ pub(crate) struct EarlyTls {
     /// (HTTP/1.1 only), and whether it has been.
     may_serve_early: bool,
     served_early: bool,
+    /// Bytes read from the socket before this stream was made (the
+    /// ClientHello, when a fleet's store was asked for its session).
+    pending: Vec<u8>,
     /// Bytes read from the client until its ClientHello was processed.
     received: usize,
     hello_done: bool,
@@ -88,12 +91,18 @@ impl EarlyTls {
             early_pos: 0,
             may_serve_early: false,
             served_early: false,
+            pending: Vec::new(),
             received: 0,
             hello_done: false,
             eof: false,
             finish_limit: std::time::Duration::from_secs(3),
             finish_deadline: None,
         }
+    }
+
+    /// Bytes already read from the socket, processed before any other.
+    pub(crate) fn feed(&mut self, bytes: Vec<u8>) {
+        self.pending = bytes;
     }
 
     /// How long closing may wait for the client's Finished (the gate time).
@@ -171,9 +180,15 @@ impl EarlyTls {
     /// the number of bytes read (0: end of stream).
     fn poll_pull(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         let mut buf = [0u8; 16 * 1024];
+        let pending = std::mem::take(&mut self.pending);
         let mut rb = ReadBuf::new(&mut buf);
-        ready!(Pin::new(&mut self.io).poll_read(cx, &mut rb))?;
-        let n = rb.filled().len();
+        let filled = if pending.is_empty() {
+            ready!(Pin::new(&mut self.io).poll_read(cx, &mut rb))?;
+            rb.filled()
+        } else {
+            &pending[..]
+        };
+        let n = filled.len();
         if n == 0 {
             self.eof = true;
             return Poll::Ready(Ok(0));
@@ -181,7 +196,7 @@ impl EarlyTls {
         if !self.hello_done {
             self.received += n;
         }
-        let mut input = rb.filled();
+        let mut input = filled;
         while !input.is_empty() {
             let used = self.conn.read_tls(&mut input)?;
             if let Err(e) = self.conn.process_new_packets() {
