@@ -14,12 +14,11 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::redis::*;
 use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -30,81 +29,8 @@ use zrtt_net::gateway::{
 
 const PATIENCE: Duration = Duration::from_secs(60);
 
-fn redis_installed() -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let ok = ["redis-server", "redis-cli"].iter().all(|b| {
-        Command::new(b)
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    });
-    if !ok {
-        let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
-        assert!(!root, "redis-server missing: run scripts/install-deps.sh");
-        eprintln!("skipped: redis-server not installed (scripts/install-deps.sh)");
-    }
-    ok
-}
-
-/// One redis-server without persistence, killed (by its PID) when dropped.
-struct Redis {
-    port: u16,
-    child: Child,
-    _dir: PathBuf,
-}
-
+/// What the TLS-session tests read from a store.
 impl Redis {
-    fn start(root: &Path) -> Self {
-        Self::start_node(root, false)
-    }
-
-    fn start_node(root: &Path, cluster: bool) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir = root.join(format!("redis-{port}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut cmd = Command::new("redis-server");
-        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(&dir);
-        if cluster {
-            cmd.args(["--cluster-enabled", "yes"])
-                .args(["--cluster-config-file", "nodes.conf"]);
-        }
-        let child = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let r = Self {
-            port,
-            child,
-            _dir: dir,
-        };
-        let start = Instant::now();
-        while r.cli(&["PING"]) != "PONG" {
-            assert!(start.elapsed() < PATIENCE, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        r
-    }
-
-    fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
-            .args(args)
-            .stderr(Stdio::null())
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
-    }
-
     /// The sessions held (not the tombstones a take leaves).
     fn sessions(&self) -> usize {
         self.session_keys()
@@ -204,49 +130,10 @@ impl Drop for HoldProxy {
     }
 }
 
-/// A Redis Cluster of three masters, each serving a third of the slots.
-async fn cluster(root: &Path) -> Vec<Redis> {
-    let nodes: Vec<Redis> = (0..3).map(|_| Redis::start_node(root, true)).collect();
-    let mut create = Command::new("redis-cli");
-    create.args(["--cluster", "create"]);
-    for n in &nodes {
-        create.arg(format!("127.0.0.1:{}", n.port));
-    }
-    let out = create
-        .args(["--cluster-replicas", "0", "--cluster-yes"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let start = Instant::now();
-    while !nodes
-        .iter()
-        .all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"))
-    {
-        assert!(start.elapsed() < PATIENCE, "cluster never ok");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    nodes
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// A gateway sharing `redis` (and the test token key, so the session key)
 /// with the others, once its store checks; without `redis`, a lone one.
 async fn gateway(redis: Option<&Redis>, timeout: Duration) -> Env {
     gateway_with_store(redis.map(single), timeout).await.0
-}
-
-fn single(r: &Redis) -> StoreAddress {
-    format!("redis://127.0.0.1:{}", r.port).parse().unwrap()
 }
 
 async fn gateway_with_store(
@@ -458,7 +345,7 @@ async fn a_late_write_does_not_bring_a_taken_session_back() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let redis = Redis::start(tmp.path());
+    let redis = Redis::start(tmp.path(), false);
     let proxy = HoldProxy::start(redis.port, false).await;
     let (a, a_store) = gateway_with_store(Some(proxy.address()), Duration::from_secs(2)).await;
     let b = gateway(Some(&redis), Duration::from_secs(2)).await;
@@ -501,7 +388,7 @@ async fn a_take_never_sent_is_sent_later() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let redis = Redis::start(tmp.path());
+    let redis = Redis::start(tmp.path(), false);
     let a = gateway(Some(&redis), Duration::from_secs(2)).await;
     // C's store: everything it sends is held (it cannot connect).
     let proxy = HoldProxy::start(redis.port, true).await;
@@ -546,7 +433,7 @@ async fn session_writes_and_lookups_are_capped() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let redis = Redis::start(tmp.path());
+    let redis = Redis::start(tmp.path(), false);
     let mut limits = SessionLimits::default();
     limits.puts_per_second = 0.001; // one, then none for 1000 s
     limits.lookups_per_source_per_second = 0.001;
@@ -596,7 +483,7 @@ async fn an_error_answered_to_a_session_command_does_not_fail_the_store() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let redis = Redis::start(tmp.path());
+    let redis = Redis::start(tmp.path(), false);
     let (a, store) = gateway_with_store(Some(single(&redis)), Duration::from_secs(2)).await;
     let store = store.unwrap();
     let cfg = client_config();
@@ -617,7 +504,7 @@ async fn a_captured_resumption_is_resumed_by_one_connection_of_the_fleet() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let redis = Redis::start(tmp.path());
+    let redis = Redis::start(tmp.path(), false);
     resumed_once_in_the_fleet(single(&redis), || redis.sessions()).await;
 }
 
@@ -664,7 +551,7 @@ async fn a_full_redis_refusing_sessions_does_not_fail_the_replay_store() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let redis = Redis::start(tmp.path());
+    let redis = Redis::start(tmp.path(), false);
     let (a, store) = gateway_with_store(Some(single(&redis)), Duration::from_secs(2)).await;
     let store = store.unwrap();
     // A session written before Redis is full.
@@ -714,7 +601,7 @@ async fn tls12_sessions_stay_in_the_gateway_that_issued_them() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let redis = Redis::start(tmp.path());
+    let redis = Redis::start(tmp.path(), false);
     let a = gateway(Some(&redis), Duration::from_secs(2)).await;
     let b = gateway(Some(&redis), Duration::from_secs(2)).await;
     let tls12 = client_config_for(&rustls::version::TLS12);
@@ -774,7 +661,7 @@ async fn measure_shared_resumption() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let redis = Redis::start(tmp.path());
+    let redis = Redis::start(tmp.path(), false);
     // The default 1 ms deadline, as a fleet runs; every client from one
     // address here: no per-source cap on look-ups.
     let mut limits = SessionLimits::default();
