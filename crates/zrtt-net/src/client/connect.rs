@@ -104,6 +104,44 @@ pub struct ConnInfo {
     /// certificates from them would prove this client's address to the
     /// server on a first contact ([`crate::verifier::ProvenanceStore`]).
     pub verifiers: Vec<String>,
+    /// The application protocol the connection speaks.
+    pub protocol: AppProtocol,
+}
+
+/// The application protocol inside the connection (first-flight ALPN,
+/// docs/PROTOCOL.md §4.2; TLS ALPN on the fallback).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AppProtocol {
+    /// HTTP/1.1: the early data is one request head.
+    Http1,
+    /// HTTP/2: the early data is the connection preface, SETTINGS and the
+    /// first request's frames.
+    Http2,
+}
+
+impl AppProtocol {
+    /// Its ALPN id.
+    pub fn alpn(self) -> &'static [u8] {
+        match self {
+            AppProtocol::Http1 => b"http/1.1",
+            AppProtocol::Http2 => b"h2",
+        }
+    }
+
+    /// Whether `request` (this protocol's bytes) may travel as early data
+    /// under `policy`: HTTP/1.1, [`early_eligible`]; HTTP/2, one bodiless
+    /// GET and nothing else ([`zrtt_proto::http2::first_request`]).
+    pub fn early_eligible(self, request: &[u8], policy: EarlyDataPolicy) -> bool {
+        match self {
+            AppProtocol::Http1 => early_eligible(request, policy),
+            AppProtocol::Http2 => {
+                policy != EarlyDataPolicy::Never
+                    && zrtt_proto::http2::first_request(request)
+                        == zrtt_proto::http2::FirstRequest::Ready { early_safe: true }
+            }
+        }
+    }
 }
 
 /// A host name and the address to reach it at.
@@ -223,15 +261,28 @@ pub async fn establish(
     target: &Target,
     request: &[u8],
 ) -> Result<(Conn, ConnInfo)> {
+    establish_as(cfg, target, AppProtocol::Http1, request).await
+}
+
+/// [`establish`] for `protocol`: its ALPN in the first flight and on the
+/// TLS fallback (HTTP/2: only `h2`, an error if TLS does not agree).
+/// `request` is what the protocol sent first: for HTTP/2 the connection
+/// preface, SETTINGS and the first request's frames.
+pub async fn establish_as(
+    cfg: &ClientConfig,
+    target: &Target,
+    protocol: AppProtocol,
+    request: &[u8],
+) -> Result<(Conn, ConnInfo)> {
     let t0 = Instant::now();
     let race = Race::default();
-    let zrtt = zrtt_attempts(cfg, target, request, t0, &race);
+    let zrtt = zrtt_attempts(cfg, target, protocol, request, t0, &race);
     tokio::pin!(zrtt);
     let outcome = tokio::select! {
         biased;
         r = &mut zrtt => r,
         () = race.late.notified(), if cfg.tls_fallback => {
-            let tls = tls_handshake(cfg, target, t0);
+            let tls = tls_handshake(cfg, target, protocol, t0);
             tokio::pin!(tls);
             tokio::select! {
                 biased;
@@ -245,7 +296,7 @@ pub async fn establish(
                             t0.elapsed().as_millis(),
                             cooldown.as_secs()
                         );
-                        let (conn, mut info) = tls_send(tls, request).await?;
+                        let (conn, mut info) = tls_send(tls, protocol, request).await?;
                         info.notes.push(note);
                         // The wait before the race counts too, in this path's RTTs.
                         let rtts = t0.elapsed().as_secs_f64() / info.rtt.as_secs_f64().max(1e-6);
@@ -275,8 +326,8 @@ pub async fn establish(
             notes.join("; ")
         )));
     }
-    let tls = tls_handshake(cfg, target, t0).await?;
-    let (conn, mut info) = tls_send(tls, request).await?;
+    let tls = tls_handshake(cfg, target, protocol, t0).await?;
+    let (conn, mut info) = tls_send(tls, protocol, request).await?;
     info.round_trips += spent;
     info.retried_with_fresh_keys = retried;
     info.notes.splice(0..0, notes);
@@ -293,6 +344,7 @@ type ZrttOutcome = (Option<(Conn, ConnInfo)>, Vec<String>, u32, bool);
 async fn zrtt_attempts(
     cfg: &ClientConfig,
     target: &Target,
+    protocol: AppProtocol,
     request: &[u8],
     t0: Instant,
     race: &Race,
@@ -313,7 +365,8 @@ async fn zrtt_attempts(
     }
     let mut fast_open = cfg.fast_open && cfg.paths.fast_open_allowed(target.addr, t0);
     while let Some(rec) = record.take() {
-        match attempt_zrtt(cfg, target, &rec, request, fast_open, t0, race).await {
+        let attempt = attempt_zrtt(cfg, target, &rec, (protocol, request), fast_open, t0, race);
+        match attempt.await {
             Ok(Attempt::Done(conn, info)) => {
                 return Ok((Some((conn, info)), notes, spent, retried));
             }
@@ -327,6 +380,12 @@ async fn zrtt_attempts(
             Ok(Attempt::Rejected(reason, records, rts)) => {
                 spent += rts;
                 notes.push(format!("server refused the first flight: {reason}"));
+                if reason == RejectReason::Unsupported && protocol == AppProtocol::Http2 {
+                    // Most likely ALPN h2 not served there; the protocol is
+                    // fixed for this connection: TLS with ALPN h2.
+                    notes.push("HTTP/2 not served in zrtt there".into());
+                    continue;
+                }
                 if retried || records.is_empty() {
                     continue;
                 }
@@ -377,15 +436,15 @@ async fn attempt_zrtt(
     cfg: &ClientConfig,
     target: &Target,
     rec: &VerifiedKeyRecord,
-    request: &[u8],
+    (protocol, request): (AppProtocol, &[u8]),
     fast_open: bool,
     t0: Instant,
     race: &Race,
 ) -> Result<Attempt> {
-    let early = early_eligible(request, cfg.early_data)
+    let early = protocol.early_eligible(request, cfg.early_data)
         && request.len() <= rec.body().max_early_data_bytes as usize;
     let mut params = ClientParams::default();
-    params.extensions.set(ext::ALPN, b"http/1.1".to_vec());
+    params.extensions.set(ext::ALPN, protocol.alpn().to_vec());
     let proof = cfg
         .provenance
         .as_ref()
@@ -531,6 +590,7 @@ async fn attempt_zrtt(
             }
             named.clone()
         },
+        protocol,
     };
     Ok(Attempt::Done(Conn::Zrtt(Box::new(stream)), info))
 }
@@ -542,10 +602,12 @@ pub(super) struct TlsReady {
     time_appconnect: Duration,
 }
 
-/// TCP connect and TLS 1.3 handshake on the same port.
+/// TCP connect and TLS 1.3 handshake on the same port, offering the ALPN
+/// of `protocol` (HTTP/2: only `h2`, on a copy of the configuration).
 pub(super) async fn tls_handshake(
     cfg: &ClientConfig,
     target: &Target,
+    protocol: AppProtocol,
     t0: Instant,
 ) -> Result<TlsReady> {
     let tcp = tokio::time::timeout(cfg.connect_timeout, TcpStream::connect(target.addr))
@@ -556,7 +618,15 @@ pub(super) async fn tls_handshake(
     let time_connect = t0.elapsed();
     let name = pki_types::ServerName::try_from(target.host.clone())
         .map_err(|_| Error::Config(format!("{:?} is not a valid server name", target.host)))?;
-    let connector = tokio_rustls::TlsConnector::from(cfg.tls.clone());
+    let tls_cfg = match protocol {
+        AppProtocol::Http1 => cfg.tls.clone(),
+        AppProtocol::Http2 => {
+            let mut c = (*cfg.tls).clone();
+            c.alpn_protocols = vec![b"h2".to_vec()];
+            std::sync::Arc::new(c)
+        }
+    };
+    let connector = tokio_rustls::TlsConnector::from(tls_cfg);
     let tls = tokio::time::timeout(cfg.connect_timeout, connector.connect(name, tcp))
         .await
         .map_err(|_| Error::Timeout("TLS handshake"))?
@@ -571,13 +641,22 @@ pub(super) async fn tls_handshake(
     })
 }
 
-/// Send `request` on a ready TLS connection.
-pub(super) async fn tls_send(ready: TlsReady, request: &[u8]) -> Result<(Conn, ConnInfo)> {
+/// Send `request` on a ready TLS connection that must speak `protocol`.
+pub(super) async fn tls_send(
+    ready: TlsReady,
+    protocol: AppProtocol,
+    request: &[u8],
+) -> Result<(Conn, ConnInfo)> {
     let TlsReady {
         mut tls,
         time_connect,
         time_appconnect,
     } = ready;
+    if protocol == AppProtocol::Http2 && tls.get_ref().1.alpn_protocol() != Some(b"h2") {
+        return Err(Error::Protocol(
+            "the TLS server did not agree to HTTP/2 (ALPN h2)",
+        ));
+    }
     tls.write_all(request)
         .await
         .map_err(Error::io("sending request"))?;
@@ -600,6 +679,7 @@ pub(super) async fn tls_send(ready: TlsReady, request: &[u8]) -> Result<(Conn, C
         round_trips: 3,
         local_addr,
         verifiers: Vec::new(),
+        protocol,
     };
     Ok((Conn::Tls(Box::new(tls)), info))
 }

@@ -35,13 +35,16 @@ mod stream;
 
 pub use config::{
     system_clock, system_roots, tls_client_config, ClientConfig, ClientConfigBuilder,
-    DangerousClientConfig, EarlyDataPolicy,
+    DangerousClientConfig, EarlyDataPolicy, Http2Policy,
 };
-pub use connect::{early_eligible, establish, handshake_done, Conn, ConnInfo, Mode, Target};
+pub use connect::{
+    early_eligible, establish, establish_as, handshake_done, AppProtocol, Conn, ConnInfo, Mode,
+    Target,
+};
 pub(crate) use connector::host_port;
 pub use connector::{conn_info, ZrttConnector, ZrttConnectorBuilder};
 pub use dns::{DnsAddresses, DnsKeySource};
-pub use key_race::{establish_when_keys, KEY_RACE_GRACE};
+pub use key_race::{establish_when_keys, establish_when_keys_as, KEY_RACE_GRACE};
 pub use keys::{CertKeySource, KeySource, PrefetchFuture};
 pub use paths::PathMemory;
 pub use resolve::{Resolve, ResolveFuture, SystemResolver};

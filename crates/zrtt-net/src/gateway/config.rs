@@ -138,6 +138,11 @@ pub struct GatewayConfig {
     /// requests a connection has in flight (head received, response not
     /// ended): further ones wait for one to end before reaching a backend.
     pub max_concurrent_streams: u32,
+    /// Serve HTTP/2 inside the zrtt channel to a first flight whose ALPN
+    /// extension says `h2` (default on); off: such flights get Reject 8
+    /// (unsupported) with the current records. Key records should carry
+    /// the `h2` flag only where this is on.
+    pub zrtt_http2: bool,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -187,6 +192,7 @@ impl GatewayConfig {
             clock,
             access_log: false,
             max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS,
+            zrtt_http2: true,
         })
     }
 }

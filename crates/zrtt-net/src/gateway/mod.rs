@@ -52,6 +52,7 @@ pub mod certs;
 mod close;
 pub mod config;
 mod early_answer;
+mod early_rules;
 mod first_flight;
 pub mod gate;
 mod health;
@@ -92,7 +93,7 @@ pub use listener::{AcceptControl, Gateway};
 /// one complete safe request without a body may be.
 #[doc(hidden)]
 pub fn fuzz_early_use(early: &[u8]) -> bool {
-    let serve = matches!(relay::early_use(early), early_answer::EarlyUse::Serve);
+    let serve = matches!(early_rules::early_use(early), early_answer::EarlyUse::Serve);
     if serve {
         // Empty lines before the request line are skipped (RFC 9112 §2.2).
         let start = early

@@ -46,6 +46,23 @@ pub fn record(label: &str, max_early: u32) -> (KeyRecord, X25519KeyPair) {
     (rec, key)
 }
 
+/// [`record`] with the `h2` flag: the gateway says it serves HTTP/2 in zrtt.
+pub fn record_h2(label: &str, max_early: u32) -> (KeyRecord, X25519KeyPair) {
+    let key = testing::semi_static(label);
+    let mut body = testing::body(&key, &testing::ed25519_cert());
+    body.not_before = now_secs() - 60;
+    body.not_after = now_secs() + 3600;
+    body.max_early_data_bytes = max_early;
+    body.flags = zrtt_proto::record::RecordFlags::from_bits(
+        body.flags.bits() | zrtt_proto::record::RecordFlags::HTTP2,
+    )
+    .unwrap();
+    let rec = body
+        .sign(&testing::ed25519_signer(), &ring::rand::SystemRandom::new())
+        .unwrap();
+    (rec, key)
+}
+
 pub fn server_keys(keys: &[(KeyRecord, X25519KeyPair)]) -> ServerConfig {
     ServerConfig::new(
         keys.iter()
@@ -187,6 +204,8 @@ pub struct GatewayOpts {
     pub replay_store: Option<Arc<zrtt_net::gateway::ReplayStore>>,
     /// Most concurrent HTTP/2 streams per connection (the default's if `None`).
     pub max_streams: Option<u32>,
+    /// Serve HTTP/2 in the zrtt channel (ALPN h2).
+    pub zrtt_http2: bool,
 }
 
 impl Default for GatewayOpts {
@@ -210,6 +229,7 @@ impl Default for GatewayOpts {
             queues: None,
             replay_store: None,
             max_streams: None,
+            zrtt_http2: true,
         }
     }
 }
@@ -293,6 +313,7 @@ pub async fn start_gateway(opts: GatewayOpts) -> Env {
     if let Some(n) = opts.max_streams {
         cfg.max_concurrent_streams = n;
     }
+    cfg.zrtt_http2 = opts.zrtt_http2;
     if let Some(d) = opts.destinations {
         cfg.admission.destinations = d;
     }

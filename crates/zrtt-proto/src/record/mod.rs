@@ -98,7 +98,10 @@ impl RecordFlags {
     pub const CLIENT_AUTH_REQUIRED: u16 = 0x0001;
     /// The server issues address tokens after a completed handshake.
     pub const ISSUES_TOKENS: u16 = 0x0002;
-    const DEFINED: u16 = Self::CLIENT_AUTH_REQUIRED | Self::ISSUES_TOKENS;
+    /// The server serves HTTP/2 inside the channel (first-flight ALPN
+    /// `h2`) as well as HTTP/1.1: clients may offer `h2`.
+    pub const HTTP2: u16 = 0x0004;
+    const DEFINED: u16 = Self::CLIENT_AUTH_REQUIRED | Self::ISSUES_TOKENS | Self::HTTP2;
 
     /// From raw bits; fails on undefined bits.
     pub fn from_bits(bits: u16) -> Option<Self> {
@@ -118,6 +121,11 @@ impl RecordFlags {
     /// Whether the server issues address tokens.
     pub fn issues_tokens(self) -> bool {
         self.0 & Self::ISSUES_TOKENS != 0
+    }
+
+    /// Whether the server serves HTTP/2 inside the channel.
+    pub fn http2(self) -> bool {
+        self.0 & Self::HTTP2 != 0
     }
 }
 

@@ -653,3 +653,23 @@ pub fn fuzz_replay_config() -> ReplayConfig {
         ..ReplayConfig::default()
     }
 }
+
+/// The fuzz entry point (fuzz/fuzz_targets/http2_early.rs): both walkers
+/// on arbitrary bytes, and their agreement: an early-safe first request is
+/// whole frames with exactly one HEADERS frame started.
+pub fn http2_walkers(data: &[u8]) {
+    let walked = crate::http2::walk_early(data);
+    if crate::http2::first_request(data) == (crate::http2::FirstRequest::Ready { early_safe: true })
+    {
+        assert_eq!(
+            walked,
+            Some(crate::http2::EarlyFrames {
+                headers_started: 1,
+                whole_frames: true
+            })
+        );
+    }
+    if let Some(w) = walked {
+        assert!(w.headers_started <= data.len() / crate::http2::FRAME_HEADER_LEN + 1);
+    }
+}

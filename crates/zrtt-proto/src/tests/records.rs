@@ -275,7 +275,7 @@ fn txt_splits_into_255_byte_strings_and_is_strict() {
     for bad in [
         text.replace("v=zrtt1", "v=zrtt2"),
         text.replace(" ed=16384", " ed=016384"),
-        text.replace(" fl=2", " fl=4"),
+        text.replace(" fl=2", " fl=8"),
         format!("{text} x=1"),
         text.replace(" q=0", ""),
         text.replace("v=zrtt1 ", "v=spf1 "),

@@ -1,0 +1,356 @@
+//! HTTP/2 inside the zrtt channel (docs/GATEWAY.md, "HTTP/2 over zrtt"):
+//! - a GET in the first flight (preface, SETTINGS and HEADERS as early
+//!   data) is answered and reaches the backend marked `Early-Data: 1`;
+//! - hyper-util's client multiplexes a host's requests over one zrtt
+//!   connection ([`ZrttConnector`] says h2);
+//! - an unsafe request in HTTP/2 early data waits for the client's
+//!   confirmation (then runs unmarked) or gets 425: never forwarded before;
+//! - a client that wants h2 from a gateway that does not offer it speaks
+//!   HTTP/1.1 (not advertised) or falls back to TLS with ALPN h2 (Reject 8).
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use zrtt_net::client::{
+    conn_info, system_clock, AppProtocol, ClientConfig, Http2Policy, Mode, SystemResolver, Target,
+    ZrttConnector, ZrttStream,
+};
+use zrtt_net::gateway::Timeouts;
+use zrtt_proto::handshake::{
+    ext, read_frame, Channel, ClientHandshake, ClientParams, Expect, Frame, RecordKind,
+};
+use zrtt_proto::http2::{flag, kind, FrameHeader, PREFACE};
+use zrtt_proto::record::{KeyRecord, VerifiedKeyRecord};
+
+const PATIENCE: Duration = Duration::from_secs(15);
+
+fn h2_client(records: Vec<KeyRecord>, policy: Http2Policy) -> Arc<ClientConfig> {
+    let mut cfg = client_config(records);
+    cfg.http2 = policy;
+    Arc::new(cfg)
+}
+
+fn url(addr: SocketAddr, path: &str) -> String {
+    format!("https://{HOST}:{}{path}", addr.port())
+}
+
+fn to_gateway(addr: SocketAddr) -> Arc<SystemResolver> {
+    let mut resolver = SystemResolver::new();
+    resolver.add_override(HOST, addr.port(), addr.ip());
+    Arc::new(resolver)
+}
+
+/// Poll `cond` every 10 ms for at most [`PATIENCE`].
+async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let t0 = std::time::Instant::now();
+    while !cond() {
+        assert!(t0.elapsed() < PATIENCE, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn an_h2_get_rides_the_first_flight_and_is_marked_early() {
+    let env = start_gateway(GatewayOpts {
+        keys: vec![record_h2("zrtt h2 key", 16384)],
+        ..Default::default()
+    })
+    .await;
+    let cfg = h2_client(env.records.clone(), Http2Policy::WhenAdvertised);
+    let stream = ZrttStream::new(
+        cfg,
+        Target {
+            host: HOST.into(),
+            addr: env.addr,
+        },
+    );
+    assert!(stream.negotiated_h2(), "the record advertises h2");
+    let info = stream.info();
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let req = hyper::Request::get(url(env.addr, "/first"))
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let resp = tokio::time::timeout(PATIENCE, sender.send_request(req))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(resp.version(), hyper::Version::HTTP_2);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, "GET /first early=1 body=0");
+    let i = info.lock().unwrap().clone().unwrap();
+    assert_eq!(i.protocol, AppProtocol::Http2);
+    assert!(i.early_data, "the request travelled in the first flight");
+    assert_ne!(i.mode, Mode::TlsFallback);
+    // A second request on the same connection: inside the channel, not early.
+    let req = hyper::Request::get(url(env.addr, "/second"))
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let body = sender.send_request(req).await.unwrap().into_body();
+    let body = body.collect().await.unwrap().to_bytes();
+    assert_eq!(body, "GET /second early=- body=0");
+    assert_eq!(env.metric("zrtt_h2_connections"), 1);
+    assert_eq!(env.metric("zrtt_flights"), 1);
+    assert_eq!(env.metric("early_requests"), 1);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn the_connector_multiplexes_a_hosts_requests_over_one_zrtt_connection() {
+    let env = start_gateway(GatewayOpts {
+        keys: vec![record_h2("zrtt h2 key", 16384)],
+        ..Default::default()
+    })
+    .await;
+    let connector =
+        ZrttConnector::builder(h2_client(env.records.clone(), Http2Policy::WhenAdvertised))
+            .resolver(to_gateway(env.addr))
+            .build();
+    let client = Client::builder(TokioExecutor::new()).build::<_, Empty<Bytes>>(connector);
+    let resp = client
+        .get(url(env.addr, "/0").parse().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(resp.version(), hyper::Version::HTTP_2);
+    assert_eq!(conn_info(&resp).unwrap().protocol, AppProtocol::Http2);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, "GET /0 early=1 body=0");
+    // Eight at once: all on the pooled HTTP/2 connection.
+    let mut tasks = Vec::new();
+    for i in 1..=8 {
+        let client = client.clone();
+        let u = url(env.addr, &format!("/{i}"));
+        tasks.push(tokio::spawn(async move {
+            let resp = client.get(u.parse().unwrap()).await.unwrap();
+            assert_eq!(resp.version(), hyper::Version::HTTP_2);
+            resp.into_body().collect().await.unwrap().to_bytes()
+        }));
+    }
+    for (i, t) in tasks.into_iter().enumerate() {
+        let body = t.await.unwrap();
+        assert_eq!(body, format!("GET /{} early=- body=0", i + 1));
+    }
+    assert_eq!(env.metric("connections"), 1);
+    assert_eq!(env.metric("zrtt_flights"), 1);
+    assert_eq!(env.metric("requests"), 9);
+    assert_eq!(env.metric("tls_connections"), 0);
+    drop(client);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_client_wanting_h2_of_a_gateway_without_it_falls_back_cleanly() {
+    // Not advertised: HTTP/1.1 over zrtt, the request still early.
+    let env = start_gateway(GatewayOpts::default()).await;
+    let cfg = h2_client(env.records.clone(), Http2Policy::WhenAdvertised);
+    let stream = ZrttStream::new(
+        cfg.clone(),
+        Target {
+            host: HOST.into(),
+            addr: env.addr,
+        },
+    );
+    assert!(!stream.negotiated_h2());
+    drop(stream);
+    let (out, info) = fetch(cfg, env.addr, vec![get("/h1")]).await.unwrap();
+    assert_eq!(out, vec![(200, "GET /h1 early=1 body=0".to_owned())]);
+    assert_eq!(info.protocol, AppProtocol::Http1);
+    assert_eq!(env.metric("zrtt_h2_connections"), 0);
+    env.stop().await;
+
+    // Insisted on, to a gateway that does not serve h2 in zrtt: Reject 8
+    // (its records), then TLS with ALPN h2; nothing reached the backend twice.
+    let env = start_gateway(GatewayOpts {
+        keys: vec![record_h2("zrtt h2 key", 16384)],
+        zrtt_http2: false,
+        ..Default::default()
+    })
+    .await;
+    let connector = ZrttConnector::builder(h2_client(env.records.clone(), Http2Policy::Always))
+        .resolver(to_gateway(env.addr))
+        .build();
+    let client = Client::builder(TokioExecutor::new()).build::<_, Empty<Bytes>>(connector);
+    let resp = client
+        .get(url(env.addr, "/tls").parse().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(resp.version(), hyper::Version::HTTP_2);
+    let info = conn_info(&resp).unwrap();
+    assert_eq!(info.mode, Mode::TlsFallback);
+    assert_eq!(info.protocol, AppProtocol::Http2);
+    assert!(
+        info.notes.iter().any(|n| n.contains("unsupported")),
+        "{:?}",
+        info.notes
+    );
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, "GET /tls early=- body=0");
+    assert_eq!(env.metric("zrtt_rejects_sent"), 1);
+    assert_eq!(env.metric("tls_h2_connections"), 1);
+    assert_eq!(
+        *env.seen.lock().unwrap(),
+        vec!["GET /tls early=-".to_owned()]
+    );
+    drop(client);
+    env.stop().await;
+}
+
+// ------------------------------------------------------- a raw h2 client
+
+/// One HTTP/2 frame.
+fn frame(k: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let mut v = FrameHeader {
+        len: payload.len(),
+        kind: k,
+        flags,
+        stream,
+    }
+    .encode()
+    .to_vec();
+    v.extend_from_slice(payload);
+    v
+}
+
+/// A request header block (RFC 7541): `:method` from the static table
+/// (0x82 GET, 0x83 POST), `:scheme https`, then `:path` and `:authority`
+/// as literals without indexing.
+fn header_block(method: u8, path: &str) -> Vec<u8> {
+    let mut b = vec![method, 0x87, 0x04, path.len() as u8];
+    b.extend_from_slice(path.as_bytes());
+    b.extend_from_slice(&[0x01, HOST.len() as u8]);
+    b.extend_from_slice(HOST.as_bytes());
+    b
+}
+
+/// Preface, empty SETTINGS, then each `(stream, method, path)` as one
+/// HEADERS frame with END_STREAM and END_HEADERS.
+fn h2_early(requests: &[(u32, u8, &str)]) -> Vec<u8> {
+    let mut v = PREFACE.to_vec();
+    v.extend(frame(kind::SETTINGS, 0, 0, &[]));
+    for (stream, method, path) in requests {
+        let block = header_block(*method, path);
+        let flags = flag::END_STREAM | flag::END_HEADERS;
+        v.extend(frame(kind::HEADERS, flags, *stream, &block));
+    }
+    v
+}
+
+/// A zrtt client at the byte level that asks for h2.
+struct Raw {
+    tcp: TcpStream,
+    buf: Vec<u8>,
+    channel: Option<Channel>,
+}
+
+impl Raw {
+    async fn send(addr: SocketAddr, rec: &KeyRecord, early: &[u8]) -> (Self, ClientHandshake) {
+        let mut params = ClientParams::default();
+        params.extensions.set(ext::ALPN, b"h2".to_vec());
+        let (hs, flight) = ClientHandshake::start(
+            &VerifiedKeyRecord::dangerous_assume_verified(rec.clone()),
+            &params,
+            early,
+            system_clock(),
+            &ring::rand::SystemRandom::new(),
+        )
+        .unwrap();
+        let mut tcp = TcpStream::connect(addr).await.unwrap();
+        tcp.write_all(&flight).await.unwrap();
+        let raw = Self {
+            tcp,
+            buf: Vec::new(),
+            channel: None,
+        };
+        (raw, hs)
+    }
+
+    /// Read the Reply, keeping its channel when `hs` is given.
+    async fn reply(&mut self, hs: Option<ClientHandshake>) {
+        loop {
+            if let Ok(Some((frame, used))) = read_frame(&self.buf, Expect::ReplyOrReject) {
+                assert!(matches!(frame, Frame::Reply { .. }), "not a Reply");
+                if let Some(hs) = hs {
+                    self.channel = Some(hs.handle_reply(&frame).unwrap().channel);
+                }
+                self.buf.drain(..used);
+                return;
+            }
+            let mut chunk = [0u8; 16384];
+            let n = tokio::time::timeout(PATIENCE, self.tcp.read(&mut chunk))
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(n > 0, "closed before the Reply");
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    async fn confirm(&mut self) {
+        let mut out = Vec::new();
+        let channel = self.channel.as_mut().unwrap();
+        channel.seal(RecordKind::Confirm, &[], &mut out).unwrap();
+        self.tcp.write_all(&out).await.unwrap();
+    }
+}
+
+fn short_confirmation() -> Timeouts {
+    let mut t = Timeouts::default();
+    t.first_flight = Duration::from_millis(500);
+    t
+}
+
+#[tokio::test]
+async fn an_unsafe_h2_request_in_early_data_waits_for_the_confirmation() {
+    let env = start_gateway(GatewayOpts {
+        keys: vec![record_h2("zrtt h2 key", 16384)],
+        trusted: vec!["127.0.0.0/8".parse().unwrap()],
+        timeouts: short_confirmation(),
+        ..Default::default()
+    })
+    .await;
+    const GET: u8 = 0x82;
+    const POST: u8 = 0x83;
+    let early = h2_early(&[(1, GET, "/g"), (3, POST, "/p")]);
+    // A replayer (it cannot confirm): the GET runs, marked; the POST is
+    // held, then answered 425, never forwarded.
+    let (mut r, _hs) = Raw::send(env.addr, &env.records[0], &early).await;
+    r.reply(None).await;
+    until("the 425", || env.metric("early_requests_too_early") == 1).await;
+    assert_eq!(env.metric("early_requests_held"), 1);
+    assert_eq!(*env.seen.lock().unwrap(), vec!["GET /g early=1".to_owned()]);
+    drop(r);
+    // The real client confirms: the POST runs once, unmarked (its own
+    // request now); the GET is marked as every request from early data.
+    let (mut c, hs) = Raw::send(env.addr, &env.records[0], &early).await;
+    c.reply(Some(hs)).await;
+    c.confirm().await;
+    until("the POST", || env.seen.lock().unwrap().len() == 3).await;
+    let mut seen = env.seen.lock().unwrap().clone();
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec![
+            "GET /g early=1".to_owned(),
+            "GET /g early=1".to_owned(),
+            "POST /p early=-".to_owned()
+        ]
+    );
+    assert_eq!(env.metric("early_requests_held"), 2);
+    assert_eq!(env.metric("early_requests_too_early"), 1);
+    assert_eq!(env.metric("early_requests"), 2);
+    env.stop().await;
+}
