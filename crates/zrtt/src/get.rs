@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use clap::Args;
 use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use zrtt_dns::resolver::{ResolveError, Resolved, Resolver, ResolverConfig, Trust};
 use zrtt_net::client::{
     CertKeySource, ClientConfig, ConnInfo, DnsKeySource, KeySource, Target, ZrttStream,
@@ -110,6 +110,61 @@ pub struct GetArgs {
 }
 
 struct Failure(u8, String);
+
+/// The request sender of the protocol the stream speaks.
+enum Sender {
+    H1(hyper::client::conn::http1::SendRequest<Full<Bytes>>),
+    H2(hyper::client::conn::http2::SendRequest<Full<Bytes>>),
+}
+
+impl Sender {
+    /// hyper's handshake over `stream` (HTTP/2 when `h2`), its connection
+    /// driven by a task.
+    async fn handshake(
+        stream: ZrttStream,
+        h2: bool,
+    ) -> hyper::Result<(Self, tokio::task::JoinHandle<()>)> {
+        let io = TokioIo::new(stream);
+        Ok(if h2 {
+            let (s, c) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io).await?;
+            (Sender::H2(s), tokio::spawn(async move { drop(c.await) }))
+        } else {
+            let (s, c) = hyper::client::conn::http1::handshake(io).await?;
+            (Sender::H1(s), tokio::spawn(async move { drop(c.await) }))
+        })
+    }
+
+    async fn send(
+        &mut self,
+        req: hyper::Request<Full<Bytes>>,
+    ) -> hyper::Result<hyper::Response<hyper::body::Incoming>> {
+        match self {
+            Sender::H1(s) => s.send_request(req).await,
+            Sender::H2(s) => s.send_request(req).await,
+        }
+    }
+}
+
+/// An HTTP/2 request: the target in absolute form (`:authority`), no `Host`.
+fn h2_request(
+    req: hyper::Request<Full<Bytes>>,
+    host: &str,
+    port: u16,
+) -> hyper::Request<Full<Bytes>> {
+    let (mut parts, body) = req.into_parts();
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    };
+    if let Ok(uri) = format!("https://{host}:{port}{path}").parse() {
+        parts.uri = uri;
+        parts.headers.remove(hyper::header::HOST);
+    }
+    parts.version = hyper::Version::HTTP_2;
+    hyper::Request::from_parts(parts, body)
+}
 
 /// The rest of a DNS resolution still under way (the key records).
 type PendingResolution =
@@ -506,13 +561,17 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
     };
     let info_handle = stream.info();
     let t_start = t0.elapsed();
-    let (mut sender, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
-    {
+    let h2 = stream.negotiated_h2();
+    let req = if h2 {
+        h2_request(req, &host, port)
+    } else {
+        req
+    };
+    let (mut sender, conn) = match Sender::handshake(stream, h2).await {
         Ok(v) => v,
         Err(e) => return Err(Failure(classify(&e).0, classify(&e).1)),
     };
-    let conn = tokio::spawn(conn);
-    let resp = match sender.send_request(req).await {
+    let resp = match sender.send(req).await {
         Ok(r) => r,
         Err(e) => {
             let (code, msg) = classify(&e);
@@ -540,7 +599,7 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
                 eprintln!("* {n}");
             }
         }
-        eprintln!("< HTTP/1.1 {status}");
+        eprintln!("< {:?} {status}", resp.version());
         for (n, v) in resp.headers() {
             eprintln!("< {n}: {}", v.to_str().unwrap_or("<binary>"));
         }
