@@ -354,3 +354,68 @@ async fn an_unsafe_h2_request_in_early_data_waits_for_the_confirmation() {
     assert_eq!(env.metric("early_requests"), 2);
     env.stop().await;
 }
+
+// ------------------------------------------------------------- zrtt proxy
+
+/// `zrtt proxy` with HTTP/2 when advertised: programs' HTTP/1.1 requests
+/// for one origin, on separate connections to the proxy and all at once,
+/// share one zrtt connection to the gateway.
+#[tokio::test]
+async fn the_proxy_multiplexes_an_origins_requests_over_one_zrtt_connection() {
+    use zrtt_net::proxy::{Proxy, ProxyConfig, ZrttPorts};
+    let env = start_gateway(GatewayOpts {
+        keys: vec![record_h2("zrtt h2 key", 16384)],
+        ..Default::default()
+    })
+    .await;
+    let mut client = client_config(env.records.clone());
+    client.http2 = Http2Policy::WhenAdvertised;
+    let mut ports = ZrttPorts::default();
+    ports
+        .add_spec(&format!("{HOST}={}", env.addr.port()))
+        .unwrap();
+    let mut cfg = ProxyConfig::new(Arc::new(client));
+    cfg.resolver = to_gateway(env.addr);
+    cfg.zrtt_ports = ports;
+    let proxy = Proxy::bind("127.0.0.1:0".parse().unwrap(), cfg)
+        .await
+        .unwrap();
+    let proxy_addr = proxy.local_addr().unwrap();
+    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let _ = proxy.run(async { drop(rx.await) }).await;
+    });
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        tasks.push(tokio::spawn(async move {
+            let tcp = TcpStream::connect(proxy_addr).await.unwrap();
+            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            let req = hyper::Request::get(format!("http://{HOST}/p{i}"))
+                .header("host", HOST)
+                .body(Empty::<Bytes>::new())
+                .unwrap();
+            let resp = tokio::time::timeout(PATIENCE, sender.send_request(req))
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(resp.status(), 200);
+            resp.into_body().collect().await.unwrap().to_bytes()
+        }));
+    }
+    let mut early = 0;
+    for (i, t) in tasks.into_iter().enumerate() {
+        let body = String::from_utf8(t.await.unwrap().to_vec()).unwrap();
+        assert!(body.starts_with(&format!("GET /p{i} early=")), "{body}");
+        early += usize::from(body.contains("early=1"));
+    }
+    assert_eq!(early, 1, "the first request rode the first flight");
+    assert_eq!(env.metric("connections"), 1);
+    assert_eq!(env.metric("zrtt_h2_connections"), 1);
+    assert_eq!(env.metric("requests"), 8);
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(PATIENCE, task).await;
+    env.stop().await;
+}

@@ -12,10 +12,12 @@
 //!   over-count marks more requests early, never fewer; docs/GATEWAY.md).
 //! - The client ([`first_request`]) decides when the bytes hyper wrote for
 //!   a new connection (preface, SETTINGS, its first request) are complete
-//!   enough to become the first flight, and whether that request may travel
-//!   as early data: only a bodiless `GET` (END_STREAM on its HEADERS, the
-//!   block starting with the static-table `:method: GET`, 0x82), with no
-//!   other frame that opens or feeds a stream.
+//!   enough to become the first flight, and how much may travel as early
+//!   data: the bytes up to the end of the first request's header block, if
+//!   that request is a bodiless `GET` (END_STREAM on its HEADERS, the block
+//!   starting with the static-table `:method: GET`, 0x82) and nothing
+//!   before it opens or feeds a stream; later requests follow in the
+//!   channel.
 
 /// The client connection preface (RFC 9113 §3.4).
 pub const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -145,11 +147,13 @@ pub fn walk_early(early: &[u8]) -> Option<EarlyFrames> {
 pub enum FirstRequest {
     /// No complete request header block yet: wait for more bytes.
     Incomplete,
-    /// A complete first header block (or bytes this module cannot read):
-    /// connect now. `early_safe`: the bytes may travel as early data.
+    /// The first request's header block is complete (or the bytes are
+    /// something this module cannot read): connect now.
     Ready {
-        /// One bodiless GET and nothing else that opens or feeds a stream.
-        early_safe: bool,
+        /// `Some(n)`: the first `n` bytes (preface, connection-level
+        /// frames, one bodiless GET) may travel as early data; the rest
+        /// (later requests, their frames) goes inside the channel.
+        early: Option<usize>,
     },
 }
 
@@ -158,11 +162,11 @@ pub enum FirstRequest {
 const INDEXED_GET: u8 = 0x82;
 
 /// Whether the client's buffered connection start `bytes` holds its first
-/// request's complete header block, and whether it may be early data (see
-/// the module docs). Bytes that are not an HTTP/2 connection start are
-/// `Ready` and not early-safe.
+/// request's complete header block, and how much of it may be early data
+/// (see the module docs). Bytes that are not an HTTP/2 connection start
+/// are `Ready` with no early part.
 pub fn first_request(bytes: &[u8]) -> FirstRequest {
-    const NOT_EARLY: FirstRequest = FirstRequest::Ready { early_safe: false };
+    const NOT_EARLY: FirstRequest = FirstRequest::Ready { early: None };
     if bytes.len() < PREFACE.len() {
         return if PREFACE.starts_with(bytes) {
             FirstRequest::Incomplete
@@ -176,51 +180,45 @@ pub fn first_request(bytes: &[u8]) -> FirstRequest {
     let mut pos = PREFACE.len();
     // (stream, END_STREAM, first block byte is GET) of the open header block.
     let mut block: Option<(u32, bool, bool)> = None;
-    let mut done: Option<bool> = None;
     while pos < bytes.len() {
         let Some(h) = FrameHeader::parse(&bytes[pos..]) else {
-            return done.map_or(FirstRequest::Incomplete, |_| NOT_EARLY);
+            return FirstRequest::Incomplete;
         };
         let start = pos + FRAME_HEADER_LEN;
         let end = start.saturating_add(h.len);
         let Some(payload) = bytes.get(start..end) else {
-            // A frame cut short: only harmless once the request is complete.
-            return match done {
-                Some(_) => NOT_EARLY,
-                None => FirstRequest::Incomplete,
-            };
+            return FirstRequest::Incomplete;
         };
-        match (h.kind, block, done) {
+        // The first request's header block ends at `end`.
+        let finished = |end_stream: bool, get: bool| FirstRequest::Ready {
+            early: (end_stream && get).then_some(end),
+        };
+        match (h.kind, block) {
             // Connection-level frames and PRIORITY open no stream.
-            (kind::SETTINGS | kind::WINDOW_UPDATE | kind::PING | kind::PRIORITY, None, _) => {}
-            (kind::HEADERS, None, None) => {
+            (kind::SETTINGS | kind::WINDOW_UPDATE | kind::PING | kind::PRIORITY, None) => {}
+            (kind::HEADERS, None) => {
                 let Some(fragment) = header_fragment(h, payload) else {
                     return NOT_EARLY;
                 };
                 let get = fragment.first() == Some(&INDEXED_GET);
                 let end_stream = h.flags & flag::END_STREAM != 0;
                 if h.flags & flag::END_HEADERS != 0 {
-                    done = Some(end_stream && get);
-                } else {
-                    block = Some((h.stream, end_stream, get));
+                    return finished(end_stream, get);
                 }
+                block = Some((h.stream, end_stream, get));
             }
-            (kind::CONTINUATION, Some((stream, end_stream, get)), None) if h.stream == stream => {
+            (kind::CONTINUATION, Some((stream, end_stream, get))) if h.stream == stream => {
                 if h.flags & flag::END_HEADERS != 0 {
-                    block = None;
-                    done = Some(end_stream && get);
+                    return finished(end_stream, get);
                 }
             }
-            // Anything else (a second request, a body, a reset, a frame
-            // inside a header block): connect without early data.
+            // Anything else before the first request is complete (a body,
+            // a reset, a frame inside a header block): connect, no early data.
             _ => return NOT_EARLY,
         }
         pos = end;
     }
-    match done {
-        Some(early_safe) => FirstRequest::Ready { early_safe },
-        None => FirstRequest::Incomplete,
-    }
+    FirstRequest::Incomplete
 }
 
 /// The header block fragment of a HEADERS frame's payload (padding and
@@ -335,7 +333,8 @@ mod tests {
         assert_eq!(first_request(&partial), FirstRequest::Incomplete);
         let mut ok = b.clone();
         ok.extend(&get);
-        assert_eq!(first_request(&ok), FirstRequest::Ready { early_safe: true });
+        let all = Some(ok.len());
+        assert_eq!(first_request(&ok), FirstRequest::Ready { early: all });
         // Split over CONTINUATION.
         let mut split = b.clone();
         split.extend(frame(kind::HEADERS, flag::END_STREAM, 1, &GET_BLOCK[..3]));
@@ -348,7 +347,9 @@ mod tests {
         ));
         assert_eq!(
             first_request(&split),
-            FirstRequest::Ready { early_safe: true }
+            FirstRequest::Ready {
+                early: Some(split.len())
+            }
         );
         // Padding and priority fields are skipped.
         let mut padded = vec![2u8, 0, 0, 0, 0, 16];
@@ -361,12 +362,17 @@ mod tests {
             1,
             &padded,
         ));
-        assert_eq!(first_request(&p), FirstRequest::Ready { early_safe: true });
+        assert_eq!(
+            first_request(&p),
+            FirstRequest::Ready {
+                early: Some(p.len())
+            }
+        );
     }
 
     #[test]
     fn only_one_bodiless_get_is_early_safe() {
-        let not_early = FirstRequest::Ready { early_safe: false };
+        let not_early = FirstRequest::Ready { early: None };
         let with = |frames: &[Vec<u8>]| {
             let mut b = start();
             for f in frames {
@@ -393,17 +399,17 @@ mod tests {
             )]),
             not_early
         );
-        // Anything after the request.
+        // Whatever follows the first request stays out of the early part.
         let get = frame(kind::HEADERS, ES_EH, 1, GET_BLOCK);
-        assert_eq!(
-            with(&[get.clone(), frame(kind::HEADERS, ES_EH, 3, GET_BLOCK)]),
-            not_early
-        );
-        assert_eq!(
-            with(&[get.clone(), frame(kind::DATA, 0, 1, b"x")]),
-            not_early
-        );
-        assert_eq!(with(&[get.clone(), get[..4].to_vec()]), not_early);
+        let early = Some(start().len() + get.len());
+        for next in [
+            frame(kind::HEADERS, ES_EH, 3, GET_BLOCK),
+            frame(kind::HEADERS, flag::END_HEADERS, 3, POST_BLOCK),
+            frame(kind::DATA, 0, 1, b"x"),
+            get[..4].to_vec(),
+        ] {
+            assert_eq!(with(&[get.clone(), next]), FirstRequest::Ready { early });
+        }
         // Frames that are not the client's to send first.
         assert_eq!(with(&[frame(kind::DATA, 0, 1, b"x")]), not_early);
         assert_eq!(

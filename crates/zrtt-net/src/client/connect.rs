@@ -129,17 +129,22 @@ impl AppProtocol {
         }
     }
 
-    /// Whether `request` (this protocol's bytes) may travel as early data
-    /// under `policy`: HTTP/1.1, [`early_eligible`]; HTTP/2, one bodiless
-    /// GET and nothing else ([`zrtt_proto::http2::first_request`]).
-    pub fn early_eligible(self, request: &[u8], policy: EarlyDataPolicy) -> bool {
+    /// How much of `request` (this protocol's first bytes) may travel as
+    /// early data under `policy`: HTTP/1.1, all of it if
+    /// [`early_eligible`]; HTTP/2, the preface and frames up to the first
+    /// request's header block if that request is a bodiless GET
+    /// ([`zrtt_proto::http2::first_request`]). `None`: nothing.
+    pub fn early_part(self, request: &[u8], policy: EarlyDataPolicy) -> Option<usize> {
         match self {
-            AppProtocol::Http1 => early_eligible(request, policy),
-            AppProtocol::Http2 => {
-                policy != EarlyDataPolicy::Never
-                    && zrtt_proto::http2::first_request(request)
-                        == zrtt_proto::http2::FirstRequest::Ready { early_safe: true }
-            }
+            AppProtocol::Http1 => early_eligible(request, policy).then_some(request.len()),
+            AppProtocol::Http2 => match zrtt_proto::http2::first_request(request) {
+                zrtt_proto::http2::FirstRequest::Ready { early: Some(n) }
+                    if policy != EarlyDataPolicy::Never =>
+                {
+                    Some(n)
+                }
+                _ => None,
+            },
         }
     }
 }
@@ -441,8 +446,10 @@ async fn attempt_zrtt(
     t0: Instant,
     race: &Race,
 ) -> Result<Attempt> {
-    let early = protocol.early_eligible(request, cfg.early_data)
-        && request.len() <= rec.body().max_early_data_bytes as usize;
+    let early_len = protocol
+        .early_part(request, cfg.early_data)
+        .filter(|n| *n <= rec.body().max_early_data_bytes as usize);
+    let early = early_len.is_some();
     let mut params = ClientParams::default();
     params.extensions.set(ext::ALPN, protocol.alpn().to_vec());
     let proof = cfg
@@ -464,7 +471,7 @@ async fn attempt_zrtt(
             cfg.rng.as_ref(),
         )?);
     }
-    let early_data: &[u8] = if early { request } else { &[] };
+    let (early_data, rest) = request.split_at(early_len.unwrap_or(0));
     let (hs, flight) =
         ClientHandshake::start(rec, &params, early_data, (cfg.clock)(), cfg.rng.as_ref())?;
     let (mut tcp, cmode) =
@@ -555,10 +562,12 @@ async fn attempt_zrtt(
         // answered 425 Too Early (docs/PROTOCOL.md §7).
         stream.confirm().map_err(Error::io("confirming"))?;
         stream.flush().await.map_err(Error::io("confirming"))?;
-    } else {
-        // The request itself is the confirmation.
+    }
+    if !rest.is_empty() {
+        // The request (HTTP/2: what followed the early part) goes inside
+        // the channel; without early data it is itself the confirmation.
         stream
-            .write_all(request)
+            .write_all(rest)
             .await
             .map_err(Error::io("sending request"))?;
         stream.flush().await.map_err(Error::io("sending request"))?;

@@ -14,7 +14,7 @@
 //! reaches [`H2_CORK_LIMIT`], or [`H2_CORK_TIMEOUT`] passes (a connection
 //! opened without a request still connects); then preface, SETTINGS and
 //! the request travel together, as early data if the request is one
-//! bodiless GET.
+//! bodiless GET (requests hyper wrote after it follow inside the channel).
 
 use std::future::Future;
 use std::io;
