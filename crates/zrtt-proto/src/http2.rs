@@ -13,11 +13,11 @@
 //! - The client ([`first_request`]) decides when the bytes hyper wrote for
 //!   a new connection (preface, SETTINGS, its first request) are complete
 //!   enough to become the first flight, and how much may travel as early
-//!   data: the bytes up to the end of the first request's header block, if
-//!   that request is a bodiless `GET` (END_STREAM on its HEADERS, the block
-//!   starting with the static-table `:method: GET`, 0x82) and nothing
-//!   before it opens or feeds a stream; later requests follow in the
-//!   channel.
+//!   data: the bytes up to the end of the leading run of bodiless `GET`s
+//!   (END_STREAM on their HEADERS, each block starting with the
+//!   static-table `:method: GET`, 0x82), if the first request is one and
+//!   nothing before it opens or feeds a stream; what follows the run (a
+//!   request with a body, a DATA frame) goes inside the channel.
 
 /// The client connection preface (RFC 9113 §3.4).
 pub const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -151,8 +151,8 @@ pub enum FirstRequest {
     /// something this module cannot read): connect now.
     Ready {
         /// `Some(n)`: the first `n` bytes (preface, connection-level
-        /// frames, one bodiless GET) may travel as early data; the rest
-        /// (later requests, their frames) goes inside the channel.
+        /// frames, and the leading run of bodiless GETs that fits) may
+        /// travel as early data; the rest goes inside the channel.
         early: Option<usize>,
     },
 }
@@ -163,9 +163,9 @@ const INDEXED_GET: u8 = 0x82;
 
 /// Whether the client's buffered connection start `bytes` holds its first
 /// request's complete header block, and how much of it may be early data
-/// (see the module docs). Bytes that are not an HTTP/2 connection start
-/// are `Ready` with no early part.
-pub fn first_request(bytes: &[u8]) -> FirstRequest {
+/// (at most `max_early` bytes; see the module docs). Bytes that are not an
+/// HTTP/2 connection start are `Ready` with no early part.
+pub fn first_request(bytes: &[u8], max_early: usize) -> FirstRequest {
     const NOT_EARLY: FirstRequest = FirstRequest::Ready { early: None };
     if bytes.len() < PREFACE.len() {
         return if PREFACE.starts_with(bytes) {
@@ -180,45 +180,56 @@ pub fn first_request(bytes: &[u8]) -> FirstRequest {
     let mut pos = PREFACE.len();
     // (stream, END_STREAM, first block byte is GET) of the open header block.
     let mut block: Option<(u32, bool, bool)> = None;
+    // `None` until the first request's block is complete; then the end of
+    // the early part so far (`Some(None)`: nothing may be early).
+    let mut early: Option<Option<usize>> = None;
+    let ready = |early: Option<Option<usize>>| match early {
+        Some(e) => FirstRequest::Ready { early: e },
+        None => FirstRequest::Incomplete,
+    };
     while pos < bytes.len() {
         let Some(h) = FrameHeader::parse(&bytes[pos..]) else {
-            return FirstRequest::Incomplete;
+            return ready(early);
         };
         let start = pos + FRAME_HEADER_LEN;
         let end = start.saturating_add(h.len);
         let Some(payload) = bytes.get(start..end) else {
-            return FirstRequest::Incomplete;
+            return ready(early);
         };
-        // The first request's header block ends at `end`.
-        let finished = |end_stream: bool, get: bool| FirstRequest::Ready {
-            early: (end_stream && get).then_some(end),
-        };
-        match (h.kind, block) {
+        let opened = match (h.kind, block) {
             // Connection-level frames and PRIORITY open no stream.
-            (kind::SETTINGS | kind::WINDOW_UPDATE | kind::PING | kind::PRIORITY, None) => {}
+            (kind::SETTINGS | kind::WINDOW_UPDATE | kind::PING | kind::PRIORITY, None) => None,
             (kind::HEADERS, None) => {
                 let Some(fragment) = header_fragment(h, payload) else {
-                    return NOT_EARLY;
+                    return ready(early.or(Some(None)));
                 };
                 let get = fragment.first() == Some(&INDEXED_GET);
                 let end_stream = h.flags & flag::END_STREAM != 0;
-                if h.flags & flag::END_HEADERS != 0 {
-                    return finished(end_stream, get);
-                }
-                block = Some((h.stream, end_stream, get));
+                Some((h.stream, end_stream, get))
             }
-            (kind::CONTINUATION, Some((stream, end_stream, get))) if h.stream == stream => {
-                if h.flags & flag::END_HEADERS != 0 {
-                    return finished(end_stream, get);
+            (kind::CONTINUATION, Some(open)) if h.stream == open.0 => Some(open),
+            // Anything else (a body, a reset, a frame inside a header
+            // block): the early part, if any, ends before it.
+            _ => return ready(early.or(Some(None))),
+        };
+        if let Some((_, end_stream, get)) = opened {
+            if h.flags & flag::END_HEADERS == 0 {
+                block = opened;
+            } else {
+                // A request's header block is complete at `end`.
+                block = None;
+                let safe = end_stream && get && end <= max_early;
+                match early {
+                    None if safe => early = Some(Some(end)),
+                    None => return NOT_EARLY,
+                    Some(Some(_)) if safe => early = Some(Some(end)),
+                    Some(_) => return ready(early),
                 }
             }
-            // Anything else before the first request is complete (a body,
-            // a reset, a frame inside a header block): connect, no early data.
-            _ => return NOT_EARLY,
         }
         pos = end;
     }
-    FirstRequest::Incomplete
+    ready(early)
 }
 
 /// The header block fragment of a HEADERS frame's payload (padding and
@@ -240,6 +251,10 @@ fn header_fragment(h: FrameHeader, payload: &[u8]) -> Option<&[u8]> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    fn fr(b: &[u8]) -> FirstRequest {
+        first_request(b, usize::MAX)
+    }
 
     fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
         let mut v = FrameHeader {
@@ -324,21 +339,21 @@ mod tests {
     #[test]
     fn the_client_corks_until_a_complete_first_request() {
         let mut b = PREFACE[..5].to_vec();
-        assert_eq!(first_request(&b), FirstRequest::Incomplete);
+        assert_eq!(fr(&b), FirstRequest::Incomplete);
         b = start();
-        assert_eq!(first_request(&b), FirstRequest::Incomplete);
+        assert_eq!(fr(&b), FirstRequest::Incomplete);
         let get = frame(kind::HEADERS, ES_EH, 1, GET_BLOCK);
         let mut partial = b.clone();
         partial.extend(&get[..11]);
-        assert_eq!(first_request(&partial), FirstRequest::Incomplete);
+        assert_eq!(fr(&partial), FirstRequest::Incomplete);
         let mut ok = b.clone();
         ok.extend(&get);
         let all = Some(ok.len());
-        assert_eq!(first_request(&ok), FirstRequest::Ready { early: all });
+        assert_eq!(fr(&ok), FirstRequest::Ready { early: all });
         // Split over CONTINUATION.
         let mut split = b.clone();
         split.extend(frame(kind::HEADERS, flag::END_STREAM, 1, &GET_BLOCK[..3]));
-        assert_eq!(first_request(&split), FirstRequest::Incomplete);
+        assert_eq!(fr(&split), FirstRequest::Incomplete);
         split.extend(frame(
             kind::CONTINUATION,
             flag::END_HEADERS,
@@ -346,7 +361,7 @@ mod tests {
             &GET_BLOCK[3..],
         ));
         assert_eq!(
-            first_request(&split),
+            fr(&split),
             FirstRequest::Ready {
                 early: Some(split.len())
             }
@@ -363,7 +378,7 @@ mod tests {
             &padded,
         ));
         assert_eq!(
-            first_request(&p),
+            fr(&p),
             FirstRequest::Ready {
                 early: Some(p.len())
             }
@@ -371,14 +386,14 @@ mod tests {
     }
 
     #[test]
-    fn only_one_bodiless_get_is_early_safe() {
+    fn only_a_leading_run_of_bodiless_gets_is_early() {
         let not_early = FirstRequest::Ready { early: None };
         let with = |frames: &[Vec<u8>]| {
             let mut b = start();
             for f in frames {
                 b.extend(f);
             }
-            first_request(&b)
+            fr(&b)
         };
         // POST, or GET with a body (no END_STREAM), or HEAD/OPTIONS
         // (literal :method, not recognised: conservative).
@@ -399,17 +414,48 @@ mod tests {
             )]),
             not_early
         );
-        // Whatever follows the first request stays out of the early part.
+        // A run of bodiless GETs is early; what follows it stays out.
         let get = frame(kind::HEADERS, ES_EH, 1, GET_BLOCK);
-        let early = Some(start().len() + get.len());
+        let get3 = frame(kind::HEADERS, ES_EH, 3, GET_BLOCK);
+        let one = Some(start().len() + get.len());
+        let two = Some(start().len() + get.len() + get3.len());
+        assert_eq!(
+            with(&[get.clone(), get3.clone()]),
+            FirstRequest::Ready { early: two }
+        );
         for next in [
-            frame(kind::HEADERS, ES_EH, 3, GET_BLOCK),
             frame(kind::HEADERS, flag::END_HEADERS, 3, POST_BLOCK),
+            frame(kind::HEADERS, flag::END_HEADERS, 3, GET_BLOCK),
             frame(kind::DATA, 0, 1, b"x"),
             get[..4].to_vec(),
+            get3[..12].to_vec(),
         ] {
-            assert_eq!(with(&[get.clone(), next]), FirstRequest::Ready { early });
+            assert_eq!(
+                with(&[get.clone(), next.clone()]),
+                FirstRequest::Ready { early: one }
+            );
+            assert_eq!(
+                with(&[get.clone(), get3.clone(), next]),
+                FirstRequest::Ready { early: two }
+            );
         }
+        // A GET after the run ended does not extend it.
+        let post = frame(kind::HEADERS, ES_EH, 3, POST_BLOCK);
+        let get5 = frame(kind::HEADERS, ES_EH, 5, GET_BLOCK);
+        assert_eq!(
+            with(&[get.clone(), post, get5]),
+            FirstRequest::Ready { early: one }
+        );
+        // Only what fits in the server's early-data limit.
+        let mut b = start();
+        b.extend(&get);
+        b.extend(&get3);
+        let limit = two.unwrap() - 1;
+        assert_eq!(first_request(&b, limit), FirstRequest::Ready { early: one });
+        assert_eq!(
+            first_request(&b, one.unwrap() - 1),
+            FirstRequest::Ready { early: None }
+        );
         // Frames that are not the client's to send first.
         assert_eq!(with(&[frame(kind::DATA, 0, 1, b"x")]), not_early);
         assert_eq!(
@@ -437,7 +483,7 @@ mod tests {
             not_early
         );
         // Not HTTP/2 at all.
-        assert_eq!(first_request(b"GET / HTTP/1.1\r\n\r\n"), not_early);
+        assert_eq!(fr(b"GET / HTTP/1.1\r\n\r\n"), not_early);
     }
 
     proptest::proptest! {

@@ -130,14 +130,16 @@ impl AppProtocol {
     }
 
     /// How much of `request` (this protocol's first bytes) may travel as
-    /// early data under `policy`: HTTP/1.1, all of it if
-    /// [`early_eligible`]; HTTP/2, the preface and frames up to the first
-    /// request's header block if that request is a bodiless GET
+    /// early data under `policy`, at most `max` bytes: HTTP/1.1, all of it
+    /// if [`early_eligible`]; HTTP/2, the preface and frames up to the end
+    /// of the leading run of bodiless GETs
     /// ([`zrtt_proto::http2::first_request`]). `None`: nothing.
-    pub fn early_part(self, request: &[u8], policy: EarlyDataPolicy) -> Option<usize> {
+    pub fn early_part(self, request: &[u8], policy: EarlyDataPolicy, max: usize) -> Option<usize> {
         match self {
-            AppProtocol::Http1 => early_eligible(request, policy).then_some(request.len()),
-            AppProtocol::Http2 => match zrtt_proto::http2::first_request(request) {
+            AppProtocol::Http1 => {
+                (early_eligible(request, policy) && request.len() <= max).then_some(request.len())
+            }
+            AppProtocol::Http2 => match zrtt_proto::http2::first_request(request, max) {
                 zrtt_proto::http2::FirstRequest::Ready { early: Some(n) }
                     if policy != EarlyDataPolicy::Never =>
                 {
@@ -446,9 +448,8 @@ async fn attempt_zrtt(
     t0: Instant,
     race: &Race,
 ) -> Result<Attempt> {
-    let early_len = protocol
-        .early_part(request, cfg.early_data)
-        .filter(|n| *n <= rec.body().max_early_data_bytes as usize);
+    let max_early = rec.body().max_early_data_bytes as usize;
+    let early_len = protocol.early_part(request, cfg.early_data, max_early);
     let early = early_len.is_some();
     let mut params = ClientParams::default();
     params.extensions.set(ext::ALPN, protocol.alpn().to_vec());

@@ -13,8 +13,9 @@
 //! block is complete ([`zrtt_proto::http2::first_request`]), the buffer
 //! reaches [`H2_CORK_LIMIT`], or [`H2_CORK_TIMEOUT`] passes (a connection
 //! opened without a request still connects); then preface, SETTINGS and
-//! the request travel together, as early data if the request is one
-//! bodiless GET (requests hyper wrote after it follow inside the channel).
+//! the request travel together, as early data up to the end of the leading
+//! run of bodiless GETs (what hyper wrote after it follows inside the
+//! channel).
 
 use std::future::Future;
 use std::io;
@@ -144,7 +145,8 @@ impl ZrttStream {
         };
         if self.protocol != AppProtocol::Http2
             || buf.len() >= H2_CORK_LIMIT
-            || zrtt_proto::http2::first_request(buf) != zrtt_proto::http2::FirstRequest::Incomplete
+            || zrtt_proto::http2::first_request(buf, usize::MAX)
+                != zrtt_proto::http2::FirstRequest::Incomplete
         {
             return false;
         }

@@ -656,21 +656,23 @@ pub fn fuzz_replay_config() -> ReplayConfig {
 
 /// The fuzz entry point (fuzz/fuzz_targets/http2_early.rs): both walkers
 /// on arbitrary bytes, and their agreement: the early part of a first
-/// request is whole frames with exactly one HEADERS frame started.
+/// flight is whole frames with at least one HEADERS frame started, within
+/// the limit, and itself an early part.
 pub fn http2_walkers(data: &[u8]) {
-    use crate::http2::{first_request, walk_early, EarlyFrames, FirstRequest, FRAME_HEADER_LEN};
+    use crate::http2::{first_request, walk_early, FirstRequest, FRAME_HEADER_LEN};
     if let Some(w) = walk_early(data) {
         assert!(w.headers_started <= data.len() / FRAME_HEADER_LEN + 1);
     }
-    if let FirstRequest::Ready { early: Some(n) } = first_request(data) {
-        let one = EarlyFrames {
-            headers_started: 1,
-            whole_frames: true,
-        };
-        assert_eq!(walk_early(&data[..n]), Some(one));
-        assert_eq!(
-            first_request(&data[..n]),
-            FirstRequest::Ready { early: Some(n) }
-        );
+    let max = usize::from(data.first().copied().unwrap_or(0)) * 64;
+    for limit in [usize::MAX, max] {
+        if let FirstRequest::Ready { early: Some(n) } = first_request(data, limit) {
+            assert!(n <= limit && n <= data.len());
+            let w = walk_early(&data[..n]).expect("an h2 connection start");
+            assert!(w.whole_frames && w.headers_started >= 1, "{w:?}");
+            assert_eq!(
+                first_request(&data[..n], limit),
+                FirstRequest::Ready { early: Some(n) }
+            );
+        }
     }
 }
