@@ -458,3 +458,31 @@ async fn every_request_begun_in_early_data_is_marked() {
     assert_eq!(env.metric("early_requests"), 3);
     env.stop().await;
 }
+
+#[tokio::test]
+async fn a_replayed_flight_runs_at_most_32_early_requests() {
+    let env = start_gateway(GatewayOpts {
+        keys: vec![record_h2("zrtt h2 key", 16384)],
+        trusted: vec!["127.0.0.0/8".parse().unwrap()],
+        timeouts: short_confirmation(),
+        ..Default::default()
+    })
+    .await;
+    let paths: Vec<String> = (0..40).map(|i| format!("/r{i}")).collect();
+    let requests: Vec<(u32, u8, &str)> = paths
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (2 * i as u32 + 1, 0x82, p.as_str()))
+        .collect();
+    let early = h2_early(&requests);
+    // A replayer: 32 GETs run (marked), the other 8 wait for a
+    // confirmation that never comes and get 425.
+    let (mut r, _hs) = Raw::send(env.addr, &env.records[0], &early).await;
+    r.reply(None).await;
+    until("the 425s", || env.metric("early_requests_too_early") == 8).await;
+    until("the 32", || env.seen.lock().unwrap().len() == 32).await;
+    let seen = env.seen.lock().unwrap().clone();
+    assert!(seen.iter().all(|s| s.ends_with("early=1")), "{seen:?}");
+    assert_eq!(env.metric("early_requests"), 32);
+    env.stop().await;
+}

@@ -38,6 +38,12 @@ use super::{access_log, idle, upgrade};
 use super::{Body, Metrics, Shared};
 use crate::http::{strip_hop_by_hop, text_response};
 
+/// Most requests of one first flight's early data run before the client
+/// confirms the handshake (HTTP/2; HTTP/1.1 runs one): a replayed flight
+/// costs a backend at most this many requests per gateway, as a page's
+/// first burst of requests needs; the rest wait for the confirmation.
+pub(super) const MAX_EARLY_REQUESTS: usize = 32;
+
 /// hyper's read and write buffer per client connection.
 const MAX_HTTP_BUFFER: usize = 64 * 1024;
 
@@ -48,10 +54,12 @@ struct ConnCtx {
     local: SocketAddr,
     /// Its own connection to a `proxy-v2+` backend, kept between requests.
     proxied: ProxyConns,
-    /// How many of the next requests began in the first flight's early
+    /// How many of the first requests began in the first flight's early
     /// data (the first ones the service is called for:
     /// [`super::early_rules::early_use_h2`]).
-    early_left: AtomicUsize,
+    early_total: usize,
+    /// Requests the service was called for so far.
+    called: AtomicUsize,
     /// The connection's protocol.
     protocol: Protocol,
     /// The zrtt connection's confirmation state (`None` for TLS).
@@ -112,7 +120,8 @@ pub(super) async fn serve_http<S>(
         peer,
         local,
         proxied: ProxyConns::default(),
-        early_left: AtomicUsize::new(early),
+        early_total: early,
+        called: AtomicUsize::new(0),
         protocol,
         early: ctl,
         slot,
@@ -127,10 +136,8 @@ pub(super) async fn serve_http<S>(
         // Taken when hyper calls the service, in the order it accepted the
         // requests (HTTP/2: the order their header blocks arrived), not
         // when the request's task first runs.
-        let from_early = ctx
-            .early_left
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
-            .is_ok();
+        let nth = ctx.called.fetch_add(1, Ordering::AcqRel);
+        let from_early = (nth < ctx.early_total).then_some(nth);
         async move {
             let entry = shared
                 .cfg
@@ -380,7 +387,7 @@ async fn forward(
     shared: &Arc<Shared>,
     ctx: &ConnCtx,
     req: Request<Incoming>,
-    from_early: bool,
+    from_early: Option<usize>,
 ) -> Response<Body> {
     let m = &shared.metrics;
     // An unproven source may be spoofed: its request reaches the backend
@@ -411,13 +418,15 @@ async fn forward(
     // forward it (then it is the client's own request, not a replay).
     // HTTP/2: every request that began in early data is marked, confirmed
     // or not (several may, and the confirmation may race their forwarding).
-    let mut early = from_early && (ctx.protocol == Protocol::Http2 || !confirmed());
+    let mut early = from_early.is_some() && (ctx.protocol == Protocol::Http2 || !confirmed());
     let (mut parts, body) = req.into_parts();
-    if early && !safe_early(&parts, &body) {
+    let beyond_cap = from_early.is_some_and(|n| n >= MAX_EARLY_REQUESTS);
+    if early && (beyond_cap || !safe_early(&parts, &body)) {
         // Not safe to run from replayable bytes (an HTTP/2 request: the
-        // HTTP/1.1 path holds these bytes before hyper sees them): held
-        // until the client confirms the handshake (a replayer cannot),
-        // then it is the client's own request; else 425 (RFC 8470 §5.2).
+        // HTTP/1.1 path holds these bytes before hyper sees them), or
+        // beyond what one flight may run unconfirmed: held until the
+        // client confirms the handshake (a replayer cannot), then it is
+        // the client's own request; else 425 (RFC 8470 §5.2).
         Metrics::inc(&m.early_requests_held);
         let ok = match &ctx.early {
             Some(ctl) => {
