@@ -36,7 +36,7 @@ pub const KEY_RACE_GRACE: Duration = Duration::from_millis(2);
 /// while `keys` (typically [`KeySource::prefetch`](super::KeySource::prefetch)
 /// or the rest of a DNS resolution) is still fetching the host's key
 /// records. See the module docs. Without TLS fallback this waits for
-/// `keys` and then runs [`establish`].
+/// `keys` and then runs [`establish`](super::establish).
 pub async fn establish_when_keys(
     cfg: &ClientConfig,
     target: &Target,

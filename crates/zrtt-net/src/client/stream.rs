@@ -115,7 +115,7 @@ impl ZrttStream {
 
     /// A stream to `target` whose key records are still being fetched by
     /// `keys`: at the first flush TLS starts beside them and whichever is
-    /// ready first carries the request ([`establish_when_keys`]).
+    /// ready first carries the request ([`establish_when_keys`](super::establish_when_keys)).
     pub fn with_pending_keys(cfg: Arc<ClientConfig>, target: Target, keys: PrefetchFuture) -> Self {
         let mut s = Self::new(cfg, target);
         if let StreamState::Buffering { keys: k, .. } = &mut s.state {
