@@ -417,8 +417,11 @@ mod tests {
         // A run of bodiless GETs is early; what follows it stays out.
         let get = frame(kind::HEADERS, ES_EH, 1, GET_BLOCK);
         let get3 = frame(kind::HEADERS, ES_EH, 3, GET_BLOCK);
-        let one = Some(start().len() + get.len());
-        let two = Some(start().len() + get.len() + get3.len());
+        let (one_len, two_len) = (
+            start().len() + get.len(),
+            start().len() + get.len() + get3.len(),
+        );
+        let (one, two) = (Some(one_len), Some(two_len));
         assert_eq!(
             with(&[get.clone(), get3.clone()]),
             FirstRequest::Ready { early: two }
@@ -450,10 +453,10 @@ mod tests {
         let mut b = start();
         b.extend(&get);
         b.extend(&get3);
-        let limit = two.unwrap() - 1;
+        let limit = two_len - 1;
         assert_eq!(first_request(&b, limit), FirstRequest::Ready { early: one });
         assert_eq!(
-            first_request(&b, one.unwrap() - 1),
+            first_request(&b, one_len - 1),
             FirstRequest::Ready { early: None }
         );
         // Frames that are not the client's to send first.
