@@ -352,6 +352,7 @@ async fn an_unsafe_h2_request_in_early_data_waits_for_the_confirmation() {
     assert_eq!(env.metric("early_requests_held"), 2);
     assert_eq!(env.metric("early_requests_too_early"), 1);
     assert_eq!(env.metric("early_requests"), 2);
+    drop(c);
     env.stop().await;
 }
 
@@ -456,6 +457,7 @@ async fn every_request_begun_in_early_data_is_marked() {
         ]
     );
     assert_eq!(env.metric("early_requests"), 3);
+    drop(c);
     env.stop().await;
 }
 
@@ -484,5 +486,6 @@ async fn a_replayed_flight_runs_at_most_32_early_requests() {
     let seen = env.seen.lock().unwrap().clone();
     assert!(seen.iter().all(|s| s.ends_with("early=1")), "{seen:?}");
     assert_eq!(env.metric("early_requests"), 32);
+    drop(r);
     env.stop().await;
 }

@@ -18,7 +18,9 @@
 //!   while the key records are still coming, whichever is ready first;
 //! - [`PathMemory`] (`paths.rs`): per-destination RTTs and failures;
 //! - [`ZrttStream`] (`stream.rs`): a lazily connecting byte stream for
-//!   hyper: the first request written becomes the early data;
+//!   hyper: the first request written becomes the early data; HTTP/1.1,
+//!   or HTTP/2 inside the channel as [`Http2Policy`] chooses per host
+//!   ([`ZrttStream::negotiated_h2`]);
 //! - [`TokenStore`] and [`ProvenanceStore`] (`state.rs`): what the client
 //!   keeps across connections to be answered before the TCP handshake.
 
