@@ -118,6 +118,27 @@ impl ClientConfig {
         ClientConfigBuilder { keys }
     }
 
+    /// A copy of these settings with another [`Http2Policy`] (the same
+    /// key source, stores and path memory).
+    pub fn with_http2(&self, http2: Http2Policy) -> ClientConfig {
+        ClientConfig {
+            keys: self.keys.clone(),
+            tls: self.tls.clone(),
+            fast_open: self.fast_open,
+            paths: self.paths.clone(),
+            tokens: self.tokens.clone(),
+            provenance: self.provenance.clone(),
+            early_data: self.early_data,
+            http2,
+            tls_fallback: self.tls_fallback,
+            connect_timeout: self.connect_timeout,
+            syn_timeout: self.syn_timeout,
+            reply_timeout: self.reply_timeout,
+            rng: self.rng.clone(),
+            clock: self.clock,
+        }
+    }
+
     /// Settings that weaken security: use only in tests and benchmarks.
     pub fn dangerous(&mut self) -> DangerousClientConfig<'_> {
         DangerousClientConfig { cfg: self }
