@@ -34,15 +34,15 @@ fn keys(dir: &Path, extra: &[&str]) {
     ok(dir, &args);
 }
 
-/// A gateway serving `k1.key`; its port and admin address.
-fn gateway(dir: &Path) -> (Guard, u16, String) {
+/// A gateway serving `k1.key` with `extra` flags; its port and admin address.
+fn gateway(dir: &Path, extra: &[&str]) -> (Guard, u16, String) {
     let port = free_port();
     let (gw, admin) = (
         format!("127.0.0.1:{port}"),
         format!("127.0.0.1:{}", free_port()),
     );
     let backend = backend().to_string();
-    let args = [
+    let mut args = vec![
         "gateway",
         "--listen",
         &gw,
@@ -59,6 +59,7 @@ fn gateway(dir: &Path) -> (Guard, u16, String) {
         "--cert-key",
         "cert.key",
     ];
+    args.extend_from_slice(extra);
     let child = Guard(
         Command::new(env!("CARGO_BIN_EXE_zrtt"))
             .args(args)
@@ -73,16 +74,15 @@ fn gateway(dir: &Path) -> (Guard, u16, String) {
     (child, port, admin)
 }
 
-/// `zrtt get --http2 -v --zrtt-only`; asked again while the fresh
-/// gateway's replay filter answers Busy (at most 20 s).
-fn get_h2(dir: &Path, port: u16) -> String {
+/// `zrtt get --http2 -v` (`--zrtt-only` if `zrtt_only`); asked again while
+/// the fresh gateway's replay filter answers Busy (at most 20 s).
+fn get_h2(dir: &Path, port: u16, zrtt_only: bool) -> String {
     let resolve = format!("{HOST}:{port}:127.0.0.1");
     let url = format!("https://{HOST}:{port}/x");
-    let args = [
+    let mut args = vec![
         "get",
         "--http2",
         "-v",
-        "--zrtt-only",
         "--no-state",
         "-m",
         "20s",
@@ -96,6 +96,9 @@ fn get_h2(dir: &Path, port: u16) -> String {
         &resolve,
         &url,
     ];
+    if zrtt_only {
+        args.insert(1, "--zrtt-only");
+    }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         let out = zrtt(dir, &args);
@@ -116,8 +119,8 @@ fn get_speaks_http2_in_zrtt_where_the_record_says_so() {
     let dir = tmp.path();
     keys(dir, &["--h2"]);
     assert!(ok(dir, &["keys", "show", "k1.rec"]).contains("http/2 in zrtt:   yes"));
-    let (_gw, port, admin) = gateway(dir);
-    let err = get_h2(dir, port);
+    let (_gw, port, admin) = gateway(dir, &[]);
+    let err = get_h2(dir, port, true);
     assert!(err.contains("< HTTP/2.0 200"), "{err}");
     assert!(err.contains("early data: true"), "{err}");
     assert_eq!(gateway_counter(&admin, "zrtt_h2_connections"), 1);
@@ -130,9 +133,25 @@ fn get_speaks_http1_where_the_record_does_not_offer_http2() {
     let dir = tmp.path();
     keys(dir, &[]);
     assert!(ok(dir, &["keys", "show", "k1.rec"]).contains("http/2 in zrtt:   no"));
-    let (_gw, port, admin) = gateway(dir);
-    let err = get_h2(dir, port);
+    let (_gw, port, admin) = gateway(dir, &[]);
+    let err = get_h2(dir, port, true);
     assert!(err.contains("< HTTP/1.1 200"), "{err}");
     assert_eq!(gateway_counter(&admin, "zrtt_h2_connections"), 0);
     assert_eq!(gateway_counter(&admin, "early_requests"), 1);
+}
+
+#[test]
+fn get_falls_back_to_tls_h2_where_zrtt_does_not_serve_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    keys(dir, &["--h2"]);
+    let (_gw, port, admin) = gateway(dir, &["--no-zrtt-http2"]);
+    let err = get_h2(dir, port, false);
+    assert!(err.contains("< HTTP/2.0 200"), "{err}");
+    assert!(err.contains("mode tls-fallback"), "{err}");
+    assert!(err.contains("unsupported"), "{err}");
+    assert_eq!(gateway_counter(&admin, "zrtt_h2_connections"), 0);
+    // (Earlier attempts refused Busy by the fresh replay filter also fell
+    // back to TLS h2.)
+    assert!(gateway_counter(&admin, "tls_h2_connections") >= 1);
 }

@@ -63,6 +63,10 @@ pub(super) struct BackendArgs {
     /// connection; more are refused (nginx `http2_max_concurrent_streams`).
     #[arg(long, default_value_t = DEFAULT_MAX_CONCURRENT_STREAMS)]
     max_concurrent_streams: u32,
+    /// Serve only HTTP/1.1 inside zrtt: a first flight asking for h2 gets
+    /// Reject 8 (sign records without `--h2` then).
+    #[arg(long)]
+    no_zrtt_http2: bool,
 }
 
 impl BackendArgs {
@@ -96,6 +100,7 @@ impl BackendArgs {
             anyhow::bail!("--max-concurrent-streams and --request-head-timeout must be above 0");
         }
         cfg.max_concurrent_streams = self.max_concurrent_streams;
+        cfg.zrtt_http2 = !self.no_zrtt_http2;
         Ok(())
     }
 }
