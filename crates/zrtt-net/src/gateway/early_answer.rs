@@ -453,15 +453,10 @@ impl EarlyAnswer {
             early_pos,
             ..
         } = *p;
-        // Early bytes not read yet (HTTP/2: the server's SETTINGS are
-        // flushed before it reads the preface) are read after the Reply,
-        // before anything from the channel.
-        if early_pos < accepted.early_data.len() {
-            let mut early = std::mem::take(&mut accepted.early_data);
-            early.drain(..early_pos);
-            self.released = early;
-            self.released_pos = 0;
-        }
+        // Early bytes not read yet (HTTP/2 flushes SETTINGS before reading
+        // the preface) are read after the Reply, before the channel's.
+        self.released = accepted.early_data.split_off(early_pos);
+        self.released_pos = 0;
         let complete = self.complete();
         if self.gate.proven() {
             Metrics::inc(&self.metrics.zrtt_answered_early);
