@@ -106,6 +106,7 @@ async fn an_h2_get_rides_the_first_flight_and_is_marked_early() {
     assert_eq!(env.metric("zrtt_h2_connections"), 1);
     assert_eq!(env.metric("zrtt_flights"), 1);
     assert_eq!(env.metric("early_requests"), 1);
+    drop(sender);
     env.stop().await;
 }
 
@@ -487,5 +488,44 @@ async fn a_replayed_flight_runs_at_most_32_early_requests() {
     assert!(seen.iter().all(|s| s.ends_with("early=1")), "{seen:?}");
     assert_eq!(env.metric("early_requests"), 32);
     drop(r);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn an_h2_post_goes_inside_the_channel_not_in_the_first_flight() {
+    let env = start_gateway(GatewayOpts {
+        keys: vec![record_h2("zrtt h2 key", 16384)],
+        ..Default::default()
+    })
+    .await;
+    let stream = ZrttStream::new(
+        h2_client(env.records.clone(), Http2Policy::WhenAdvertised),
+        Target {
+            host: HOST.into(),
+            addr: env.addr,
+        },
+    );
+    let info = stream.info();
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let req = hyper::Request::post(url(env.addr, "/p"))
+        .body(http_body_util::Full::new(Bytes::from_static(b"hello")))
+        .unwrap();
+    let resp = tokio::time::timeout(PATIENCE, sender.send_request(req))
+        .await
+        .unwrap()
+        .unwrap();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, "POST /p early=- body=5");
+    let i = info.lock().unwrap().clone().unwrap();
+    assert_eq!(i.protocol, AppProtocol::Http2);
+    assert!(!i.early_data, "a POST is not early data");
+    assert_ne!(i.mode, Mode::TlsFallback);
+    assert_eq!(env.metric("early_requests"), 0);
+    assert_eq!(env.metric("early_requests_held"), 0);
+    drop(sender);
     env.stop().await;
 }
