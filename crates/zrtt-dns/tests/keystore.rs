@@ -410,8 +410,10 @@ fn certificate_change_re_signs_records() {
 #[test]
 fn the_h2_flag_round_trips_through_keystore_toml_into_records() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut policy = Policy::default();
-    policy.flags = RecordFlags::from_bits(RecordFlags::HTTP2 | RecordFlags::ISSUES_TOKENS).unwrap();
+    let policy = Policy {
+        flags: RecordFlags::from_bits(RecordFlags::HTTP2 | RecordFlags::ISSUES_TOKENS).unwrap(),
+        ..Policy::default()
+    };
     drop(init(tmp.path(), policy));
     let toml = fs::read_to_string(tmp.path().join(CONFIG_FILE)).unwrap();
     assert!(toml.contains("\"h2\""), "{toml}");
