@@ -116,7 +116,7 @@ pub enum AppProtocol {
     /// HTTP/1.1: the early data is one request head.
     Http1,
     /// HTTP/2: the early data is the connection preface, SETTINGS and the
-    /// first request's frames.
+    /// leading run of bodiless GETs hyper wrote by then.
     Http2,
 }
 
@@ -274,7 +274,7 @@ pub async fn establish(
 /// [`establish`] for `protocol`: its ALPN in the first flight and on the
 /// TLS fallback (HTTP/2: only `h2`, an error if TLS does not agree).
 /// `request` is what the protocol sent first: for HTTP/2 the connection
-/// preface, SETTINGS and the first request's frames.
+/// preface, SETTINGS and the frames of the requests written by then.
 pub async fn establish_as(
     cfg: &ClientConfig,
     target: &Target,

@@ -47,7 +47,7 @@ pub async fn establish_when_keys(
 }
 
 /// [`establish_when_keys`] for `protocol` (`request`: its bytes, for
-/// HTTP/2 the connection preface and the first request's frames).
+/// HTTP/2 the connection preface and the requests' frames written so far).
 pub async fn establish_when_keys_as(
     cfg: &ClientConfig,
     target: &Target,
