@@ -463,7 +463,70 @@ async fn every_request_begun_in_early_data_is_marked() {
 }
 
 #[tokio::test]
-async fn a_replayed_flight_runs_at_most_32_early_requests() {
+async fn trailers_in_early_data_do_not_mark_a_later_request() {
+    let env = start_gateway(GatewayOpts {
+        keys: vec![record_h2("zrtt h2 key", 16384)],
+        trusted: vec!["127.0.0.0/8".parse().unwrap()],
+        ..Default::default()
+    })
+    .await;
+    // Early data: a GET, then a POST with a body and trailers (its second
+    // HEADERS frame opens no request: two requests began here).
+    let mut early = h2_early(&[(1, 0x82, "/a")]);
+    early.extend(frame(
+        kind::HEADERS,
+        flag::END_HEADERS,
+        3,
+        &header_block(0x83, "/p"),
+    ));
+    early.extend(frame(kind::DATA, 0, 3, b"body"));
+    // Trailers: `x: y`, a literal without indexing.
+    let trailers = [0x00, 0x01, b'x', 0x01, b'y'];
+    let flags = flag::END_STREAM | flag::END_HEADERS;
+    early.extend(frame(kind::HEADERS, flags, 3, &trailers));
+    let (mut c, hs) = Raw::send(env.addr, &env.records[0], &early).await;
+    c.reply(Some(hs)).await;
+    c.confirm().await;
+    until("the GET and the POST", || {
+        env.seen.lock().unwrap().len() == 2
+    })
+    .await;
+    // A GET sent after the confirmation, inside the channel: the client's
+    // own request, not marked.
+    let mut out = Vec::new();
+    let later = frame(kind::HEADERS, flags, 5, &header_block(0x82, "/c"));
+    let channel = c.channel.as_mut().unwrap();
+    channel.seal(RecordKind::Data, &later, &mut out).unwrap();
+    c.tcp.write_all(&out).await.unwrap();
+    until("the later GET", || env.seen.lock().unwrap().len() == 3).await;
+    let mut seen = env.seen.lock().unwrap().clone();
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec![
+            "GET /a early=1".to_owned(),
+            "GET /c early=-".to_owned(),
+            "POST /p early=-".to_owned()
+        ]
+    );
+    assert_eq!(env.metric("early_requests"), 1);
+    drop(c);
+    env.stop().await;
+}
+
+/// A flight of 12 GETs: `(stream, GET, path)` for /r0../r11.
+fn twelve_gets() -> Vec<u8> {
+    let paths: Vec<String> = (0..12).map(|i| format!("/r{i}")).collect();
+    let requests: Vec<(u32, u8, &str)> = paths
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (2 * i as u32 + 1, 0x82, p.as_str()))
+        .collect();
+    h2_early(&requests)
+}
+
+#[tokio::test]
+async fn a_replayed_flight_runs_at_most_max_early_requests() {
     let env = start_gateway(GatewayOpts {
         keys: vec![record_h2("zrtt h2 key", 16384)],
         trusted: vec!["127.0.0.0/8".parse().unwrap()],
@@ -471,23 +534,45 @@ async fn a_replayed_flight_runs_at_most_32_early_requests() {
         ..Default::default()
     })
     .await;
-    let paths: Vec<String> = (0..40).map(|i| format!("/r{i}")).collect();
-    let requests: Vec<(u32, u8, &str)> = paths
-        .iter()
-        .enumerate()
-        .map(|(i, p)| (2 * i as u32 + 1, 0x82, p.as_str()))
-        .collect();
-    let early = h2_early(&requests);
-    // A replayer: 32 GETs run (marked), the other 8 wait for a
-    // confirmation that never comes and get 425.
+    let early = twelve_gets();
+    // A replayer: the default 8 GETs run (marked), the other 4 wait for
+    // a confirmation that never comes and get 425.
     let (mut r, _hs) = Raw::send(env.addr, &env.records[0], &early).await;
     r.reply(None).await;
-    until("the 425s", || env.metric("early_requests_too_early") == 8).await;
-    until("the 32", || env.seen.lock().unwrap().len() == 32).await;
+    until("the 425s", || env.metric("early_requests_too_early") == 4).await;
+    until("the 8", || env.seen.lock().unwrap().len() == 8).await;
     let seen = env.seen.lock().unwrap().clone();
     assert!(seen.iter().all(|s| s.ends_with("early=1")), "{seen:?}");
-    assert_eq!(env.metric("early_requests"), 32);
+    assert_eq!(env.metric("early_requests"), 8);
+    assert_eq!(env.metric("early_requests_held"), 4);
     drop(r);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn requests_past_the_cap_wait_for_the_confirmation_and_stay_marked() {
+    let env = start_gateway(GatewayOpts {
+        keys: vec![record_h2("zrtt h2 key", 16384)],
+        trusted: vec!["127.0.0.0/8".parse().unwrap()],
+        max_early_requests: Some(2),
+        ..Default::default()
+    })
+    .await;
+    let early = twelve_gets();
+    // The client: 2 run at once; the other 10 once it confirms, still
+    // marked (they began in replayable bytes).
+    let (mut c, hs) = Raw::send(env.addr, &env.records[0], &early).await;
+    c.reply(Some(hs)).await;
+    until("the first 2", || env.seen.lock().unwrap().len() == 2).await;
+    until("10 held", || env.metric("early_requests_held") == 10).await;
+    assert_eq!(env.seen.lock().unwrap().len(), 2);
+    c.confirm().await;
+    until("all 12", || env.seen.lock().unwrap().len() == 12).await;
+    let seen = env.seen.lock().unwrap().clone();
+    assert!(seen.iter().all(|s| s.ends_with("early=1")), "{seen:?}");
+    assert_eq!(env.metric("early_requests"), 12);
+    assert_eq!(env.metric("early_requests_too_early"), 0);
+    drop(c);
     env.stop().await;
 }
 

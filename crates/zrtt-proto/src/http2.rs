@@ -8,8 +8,10 @@
 //!   order (header blocks cannot interleave, RFC 9113 §4.3), and hyper calls
 //!   the service once per accepted stream in that order, so the first `E`
 //!   requests the service sees are the early ones, or later ones when an
-//!   early stream was refused or a HEADERS frame carried trailers (an
-//!   over-count marks more requests early, never fewer; docs/GATEWAY.md).
+//!   early stream was refused or reset before hyper saw it (an over-count
+//!   marks more requests early, never fewer; docs/GATEWAY.md). Only a
+//!   HEADERS frame on a new stream (odd id above every one before) counts:
+//!   trailers and frames on a reused id open no request.
 //! - The client ([`first_request`]) decides when the bytes hyper wrote for
 //!   a new connection (preface, SETTINGS, its first request) are complete
 //!   enough to become the first flight, and how much may travel as early
@@ -99,9 +101,10 @@ impl FrameHeader {
 /// client connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EarlyFrames {
-    /// HEADERS frames that started in the bytes, plus one for a frame
-    /// header cut short (its type unseen): an upper bound on the requests
-    /// whose header block began in early data.
+    /// HEADERS frames that started in the bytes on a new client stream
+    /// (odd id above every one before), plus one for a frame header cut
+    /// short (its type unseen): an upper bound on the requests whose
+    /// header block began in early data.
     pub headers_started: usize,
     /// The bytes end exactly at a frame boundary.
     pub whole_frames: bool,
@@ -109,8 +112,10 @@ pub struct EarlyFrames {
 
 /// Walk `early` as the start of an HTTP/2 client connection: `None` when it
 /// does not begin with the connection preface (or a prefix of it, for
-/// fewer than 24 bytes), else the count of HEADERS frames that started in
-/// it. Frame contents are not checked: hyper does that.
+/// fewer than 24 bytes), else the count of HEADERS frames that started a
+/// new stream in it (an odd id above every earlier one's). Frame contents
+/// are not checked: hyper does that, and a connection error there ends the
+/// connection, counted or not.
 pub fn walk_early(early: &[u8]) -> Option<EarlyFrames> {
     if early.len() < PREFACE.len() {
         return PREFACE.starts_with(early).then_some(EarlyFrames {
@@ -123,6 +128,8 @@ pub fn walk_early(early: &[u8]) -> Option<EarlyFrames> {
     }
     let mut pos = PREFACE.len();
     let mut started = 0usize;
+    // The highest stream id a counted HEADERS frame opened.
+    let mut highest = 0u32;
     while pos < early.len() {
         let Some(h) = FrameHeader::parse(&early[pos..]) else {
             // A header cut short may be a HEADERS frame's.
@@ -131,8 +138,12 @@ pub fn walk_early(early: &[u8]) -> Option<EarlyFrames> {
                 whole_frames: false,
             });
         };
-        if h.kind == kind::HEADERS {
+        // Only a HEADERS frame that opens a client stream (odd id, above
+        // every one before, RFC 9113 §5.1.1) starts a request: trailers and
+        // reused or even ids do not.
+        if h.kind == kind::HEADERS && h.stream % 2 == 1 && h.stream > highest {
             started += 1;
+            highest = h.stream;
         }
         pos = pos.saturating_add(FRAME_HEADER_LEN).saturating_add(h.len);
     }
@@ -329,10 +340,21 @@ mod tests {
         let mut cut = b.clone();
         cut.extend(&frame(kind::DATA, 0, 5, b"x")[..3]);
         assert_eq!(walk_early(&cut), e(3, false));
-        // Trailers are HEADERS frames too: an over-count, never an under-count.
-        b.extend(frame(kind::HEADERS, 0, 7, POST_BLOCK));
+        // A request with a body and trailers counts once: the trailers'
+        // HEADERS frame opens no stream.
+        b.extend(frame(kind::HEADERS, flag::END_HEADERS, 7, POST_BLOCK));
         b.extend(frame(kind::DATA, 0, 7, b"body"));
         b.extend(frame(kind::HEADERS, ES_EH, 7, &[0x40]));
+        assert_eq!(walk_early(&b), e(3, true));
+        // Neither does a HEADERS frame on an id at or below the highest
+        // seen, or on an even (server) id.
+        for stream in [1, 5, 7, 10] {
+            let mut again = b.clone();
+            again.extend(frame(kind::HEADERS, ES_EH, stream, GET_BLOCK));
+            assert_eq!(walk_early(&again), e(3, true), "stream {stream}");
+        }
+        // The next odd id does.
+        b.extend(frame(kind::HEADERS, ES_EH, 9, GET_BLOCK));
         assert_eq!(walk_early(&b), e(4, true));
     }
 

@@ -80,7 +80,7 @@ pub use certs::{load_certified_key, ReloadableCert, SniCerts};
 pub use config::{
     new_replay_filter, shared_trust_policy, tls_server_config, tls_server_config_with,
     GatewayConfig, SharedTrustPolicy, Timeouts, DEFAULT_MAX_CONCURRENT_STREAMS,
-    DEFAULT_MAX_REQUEST_BODY,
+    DEFAULT_MAX_EARLY_REQUESTS, DEFAULT_MAX_REQUEST_BODY,
 };
 pub use health::{
     BackendHealth, HealthCheck, DEFAULT_CHECK_INTERVAL, DEFAULT_CHECK_TIMEOUT,

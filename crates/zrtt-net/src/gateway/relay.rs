@@ -6,7 +6,8 @@
 //! began in a first flight's early data (HTTP/1.1: one safe request;
 //! HTTP/2: the first `E` the service is called for) reach the backend with
 //! `Early-Data: 1`; an HTTP/2 one that is not safe waits for the client's
-//! confirmation (then goes unmarked) or gets 425. If the backend answers
+//! confirmation (then goes unmarked) or gets 425, and so does a safe one
+//! past `max_early_requests` (still marked). If the backend answers
 //! 425 Too Early, a marked request is sent again without the mark only
 //! once the client has confirmed the handshake over the forward-secret
 //! channel (which a replayer cannot do); without that confirmation the 425
@@ -37,12 +38,6 @@ use super::pool::{Failure, ProxyConns};
 use super::{access_log, idle, upgrade};
 use super::{Body, Metrics, Shared};
 use crate::http::{strip_hop_by_hop, text_response};
-
-/// Most requests of one first flight's early data run before the client
-/// confirms the handshake (HTTP/2; HTTP/1.1 runs one): a replayed flight
-/// costs a backend at most this many requests per gateway, as a page's
-/// first burst of requests needs; the rest wait for the confirmation.
-pub(super) const MAX_EARLY_REQUESTS: usize = 32;
 
 /// hyper's read and write buffer per client connection.
 const MAX_HTTP_BUFFER: usize = 64 * 1024;
@@ -420,13 +415,14 @@ async fn forward(
     // or not (several may, and the confirmation may race their forwarding).
     let mut early = from_early.is_some() && (ctx.protocol == Protocol::Http2 || !confirmed());
     let (mut parts, body) = req.into_parts();
-    let beyond_cap = from_early.is_some_and(|n| n >= MAX_EARLY_REQUESTS);
-    if early && (beyond_cap || !safe_early(&parts, &body)) {
+    let beyond_cap = from_early.is_some_and(|n| n >= shared.cfg.max_early_requests);
+    let unsafe_early = early && !safe_early(&parts, &body);
+    if early && (beyond_cap || unsafe_early) {
         // Not safe to run from replayable bytes (an HTTP/2 request: the
         // HTTP/1.1 path holds these bytes before hyper sees them), or
-        // beyond what one flight may run unconfirmed: held until the
-        // client confirms the handshake (a replayer cannot), then it is
-        // the client's own request; else 425 (RFC 8470 §5.2).
+        // beyond what one flight may run unconfirmed
+        // (`max_early_requests`): held until the client confirms the
+        // handshake (a replayer cannot); else 425 (RFC 8470 §5.2).
         Metrics::inc(&m.early_requests_held);
         let ok = match &ctx.early {
             Some(ctl) => {
@@ -439,7 +435,10 @@ async fn forward(
             Metrics::inc(&m.early_requests_too_early);
             return text_response(StatusCode::TOO_EARLY, "request needs a confirmed handshake");
         }
-        early = false;
+        // An unsafe one is the client's own request now (it was never run
+        // from early data); a safe one past the cap keeps its mark, as
+        // every request begun in early data.
+        early = !unsafe_early;
     }
     if early {
         Metrics::inc(&m.early_requests);

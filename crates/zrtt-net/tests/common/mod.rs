@@ -206,6 +206,8 @@ pub struct GatewayOpts {
     pub max_streams: Option<u32>,
     /// Serve HTTP/2 in the zrtt channel (ALPN h2).
     pub zrtt_http2: bool,
+    /// Most early requests run before the confirmation (the default's if `None`).
+    pub max_early_requests: Option<usize>,
 }
 
 impl Default for GatewayOpts {
@@ -230,6 +232,7 @@ impl Default for GatewayOpts {
             replay_store: None,
             max_streams: None,
             zrtt_http2: true,
+            max_early_requests: None,
         }
     }
 }
@@ -314,6 +317,9 @@ pub async fn start_gateway(opts: GatewayOpts) -> Env {
         cfg.max_concurrent_streams = n;
     }
     cfg.zrtt_http2 = opts.zrtt_http2;
+    if let Some(n) = opts.max_early_requests {
+        cfg.max_early_requests = n;
+    }
     if let Some(d) = opts.destinations {
         cfg.admission.destinations = d;
     }
