@@ -1,4 +1,5 @@
-//! HTTP/2 inside the zrtt channel (docs/GATEWAY.md, "HTTP/2 over zrtt"):
+//! HTTP/2 inside the zrtt channel (docs/GATEWAY.md, "HTTP/2 in the zrtt
+//! channel"):
 //! - a GET in the first flight (preface, SETTINGS and HEADERS as early
 //!   data) is answered and reaches the backend marked `Early-Data: 1`;
 //! - hyper-util's client multiplexes a host's requests over one zrtt
@@ -6,7 +7,12 @@
 //! - an unsafe request in HTTP/2 early data waits for the client's
 //!   confirmation (then runs unmarked) or gets 425: never forwarded before;
 //! - a client that wants h2 from a gateway that does not offer it speaks
-//!   HTTP/1.1 (not advertised) or falls back to TLS with ALPN h2 (Reject 8).
+//!   HTTP/1.1 (not advertised) or falls back to TLS with ALPN h2 (Reject 8);
+//! - at most `max_early_requests` early requests run before the
+//!   confirmation (the rest wait, still marked); trailers in early data do
+//!   not make a later request early;
+//! - a request partly written inside the channel is not sent again over
+//!   TLS when the connection fails.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod common;
@@ -613,4 +619,89 @@ async fn an_h2_post_goes_inside_the_channel_not_in_the_first_flight() {
     assert_eq!(env.metric("early_requests_held"), 0);
     drop(sender);
     env.stop().await;
+}
+
+// ------------------------------------------- client: no second send on failure
+
+/// A zrtt server that answers the first connection's flight with a Reply,
+/// reads a little of what follows in the channel, then resets the
+/// connection; later connections (a TLS fallback) are counted and dropped.
+async fn reset_after_reply(
+    keys: Vec<(KeyRecord, zrtt_proto::crypto::X25519KeyPair)>,
+) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use zrtt_proto::handshake::Transport;
+    use zrtt_proto::replay::{BloomReplayFilter, ReplayConfig};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let count = Arc::new(AtomicUsize::new(0));
+    let counted = count.clone();
+    tokio::spawn(async move {
+        let server = server_keys(&keys);
+        let rng = ring::rand::SystemRandom::new();
+        let start = system_clock().saturating_sub(Duration::from_secs(5));
+        let mut filter = BloomReplayFilter::new(ReplayConfig::default(), [9; 32], start);
+        loop {
+            let Ok((mut tcp, _)) = listener.accept().await else {
+                return;
+            };
+            if counted.fetch_add(1, Ordering::AcqRel) > 0 {
+                continue;
+            }
+            let mut buf = Vec::new();
+            let accepted = loop {
+                if let Ok(Some((f, _))) = read_frame(&buf, Expect::FirstFlight) {
+                    let now = system_clock();
+                    break server.accept(&f, Transport::Tcp, now, &mut filter, &rng);
+                }
+                let mut chunk = [0u8; 4096];
+                let n = tcp.read(&mut chunk).await.unwrap();
+                assert!(n > 0, "closed before the flight");
+                buf.extend_from_slice(&chunk[..n]);
+            };
+            let accepted = accepted.ok().expect("flight accepted");
+            assert!(accepted.early_data.is_empty(), "a POST is not early");
+            let (_, reply) = accepted
+                .reply(&zrtt_proto::handshake::Extensions::new(), b"")
+                .unwrap();
+            tcp.write_all(&reply).await.unwrap();
+            // Some of the request reached us: reset.
+            let mut chunk = [0u8; 4096];
+            let _ = tcp.read(&mut chunk).await;
+            tcp.set_zero_linger().unwrap();
+            drop(tcp);
+        }
+    });
+    (addr, count)
+}
+
+#[tokio::test]
+async fn a_request_partly_sent_in_the_channel_is_not_sent_again_over_tls() {
+    use std::sync::atomic::Ordering;
+    let keys = vec![record("zrtt test key 1", 16384)];
+    let (addr, connections) = reset_after_reply(keys.clone()).await;
+    let cfg = client_config(keys.into_iter().map(|(r, _)| r).collect());
+    // A POST (never early data) larger than the socket buffers: it all goes
+    // inside the channel, and the reset comes while it is being written.
+    let body = vec![b'x'; 32 << 20];
+    let mut request = format!(
+        "POST /upload HTTP/1.1\r\nHost: {HOST}\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    request.extend_from_slice(&body);
+    let target = Target {
+        host: HOST.to_owned(),
+        addr,
+    };
+    let r = tokio::time::timeout(
+        PATIENCE,
+        zrtt_net::client::establish(&cfg, &target, &request),
+    )
+    .await
+    .expect("establish returns");
+    let err = r.err().expect("the write fails");
+    assert!(err.to_string().contains("sending request"), "{err}");
+    // No second connection: the request was not offered to TLS.
+    assert_eq!(connections.load(Ordering::Acquire), 1);
 }

@@ -204,6 +204,12 @@ enum Attempt {
     Done(Conn, ConnInfo),
     Rejected(RejectReason, Vec<u8>, u32),
     SynTimeout,
+    /// Failed before any of the request inside the channel was written:
+    /// TLS may send it.
+    Failed(Error),
+    /// Failed once part of the request inside the channel was written: the
+    /// server may have it, so no fallback sends it again.
+    Sent(Error),
 }
 
 /// Shared between the zrtt attempts and the race that may start TLS.
@@ -407,7 +413,8 @@ async fn zrtt_attempts(
                     None => notes.push("records in the refusal did not verify".into()),
                 }
             }
-            Err(e) => {
+            Ok(Attempt::Sent(e)) => return Err(e),
+            Ok(Attempt::Failed(e)) | Err(e) => {
                 notes.push(format!("zrtt failed: {e}"));
                 spent += 1;
                 if matches!(e, Error::Timeout(REPLY_TIMEOUT)) {
@@ -567,11 +574,27 @@ async fn attempt_zrtt(
     if !rest.is_empty() {
         // The request (HTTP/2: what followed the early part) goes inside
         // the channel; without early data it is itself the confirmation.
-        stream
-            .write_all(rest)
-            .await
-            .map_err(Error::io("sending request"))?;
-        stream.flush().await.map_err(Error::io("sending request"))?;
+        // Once a byte of it is written the server may act on it: a failure
+        // then is the caller's error, never a TLS fallback that would send
+        // the whole request a second time.
+        let mut written = 0;
+        let sent = async {
+            while written < rest.len() {
+                match stream.write(&rest[written..]).await? {
+                    0 => return Err(io::ErrorKind::WriteZero.into()),
+                    n => written += n,
+                }
+            }
+            stream.flush().await
+        };
+        if let Err(e) = sent.await {
+            let e = Error::io("sending request")(e);
+            return Ok(if written == 0 {
+                Attempt::Failed(e)
+            } else {
+                Attempt::Sent(e)
+            });
+        }
     }
     let info = ConnInfo {
         mode: if answered_early {
