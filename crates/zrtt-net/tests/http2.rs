@@ -659,7 +659,9 @@ async fn reset_after_reply(
                 assert!(n > 0, "closed before the flight");
                 buf.extend_from_slice(&chunk[..n]);
             };
-            let accepted = accepted.ok().expect("flight accepted");
+            let Ok(accepted) = accepted else {
+                panic!("flight refused")
+            };
             assert!(accepted.early_data.is_empty(), "a POST is not early");
             let (_, reply) = accepted
                 .reply(&zrtt_proto::handshake::Extensions::new(), b"")
@@ -700,7 +702,9 @@ async fn a_request_partly_sent_in_the_channel_is_not_sent_again_over_tls() {
     )
     .await
     .expect("establish returns");
-    let err = r.err().expect("the write fails");
+    let Err(err) = r else {
+        panic!("the write did not fail")
+    };
     assert!(err.to_string().contains("sending request"), "{err}");
     // No second connection: the request was not offered to TLS.
     assert_eq!(connections.load(Ordering::Acquire), 1);

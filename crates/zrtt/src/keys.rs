@@ -142,7 +142,9 @@ pub struct RecordPolicyArgs {
     #[arg(long)]
     tokens: bool,
     /// Advertise that the gateway serves HTTP/2 inside the zrtt channel
-    /// (clients may then offer ALPN h2 in their first flight).
+    /// (clients may then offer ALPN h2 in their first flight). An advisory
+    /// flag: clients built before advisory flags refuse such records, so
+    /// set it once clients are upgraded.
     #[arg(long)]
     h2: bool,
     /// Provenance certificates needed for an answer before the TCP handshake (0 = none accepted).

@@ -37,7 +37,8 @@ use crate::error::{Error, Result};
 /// Each call resolves the host while the key source's
 /// [`prefetch`](super::KeySource::prefetch) runs, and returns a
 /// [`ZrttStream`] once the address is known: nothing is sent until hyper
-/// writes the first request, which becomes the early data. Keys that are
+/// writes the first request, which becomes the early data (HTTP/2: the
+/// leading run of bodiless GETs written by then). Keys that are
 /// still coming then race a TLS handshake ([`super::establish_when_keys`]). Connections are pooled by hyper-util's `Client`
 /// per scheme and authority; later requests on a pooled connection travel
 /// inside its channel. HTTP/1.1, or HTTP/2 as the config's

@@ -18,7 +18,8 @@
 //!   while the key records are still coming, whichever is ready first;
 //! - [`PathMemory`] (`paths.rs`): per-destination RTTs and failures;
 //! - [`ZrttStream`] (`stream.rs`): a lazily connecting byte stream for
-//!   hyper: the first request written becomes the early data; HTTP/1.1,
+//!   hyper: the first request written becomes the early data (HTTP/2:
+//!   the leading run of bodiless GETs written by then); HTTP/1.1,
 //!   or HTTP/2 inside the channel as [`Http2Policy`] chooses per host
 //!   ([`ZrttStream::negotiated_h2`]);
 //! - [`TokenStore`] and [`ProvenanceStore`] (`state.rs`): what the client
