@@ -54,7 +54,7 @@ pub const CONFIG_FILE: &str = "keystore.toml";
 /// The rotation policy and the fields every new record gets. In
 /// `keystore.toml` (every field optional): `lifetime`, `ttl`, `rotation`
 /// (durations), `max_early_data`, `aeads`, `flags` (`client-auth`,
-/// `tokens`), `quorum`.
+/// `tokens`, `h2`), `quorum`.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Policy {
@@ -182,8 +182,9 @@ fn flags<'de, D: Deserializer<'de>>(d: D) -> Result<RecordFlags, D::Error> {
         bits |= match f.as_str() {
             "client-auth" => RecordFlags::CLIENT_AUTH_REQUIRED,
             "tokens" => RecordFlags::ISSUES_TOKENS,
+            "h2" => RecordFlags::HTTP2,
             _ => {
-                let e = format!("flags: unknown {f:?} (client-auth, tokens)");
+                let e = format!("flags: unknown {f:?} (client-auth, tokens, h2)");
                 return Err(D::Error::custom(e));
             }
         };
@@ -266,6 +267,9 @@ impl Engine for Policy {
         }
         if self.flags.issues_tokens() {
             flags.push("\"tokens\"");
+        }
+        if self.flags.http2() {
+            flags.push("\"h2\"");
         }
         let verifiers = if self.verifiers.is_empty() {
             "# verifiers = [\"pv1.example.net\"]   # provenance verifiers the records name\n"

@@ -9,6 +9,7 @@ use ring::rand::SystemRandom;
 use zrtt_dns::keystore::{KeyState, CONFIG_FILE, KEYS_DIR};
 use zrtt_dns::{KeyStore, KeyStoreError, Policy};
 use zrtt_proto::handshake::ServerConfig;
+use zrtt_proto::record::RecordFlags;
 use zrtt_proto::UnixTime;
 
 const T0: u64 = 1_800_000_000;
@@ -404,4 +405,21 @@ fn certificate_change_re_signs_records() {
     for rec in ks.published_records(at(T0 + 10)) {
         rec.verify(ks.cert_der(), NAME, at(T0 + 10)).unwrap();
     }
+}
+
+#[test]
+fn the_h2_flag_round_trips_through_keystore_toml_into_records() {
+    let tmp = tempfile::tempdir().unwrap();
+    let policy = Policy {
+        flags: RecordFlags::from_bits(RecordFlags::HTTP2 | RecordFlags::ISSUES_TOKENS).unwrap(),
+        ..Policy::default()
+    };
+    drop(init(tmp.path(), policy));
+    let toml = fs::read_to_string(tmp.path().join(CONFIG_FILE)).unwrap();
+    assert!(toml.contains("\"h2\""), "{toml}");
+    let mut ks = KeyStore::open(tmp.path()).unwrap();
+    assert!(ks.policy().flags.http2());
+    ks.rotate(at(T0), &ring::rand::SystemRandom::new()).unwrap();
+    let recs = ks.published_records(at(T0));
+    assert!(!recs.is_empty() && recs.iter().all(|r| r.body.flags.http2()));
 }

@@ -47,7 +47,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::client::{host_port, ClientConfig, ZrttConnector};
+use crate::client::{host_port, ClientConfig, Http2Policy, ZrttConnector};
 use crate::error::{Error, Result};
 use crate::http::{strip_hop_by_hop, text_response as text};
 use crate::sidecar::SidecarMap;
@@ -238,6 +238,9 @@ pub(crate) struct ProxyShared {
     pub(crate) metrics: Arc<ProxyMetrics>,
     plain: Client<PlainConnector, Incoming>,
     pub(crate) zrtt: Client<ZrttConnector, Incoming>,
+    /// HTTP/1.1 only, for upgrades (WebSocket) when `zrtt` may speak
+    /// HTTP/2 (which has no `Upgrade`); `None`: `zrtt` is HTTP/1.1.
+    pub(crate) zrtt_h1: Option<Client<ZrttConnector, Incoming>>,
 }
 
 type Shared = ProxyShared;
@@ -283,16 +286,21 @@ impl Proxy {
                 timeout: t.connect,
                 own,
             });
-        let zrtt = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(t.pool_idle)
-            .pool_max_idle_per_host(cfg.pool_max_idle_per_origin)
-            .pool_timer(TokioTimer::new())
-            .build(
-                ZrttConnector::builder(cfg.client.clone())
-                    .resolver(cfg.resolver.clone())
-                    .resolve_timeout(t.connect)
-                    .build(),
-            );
+        let zrtt_client = |client: Arc<ClientConfig>| {
+            Client::builder(TokioExecutor::new())
+                .pool_idle_timeout(t.pool_idle)
+                .pool_max_idle_per_host(cfg.pool_max_idle_per_origin)
+                .pool_timer(TokioTimer::new())
+                .build(
+                    ZrttConnector::builder(client)
+                        .resolver(cfg.resolver.clone())
+                        .resolve_timeout(t.connect)
+                        .build(),
+                )
+        };
+        let zrtt = zrtt_client(cfg.client.clone());
+        let zrtt_h1 = (cfg.client.http2 != Http2Policy::Never)
+            .then(|| zrtt_client(Arc::new(cfg.client.with_http2(Http2Policy::Never))));
         Ok(Self {
             listener,
             maps,
@@ -302,6 +310,7 @@ impl Proxy {
                 metrics: Arc::new(ProxyMetrics::default()),
                 plain,
                 zrtt,
+                zrtt_h1,
             }),
         })
     }

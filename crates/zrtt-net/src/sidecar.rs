@@ -101,9 +101,14 @@ pub(crate) async fn handle(
     crate::proxy::inc(&m.zrtt_requests);
     let response = shared.cfg.timeouts.response;
     let started = std::time::Instant::now();
+    // An upgrade needs HTTP/1.1 to the origin (HTTP/2 has no `Upgrade`).
+    let client = match (&upgrade, &shared.zrtt_h1) {
+        (Some(_), Some(h1)) => h1,
+        _ => &shared.zrtt,
+    };
     let mut resp = match tokio::time::timeout(
         response,
-        shared.zrtt.request(Request::from_parts(parts, body)),
+        client.request(Request::from_parts(parts, body)),
     )
     .await
     {

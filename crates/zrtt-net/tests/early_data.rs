@@ -6,7 +6,9 @@
 //!   client's confirmation, and never marked as early data;
 //! - a flight replayed to a second gateway whose backend answers 425 gets
 //!   the 425 back: only the real client's confirmation makes a retry;
-//! - one source address cannot hold more than its share of connections.
+//! - one source address cannot hold more than its share of connections;
+//! - with `max_early_requests` 0 even a safe early GET waits for the
+//!   confirmation (then runs, still marked).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod common;
@@ -421,5 +423,24 @@ async fn a_confirmation_arriving_after_the_answer_does_not_reset_the_connection(
         error.is_none(),
         "the late confirmation was answered with a reset: {error:?}"
     );
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn with_max_early_requests_0_an_early_get_waits_for_the_confirmation() {
+    let env = start_gateway(GatewayOpts {
+        trusted: trusted_loopback(),
+        max_early_requests: Some(0),
+        ..Default::default()
+    })
+    .await;
+    let cfg = std::sync::Arc::new(client_config(env.records.clone()));
+    let (out, info) = fetch(cfg, env.addr, vec![get("/x")]).await.unwrap();
+    assert_eq!(out[0].0, 200);
+    assert!(info.early_data, "the GET was early data");
+    // Held until the client's confirmation, then run, still marked.
+    assert_eq!(env.metric("early_requests_held"), 1);
+    assert_eq!(env.metric("early_requests_too_early"), 0);
+    assert_eq!(*env.seen.lock().unwrap(), vec!["GET /x early=1".to_owned()]);
     env.stop().await;
 }

@@ -20,6 +20,7 @@ pub mod codec;
 pub mod crypto;
 pub mod error;
 pub mod handshake;
+pub mod http2;
 pub mod provenance;
 pub mod record;
 pub mod replay;

@@ -27,6 +27,11 @@ pub struct ClientFlags {
     /// Do not fall back to TLS for hosts with a key (`get` fails, `proxy` answers 502).
     #[arg(long)]
     zrtt_only: bool,
+    /// Speak HTTP/2 inside zrtt to gateways whose key record says they
+    /// serve it (flag `h2`): one connection carries all of a host's
+    /// requests; HTTP/1.1 elsewhere.
+    #[arg(long)]
+    http2: bool,
     /// Address tokens (and the per-server static keys they are bound to),
     /// loaded at start and saved after use: a gateway issues one after a
     /// first visit, and a later visit from the same address that carries
@@ -98,6 +103,9 @@ impl ClientFlags {
         cfg.tls_fallback = !self.zrtt_only;
         if self.no_early_data {
             cfg.early_data = zrtt_net::client::EarlyDataPolicy::Never;
+        }
+        if self.http2 {
+            cfg.http2 = zrtt_net::client::Http2Policy::WhenAdvertised;
         }
     }
 }

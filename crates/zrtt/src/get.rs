@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use clap::Args;
 use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
 use zrtt_dns::resolver::{ResolveError, Resolved, Resolver, ResolverConfig, Trust};
 use zrtt_net::client::{
     CertKeySource, ClientConfig, ConnInfo, DnsKeySource, KeySource, Target, ZrttStream,
@@ -19,6 +18,7 @@ use zrtt_net::client::{
 };
 
 use crate::dnskeys::{parse_dns_server, ClientFlags};
+use crate::get_send::{h2_request, Sender};
 use crate::{keys, util};
 
 /// Exit codes (curl's numbers where curl has one).
@@ -506,13 +506,17 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
     };
     let info_handle = stream.info();
     let t_start = t0.elapsed();
-    let (mut sender, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
-    {
+    let h2 = stream.negotiated_h2();
+    let req = if h2 {
+        h2_request(req, &host, port)
+    } else {
+        req
+    };
+    let (mut sender, conn) = match Sender::handshake(stream, h2).await {
         Ok(v) => v,
         Err(e) => return Err(Failure(classify(&e).0, classify(&e).1)),
     };
-    let conn = tokio::spawn(conn);
-    let resp = match sender.send_request(req).await {
+    let resp = match sender.send(req).await {
         Ok(r) => r,
         Err(e) => {
             let (code, msg) = classify(&e);
@@ -540,7 +544,7 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
                 eprintln!("* {n}");
             }
         }
-        eprintln!("< HTTP/1.1 {status}");
+        eprintln!("< {:?} {status}", resp.version());
         for (n, v) in resp.headers() {
             eprintln!("< {n}: {}", v.to_str().unwrap_or("<binary>"));
         }

@@ -141,6 +141,12 @@ pub struct RecordPolicyArgs {
     /// Advertise that the server issues address tokens.
     #[arg(long)]
     tokens: bool,
+    /// Advertise that the gateway serves HTTP/2 inside the zrtt channel
+    /// (clients may then offer ALPN h2 in their first flight). An advisory
+    /// flag: clients built before advisory flags refuse such records, so
+    /// set it once clients are upgraded.
+    #[arg(long)]
+    h2: bool,
     /// Provenance certificates needed for an answer before the TCP handshake (0 = none accepted).
     #[arg(long, default_value_t = 0)]
     quorum: u8,
@@ -160,6 +166,9 @@ impl RecordPolicyArgs {
         }
         if self.tokens {
             bits |= RecordFlags::ISSUES_TOKENS;
+        }
+        if self.h2 {
+            bits |= RecordFlags::HTTP2;
         }
         RecordFlags::from_bits(bits).unwrap_or_default()
     }
@@ -582,7 +591,7 @@ pub fn describe(r: &KeyRecord) -> String {
     let b = &r.body;
     let aeads: Vec<&str> = b.aeads.iter().map(|a| a.name()).collect();
     format!(
-        "zrtt key record v{}\n  name:             {}\n  key id:           {:08x}\n  public key:       {}\n  not before:       {} ({})\n  not after:        {} ({})\n  lifetime:         {} s\n  max early data:   {} bytes\n  aeads:            {}\n  client auth:      {}\n  issues tokens:    {}\n  provenance:       {}\n  certificate:      sha256 {}\n  signature:        {} ({} bytes)\n  encoded size:     {} bytes\n",
+        "zrtt key record v{}\n  name:             {}\n  key id:           {:08x}\n  public key:       {}\n  not before:       {} ({})\n  not after:        {} ({})\n  lifetime:         {} s\n  max early data:   {} bytes\n  aeads:            {}\n  client auth:      {}\n  issues tokens:    {}\n  http/2 in zrtt:   {}\n  provenance:       {}\n  certificate:      sha256 {}\n  signature:        {} ({} bytes)\n  encoded size:     {} bytes\n",
         record::RECORD_VERSION,
         b.name,
         b.key_id,
@@ -596,6 +605,7 @@ pub fn describe(r: &KeyRecord) -> String {
         aeads.join(", "),
         if b.flags.client_auth_required() { "required" } else { "not required" },
         if b.flags.issues_tokens() { "yes" } else { "no" },
+        if b.flags.http2() { "yes" } else { "no" },
         match (b.provenance_quorum, b.verifiers.is_empty()) {
             (0, _) => "not accepted".to_owned(),
             (q, true) => format!("{q} certificate(s) needed"),

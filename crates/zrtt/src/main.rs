@@ -12,6 +12,7 @@ mod dns;
 mod dnskeys;
 mod gateway;
 mod get;
+mod get_send;
 mod keys;
 mod keys_cert;
 mod lab;

@@ -106,7 +106,7 @@ fn a_gateway_runs_from_a_config_file_and_bad_ones_are_refused() {
     // Slow-client bounds (docs/GATEWAY.md, Request bodies and streams).
     let bounds = good.replace(
         "[dns]",
-        "request_head_timeout = \"10s\"\nmax_concurrent_streams = 64\n\n[dns]",
+        "request_head_timeout = \"10s\"\nmax_concurrent_streams = 64\nmax_early_requests = 4\n\n[dns]",
     );
     std::fs::write(&conf, &bounds).unwrap();
     let out = ok(

@@ -273,6 +273,17 @@ else:
 /// zrtt: a request and a WebSocket echo through the gateway's zrtt path.
 #[test]
 fn sidecar_port_carries_requests_and_websockets_over_zrtt() {
+    sidecar_requests_and_websockets(false);
+}
+
+/// The same with `--http2` and a record that offers HTTP/2: requests ride
+/// an h2 zrtt connection, the WebSocket an HTTP/1.1 one (h2 has no Upgrade).
+#[test]
+fn sidecar_websockets_work_with_http2_on() {
+    sidecar_requests_and_websockets(true);
+}
+
+fn sidecar_requests_and_websockets(h2: bool) {
     let have_ws = Command::new("/usr/bin/python3")
         .args(["-c", "import websockets"])
         .output()
@@ -286,6 +297,12 @@ fn sidecar_port_carries_requests_and_websockets_over_zrtt() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     key_and_record(dir, HOST);
+    if h2 {
+        let sign = "keys sign --key k1.key --cert cert.pem --cert-key cert.key --h2 --out k1.rec";
+        let mut args: Vec<&str> = sign.split(' ').collect();
+        args.extend(["--name", HOST]);
+        ok(dir, &args);
+    }
     std::fs::write(dir.join("ws.py"), WS_SIDECAR_PY).unwrap();
     let mut server = Command::new("/usr/bin/python3")
         .args(["ws.py", "serve"])
@@ -327,24 +344,28 @@ fn sidecar_port_carries_requests_and_websockets_over_zrtt() {
             &admin,
         ],
     );
-    let _proxy = spawn(
-        dir,
-        &[
-            "proxy",
-            "--listen",
-            &format!("127.0.0.1:{proxy_port}"),
-            "--map",
-            &format!("{side_port}=https://{HOST}:{gw_port}"),
-            "--record",
-            "k1.rec",
-            "--cert",
-            "cert.pem",
-            "--cacert",
-            "ca.pem",
-            "--resolve",
-            &format!("{HOST}:{gw_port}:127.0.0.1"),
-        ],
-    );
+    let listen = format!("127.0.0.1:{proxy_port}");
+    let map = format!("{side_port}=https://{HOST}:{gw_port}");
+    let resolve = format!("{HOST}:{gw_port}:127.0.0.1");
+    let mut args = vec![
+        "proxy",
+        "--listen",
+        &listen,
+        "--map",
+        &map,
+        "--record",
+        "k1.rec",
+        "--cert",
+        "cert.pem",
+        "--cacert",
+        "ca.pem",
+        "--resolve",
+        &resolve,
+    ];
+    if h2 {
+        args.push("--http2");
+    }
+    let _proxy = spawn(dir, &args);
     wait_listening(&gw);
     wait_listening(&admin);
     wait_listening(&side);
@@ -381,6 +402,13 @@ fn sidecar_port_carries_requests_and_websockets_over_zrtt() {
     );
     assert!(
         !metrics.contains("zrtt_gateway_zrtt_accepted_total 0\n"),
+        "{metrics}"
+    );
+    let h2_conns = if h2 { "1" } else { "0" };
+    assert!(
+        metrics.contains(&format!(
+            "zrtt_gateway_zrtt_h2_connections_total {h2_conns}\n"
+        )),
         "{metrics}"
     );
 }

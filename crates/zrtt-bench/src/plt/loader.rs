@@ -2,7 +2,9 @@
 //! client's namespace, shared by every stack. The HTML first, then its
 //! objects over up to [`PER_HOST`] keep-alive connections per host (the
 //! HTML's connection is reused); timed from the first connection to the
-//! last object's last byte, with no rendering.
+//! last object's last byte, with no rendering. [`Proto::ZrttH2`]: hyper's
+//! HTTP/2 client over one [`ZrttStream`] per host, every object of the
+//! host requested at once ([`Loader::load_h2`]).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -49,6 +51,13 @@ impl KeySource for NoKeys {
     }
 }
 
+/// An HTTP/2 connection's request sender, and its connection's info until
+/// the first answer counted the mode.
+struct H2 {
+    sender: hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>>,
+    info: Option<zrtt_net::client::ConnInfoHandle>,
+}
+
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 type Conn = Pin<Box<dyn Io>>;
@@ -83,7 +92,7 @@ impl Loader {
                 self.count("tcp");
                 self.open_tcp(addr, first, t).await?
             }
-            Proto::Tls13 | Proto::Zrtt | Proto::ZrttStrict => {
+            Proto::Tls13 | Proto::Zrtt | Proto::ZrttStrict | Proto::ZrttH2 => {
                 let cfg = if self.proto == Proto::Tls13 {
                     &self.tls
                 } else {
@@ -184,8 +193,94 @@ impl Loader {
         }
     }
 
+    /// A new HTTP/2 connection to `host` (nothing is sent before the first
+    /// request, which rides the first flight).
+    async fn open_h2(&self, host: &str) -> Result<H2> {
+        let addr = *self
+            .addrs
+            .get(host)
+            .ok_or_else(|| anyhow!("unknown host {host}"))?;
+        let target = Target {
+            host: host.into(),
+            addr,
+        };
+        let s = ZrttStream::new(self.zrtt.clone(), target);
+        if !s.negotiated_h2() {
+            bail!("{host}: the key record does not offer HTTP/2");
+        }
+        let info = s.info();
+        let io = hyper_util::rt::TokioIo::new(s);
+        let exec = hyper_util::rt::TokioExecutor::new();
+        let (sender, conn) = hyper::client::conn::http2::handshake(exec, io).await?;
+        tokio::task::spawn_local(async move { drop(conn.await) });
+        Ok(H2 {
+            sender,
+            info: Some(info),
+        })
+    }
+
+    /// GET `path` from `host` on `h2`; the body. The first answer on a
+    /// connection counts its mode.
+    async fn get_h2(&self, h2: &mut H2, host: &str, path: &str) -> Result<bytes::Bytes> {
+        use http_body_util::BodyExt;
+        let req = hyper::Request::get(format!("https://{host}{path}"))
+            .header("user-agent", "zrtt-plt")
+            .body(http_body_util::Empty::<bytes::Bytes>::new())?;
+        let resp = h2.sender.send_request(req).await?;
+        if let Some(info) = h2.info.take() {
+            let mode = info
+                .lock()
+                .ok()
+                .and_then(|i| i.as_ref().map(|i| i.mode.as_str()));
+            self.count(mode.unwrap_or("unknown"));
+        }
+        if resp.status() != 200 {
+            bail!("{host}{path}: status {}", resp.status());
+        }
+        Ok(resp.into_body().collect().await?.to_bytes())
+    }
+
+    /// One page load over HTTP/2: the HTML, then every object of each host
+    /// at once on that host's one connection.
+    async fn load_h2(self: Arc<Self>) -> Result<(f64, usize)> {
+        let t0 = Instant::now();
+        let www = HOSTS[0].to_string();
+        let mut first = self.open_h2(&www).await?;
+        let page = self.get_h2(&mut first, &www, "/index.html").await?;
+        let mut by_host: HashMap<String, Vec<String>> = HashMap::new();
+        for (h, p) in parse_objects(&String::from_utf8_lossy(&page)) {
+            by_host.entry(h).or_default().push(p);
+        }
+        let mut reuse = Some(first);
+        let mut jobs = tokio::task::JoinSet::new();
+        for (h, paths) in by_host {
+            let conn = match (h == www).then(|| reuse.take()).flatten() {
+                Some(c) => c,
+                None => self.open_h2(&h).await?,
+            };
+            let mut conn = conn;
+            for p in paths {
+                let (me, h) = (self.clone(), h.clone());
+                // The connection's first request counts its mode.
+                let mut c = H2 {
+                    sender: conn.sender.clone(),
+                    info: conn.info.take(),
+                };
+                jobs.spawn_local(async move { me.get_h2(&mut c, &h, &p).await });
+            }
+        }
+        let mut total = page.len();
+        while let Some(r) = jobs.join_next().await {
+            total += r.map_err(|e| anyhow!("task: {e}"))??.len();
+        }
+        Ok((t0.elapsed().as_secs_f64() * 1000.0, total))
+    }
+
     /// One page load: milliseconds from the first connection to the last byte.
     async fn load(self: Arc<Self>) -> Result<(f64, usize)> {
+        if self.proto == Proto::ZrttH2 {
+            return self.load_h2().await;
+        }
         let t0 = Instant::now();
         let www = HOSTS[0].to_string();
         let mut conn = self.open(&www, &request(&www, "/index.html")).await?;
@@ -251,11 +346,12 @@ async fn read_response(c: &mut Conn, buf: &mut Vec<u8>) -> Result<Vec<u8>> {
 }
 
 /// Client configurations for the page's sites: zrtt only (their key
-/// records and the client's provenance certificates), and TLS 1.3 only.
+/// records and the client's provenance certificates), TLS 1.3 only, and
+/// zrtt with HTTP/2 where the records offer it.
 pub(super) fn client_configs(
     sites: &[Site],
     provenance_state: &Path,
-) -> Result<(Arc<ClientConfig>, Arc<ClientConfig>)> {
+) -> Result<(Arc<ClientConfig>, Arc<ClientConfig>, Arc<ClientConfig>)> {
     let mut roots = rustls::RootCertStore::empty();
     let mut keys = HashMap::new();
     for s in sites {
@@ -263,13 +359,21 @@ pub(super) fn client_configs(
         keys.insert(s.name.clone(), s.key_source()?);
     }
     let tls = zrtt_net::client::tls_client_config(roots)?;
-    let mut z = ClientConfig::builder(Arc::new(MultiKeys(keys))).with_tls_config(tls.clone());
-    z.tls_fallback = false;
-    z.provenance = Some(Arc::new(zrtt_net::verifier::ProvenanceStore::load(
-        provenance_state,
-    )?));
+    let keys: Arc<dyn KeySource> = Arc::new(MultiKeys(keys));
+    let provenance = Arc::new(zrtt_net::verifier::ProvenanceStore::load(provenance_state)?);
+    let zrtt = |http2| {
+        let mut z = ClientConfig::builder(keys.clone()).with_tls_config(tls.clone());
+        z.tls_fallback = false;
+        z.provenance = Some(provenance.clone());
+        z.http2 = http2;
+        Arc::new(z)
+    };
+    let (z, z2) = (
+        zrtt(zrtt_net::client::Http2Policy::Never),
+        zrtt(zrtt_net::client::Http2Policy::WhenAdvertised),
+    );
     let t = ClientConfig::builder(Arc::new(NoKeys)).with_tls_config(tls);
-    Ok((Arc::new(z), Arc::new(t)))
+    Ok((z, Arc::new(t), z2))
 }
 
 /// Loads the page `n` times (after `warm` unmeasured loads) in the

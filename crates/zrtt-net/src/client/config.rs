@@ -23,6 +23,26 @@ pub enum EarlyDataPolicy {
     Never,
 }
 
+/// Whether connections speak HTTP/2 inside the zrtt channel (first-flight
+/// ALPN `h2`, docs/PROTOCOL.md §4.2). The choice is made when a
+/// connection is created, before any byte is sent, so that hyper knows
+/// which protocol to speak ([`super::ZrttStream::negotiated_h2`]); the TLS
+/// fallback of an HTTP/2 connection offers only ALPN `h2`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Http2Policy {
+    /// HTTP/1.1 only (the default).
+    Never,
+    /// HTTP/2 to hosts whose verified key record carries the `h2` flag
+    /// (the gateway says it serves HTTP/2 in the channel); HTTP/1.1 to the
+    /// others and when the records are not known yet.
+    WhenAdvertised,
+    /// HTTP/2 to every host, advertised or not (prior knowledge: a gateway
+    /// without it refuses the flight, Reject 8, and TLS with ALPN `h2`
+    /// follows).
+    Always,
+}
+
 /// Client settings, shared by every connection made with them
 /// (`Arc<ClientConfig>`).
 ///
@@ -35,7 +55,8 @@ pub struct ClientConfig {
     /// Key records per host: whoever verifies them decides which hosts get
     /// zrtt at all (a host without a verified record gets TLS).
     pub keys: Arc<dyn KeySource>,
-    /// TLS for the fallback (ALPN should be `http/1.1`).
+    /// TLS for the fallback (ALPN should be `http/1.1`; HTTP/2 connections
+    /// use a copy that offers only `h2`).
     pub tls: Arc<rustls::ClientConfig>,
     /// Send the first flight in the SYN (default on). Off costs one round
     /// trip per connection; the handshake is otherwise the same.
@@ -59,6 +80,8 @@ pub struct ClientConfig {
     pub provenance: Option<Arc<ProvenanceStore>>,
     /// Which requests go as early data (default: idempotent ones).
     pub early_data: EarlyDataPolicy,
+    /// HTTP/2 inside the channel (default: never).
+    pub http2: Http2Policy,
     /// Fall back to TLS 1.3 on the same port when zrtt is not possible
     /// (default on). Off turns those connections into errors.
     pub tls_fallback: bool,
@@ -85,6 +108,7 @@ impl std::fmt::Debug for ClientConfig {
         f.debug_struct("ClientConfig")
             .field("fast_open", &self.fast_open)
             .field("early_data", &self.early_data)
+            .field("http2", &self.http2)
             .field("tls_fallback", &self.tls_fallback)
             .field("tokens", &self.tokens.is_some())
             .finish_non_exhaustive()
@@ -96,6 +120,27 @@ impl ClientConfig {
     /// builder then asks for the TLS trust of the fallback.
     pub fn builder(keys: Arc<dyn KeySource>) -> ClientConfigBuilder {
         ClientConfigBuilder { keys }
+    }
+
+    /// A copy of these settings with another [`Http2Policy`] (the same
+    /// key source, stores and path memory).
+    pub fn with_http2(&self, http2: Http2Policy) -> ClientConfig {
+        ClientConfig {
+            keys: self.keys.clone(),
+            tls: self.tls.clone(),
+            fast_open: self.fast_open,
+            paths: self.paths.clone(),
+            tokens: self.tokens.clone(),
+            provenance: self.provenance.clone(),
+            early_data: self.early_data,
+            http2,
+            tls_fallback: self.tls_fallback,
+            connect_timeout: self.connect_timeout,
+            syn_timeout: self.syn_timeout,
+            reply_timeout: self.reply_timeout,
+            rng: self.rng.clone(),
+            clock: self.clock,
+        }
     }
 
     /// Settings that weaken security: use only in tests and benchmarks.
@@ -122,7 +167,7 @@ impl std::fmt::Debug for ClientConfigBuilder {
 impl ClientConfigBuilder {
     /// Use `tls` for the fallback as it is (its ALPN should be `http/1.1`).
     /// The one place the defaults are defined: Fast Open on, idempotent
-    /// early data, TLS fallback on, no tokens, no provenance, 10 s connect
+    /// early data, HTTP/1.1 only, TLS fallback on, no tokens, no provenance, 10 s connect
     /// and reply bounds, races after at most 1 s, the system clock and ring's
     /// system random number generator.
     pub fn with_tls_config(self, tls: Arc<rustls::ClientConfig>) -> ClientConfig {
@@ -134,6 +179,7 @@ impl ClientConfigBuilder {
             tokens: None,
             provenance: None,
             early_data: EarlyDataPolicy::IdempotentOnly,
+            http2: Http2Policy::Never,
             tls_fallback: true,
             connect_timeout: Duration::from_secs(10),
             syn_timeout: Duration::from_secs(1),

@@ -136,6 +136,51 @@ pub struct ConnInfo {
     /// certificates from them would prove this client's address to the
     /// server on a first contact ([`crate::verifier::ProvenanceStore`]).
     pub verifiers: Vec<String>,
+    /// The application protocol the connection speaks.
+    pub protocol: AppProtocol,
+}
+
+/// The application protocol inside the connection (first-flight ALPN,
+/// docs/PROTOCOL.md §4.2; TLS ALPN on the fallback).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AppProtocol {
+    /// HTTP/1.1: the early data is one request head.
+    Http1,
+    /// HTTP/2: the early data is the connection preface, SETTINGS and the
+    /// leading run of bodiless GETs hyper wrote by then.
+    Http2,
+}
+
+impl AppProtocol {
+    /// Its ALPN id.
+    pub fn alpn(self) -> &'static [u8] {
+        match self {
+            AppProtocol::Http1 => b"http/1.1",
+            AppProtocol::Http2 => b"h2",
+        }
+    }
+
+    /// How much of `request` (this protocol's first bytes) may travel as
+    /// early data under `policy`, at most `max` bytes: HTTP/1.1, all of it
+    /// if [`early_eligible`]; HTTP/2, the preface and frames up to the end
+    /// of the leading run of bodiless GETs
+    /// ([`zrtt_proto::http2::first_request`]). `None`: nothing.
+    pub fn early_part(self, request: &[u8], policy: EarlyDataPolicy, max: usize) -> Option<usize> {
+        match self {
+            AppProtocol::Http1 => {
+                (early_eligible(request, policy) && request.len() <= max).then_some(request.len())
+            }
+            AppProtocol::Http2 => match zrtt_proto::http2::first_request(request, max) {
+                zrtt_proto::http2::FirstRequest::Ready { early: Some(n) }
+                    if policy != EarlyDataPolicy::Never =>
+                {
+                    Some(n)
+                }
+                _ => None,
+            },
+        }
+    }
 }
 
 /// A host name and the address to reach it at.
@@ -191,6 +236,12 @@ enum Attempt {
     Done(Conn, ConnInfo),
     Rejected(RejectReason, Vec<u8>, u32),
     SynTimeout,
+    /// Failed before any of the request inside the channel was written:
+    /// TLS may send it.
+    Failed(Error),
+    /// Failed once part of the request inside the channel was written: the
+    /// server may have it, so no fallback sends it again.
+    Sent(Error),
 }
 
 /// Connect to `target` and send `request` (one HTTP/1.x request's bytes):
@@ -201,9 +252,22 @@ pub async fn establish(
     target: &Target,
     request: &[u8],
 ) -> Result<(Conn, ConnInfo)> {
+    establish_as(cfg, target, AppProtocol::Http1, request).await
+}
+
+/// [`establish`] for `protocol`: its ALPN in the first flight and on the
+/// TLS fallback (HTTP/2: only `h2`, an error if TLS does not agree).
+/// `request` is what the protocol sent first: for HTTP/2 the connection
+/// preface, SETTINGS and the frames of the requests written by then.
+pub async fn establish_as(
+    cfg: &ClientConfig,
+    target: &Target,
+    protocol: AppProtocol,
+    request: &[u8],
+) -> Result<(Conn, ConnInfo)> {
     let t0 = Instant::now();
     let race = Race::default();
-    let zrtt = zrtt_attempts(cfg, target, request, t0, &race);
+    let zrtt = zrtt_attempts(cfg, target, protocol, request, t0, &race);
     tokio::pin!(zrtt);
     // A TLS connection the race completed and zrtt did not need (yet).
     let mut spare = None;
@@ -211,14 +275,14 @@ pub async fn establish(
         biased;
         r = &mut zrtt => r,
         () = race.late.notified(), if cfg.tls_fallback => {
-            let tls = tls_handshake(cfg, target, t0);
+            let tls = tls_handshake(cfg, target, protocol, t0);
             tokio::pin!(tls);
             tokio::select! {
                 biased;
                 r = &mut zrtt => r,
                 t = &mut tls => match t {
                     Ok(ready) => match switch_to_tls(&race, &ready, zrtt.as_mut()).await {
-                        Ok(why) => return tls_won(cfg, target, request, t0, ready, why).await,
+                        Ok(why) => return tls_won(cfg, target, protocol, request, t0, ready, why).await,
                         Err(r) => {
                             spare = Some(ready);
                             r
@@ -247,9 +311,9 @@ pub async fn establish(
     }
     let tls = match spare {
         Some(ready) => ready,
-        None => tls_handshake(cfg, target, t0).await?,
+        None => tls_handshake(cfg, target, protocol, t0).await?,
     };
-    let (conn, mut info) = tls_send(tls, request).await?;
+    let (conn, mut info) = tls_send(tls, protocol, request).await?;
     info.round_trips += spent;
     info.retried_with_fresh_keys = retried;
     info.notes.splice(0..0, notes);
@@ -263,6 +327,7 @@ pub async fn establish(
 async fn tls_won(
     cfg: &ClientConfig,
     target: &Target,
+    protocol: AppProtocol,
     request: &[u8],
     t0: Instant,
     tls: TlsReady,
@@ -287,7 +352,7 @@ async fn tls_won(
         "no zrtt answer after {} ms and {what}; TLS won the race ({skipped})",
         t0.elapsed().as_millis(),
     );
-    let (conn, mut info) = tls_send(tls, request).await?;
+    let (conn, mut info) = tls_send(tls, protocol, request).await?;
     info.notes.push(note);
     info.fallback = Some(why);
     // The wait before the race counts too, in this path's RTTs.
@@ -306,6 +371,7 @@ pub(super) type ZrttOutcome = (Option<(Conn, ConnInfo)>, Vec<String>, u32, bool,
 async fn zrtt_attempts(
     cfg: &ClientConfig,
     target: &Target,
+    protocol: AppProtocol,
     request: &[u8],
     t0: Instant,
     race: &Race,
@@ -327,7 +393,8 @@ async fn zrtt_attempts(
     }
     let mut fast_open = cfg.fast_open && cfg.paths.fast_open_allowed(target.addr, t0);
     while let Some(rec) = record.take() {
-        match attempt_zrtt(cfg, target, &rec, request, fast_open, t0, race).await {
+        let attempt = attempt_zrtt(cfg, target, &rec, (protocol, request), fast_open, t0, race);
+        match attempt.await {
             Ok(Attempt::Done(conn, info)) => {
                 return Ok((Some((conn, info)), notes, spent, retried, why));
             }
@@ -342,6 +409,12 @@ async fn zrtt_attempts(
                 spent += rts;
                 why = Fallback::ZrttFailed;
                 notes.push(format!("server refused the first flight: {reason}"));
+                if reason == RejectReason::Unsupported && protocol == AppProtocol::Http2 {
+                    // Most likely ALPN h2 not served there; the protocol is
+                    // fixed for this connection: TLS with ALPN h2.
+                    notes.push("HTTP/2 not served in zrtt there".into());
+                    continue;
+                }
                 if retried || records.is_empty() {
                     continue;
                 }
@@ -356,7 +429,8 @@ async fn zrtt_attempts(
                     None => notes.push("records in the refusal did not verify".into()),
                 }
             }
-            Err(e) => {
+            Ok(Attempt::Sent(e)) => return Err(e),
+            Ok(Attempt::Failed(e)) | Err(e) => {
                 notes.push(format!("zrtt failed: {e}"));
                 spent += 1;
                 why = Fallback::ZrttFailed;
@@ -394,15 +468,16 @@ async fn attempt_zrtt(
     cfg: &ClientConfig,
     target: &Target,
     rec: &VerifiedKeyRecord,
-    request: &[u8],
+    (protocol, request): (AppProtocol, &[u8]),
     fast_open: bool,
     t0: Instant,
     race: &Race,
 ) -> Result<Attempt> {
-    let early = early_eligible(request, cfg.early_data)
-        && request.len() <= rec.body().max_early_data_bytes as usize;
+    let max_early = rec.body().max_early_data_bytes as usize;
+    let early_len = protocol.early_part(request, cfg.early_data, max_early);
+    let early = early_len.is_some();
     let mut params = ClientParams::default();
-    params.extensions.set(ext::ALPN, b"http/1.1".to_vec());
+    params.extensions.set(ext::ALPN, protocol.alpn().to_vec());
     let proof = cfg
         .provenance
         .as_ref()
@@ -422,7 +497,7 @@ async fn attempt_zrtt(
             cfg.rng.as_ref(),
         )?);
     }
-    let early_data: &[u8] = if early { request } else { &[] };
+    let (early_data, rest) = request.split_at(early_len.unwrap_or(0));
     let (hs, flight) =
         ClientHandshake::start(rec, &params, early_data, (cfg.clock)(), cfg.rng.as_ref())?;
     let started = Instant::now();
@@ -517,13 +592,31 @@ async fn attempt_zrtt(
         // answered 425 Too Early (docs/PROTOCOL.md §7).
         stream.confirm().map_err(Error::io("confirming"))?;
         stream.flush().await.map_err(Error::io("confirming"))?;
-    } else {
-        // The request itself is the confirmation.
-        stream
-            .write_all(request)
-            .await
-            .map_err(Error::io("sending request"))?;
-        stream.flush().await.map_err(Error::io("sending request"))?;
+    }
+    if !rest.is_empty() {
+        // The request (HTTP/2: what followed the early part) goes inside
+        // the channel; without early data it is itself the confirmation.
+        // Once a byte of it is written the server may act on it: a failure
+        // then is the caller's error, never a TLS fallback that would send
+        // the whole request a second time.
+        let mut written = 0;
+        let sent = async {
+            while written < rest.len() {
+                match stream.write(&rest[written..]).await? {
+                    0 => return Err(io::ErrorKind::WriteZero.into()),
+                    n => written += n,
+                }
+            }
+            stream.flush().await
+        };
+        if let Err(e) = sent.await {
+            let e = Error::io("sending request")(e);
+            return Ok(if written == 0 {
+                Attempt::Failed(e)
+            } else {
+                Attempt::Sent(e)
+            });
+        }
     }
     let info = ConnInfo {
         mode: if answered_early {
@@ -553,6 +646,7 @@ async fn attempt_zrtt(
             }
             named.clone()
         },
+        protocol,
     };
     Ok(Attempt::Done(Conn::Zrtt(Box::new(stream)), info))
 }
@@ -574,10 +668,12 @@ impl TlsReady {
     }
 }
 
-/// TCP connect and TLS 1.3 handshake on the same port.
+/// TCP connect and TLS 1.3 handshake on the same port, offering the ALPN
+/// of `protocol` (HTTP/2: only `h2`, on a copy of the configuration).
 pub(super) async fn tls_handshake(
     cfg: &ClientConfig,
     target: &Target,
+    protocol: AppProtocol,
     t0: Instant,
 ) -> Result<TlsReady> {
     let tcp = tokio::time::timeout(cfg.connect_timeout, TcpStream::connect(target.addr))
@@ -588,7 +684,15 @@ pub(super) async fn tls_handshake(
     let time_connect = t0.elapsed();
     let name = pki_types::ServerName::try_from(target.host.clone())
         .map_err(|_| Error::Config(format!("{:?} is not a valid server name", target.host)))?;
-    let connector = tokio_rustls::TlsConnector::from(cfg.tls.clone());
+    let tls_cfg = match protocol {
+        AppProtocol::Http1 => cfg.tls.clone(),
+        AppProtocol::Http2 => {
+            let mut c = (*cfg.tls).clone();
+            c.alpn_protocols = vec![b"h2".to_vec()];
+            std::sync::Arc::new(c)
+        }
+    };
+    let connector = tokio_rustls::TlsConnector::from(tls_cfg);
     let tls = tokio::time::timeout(cfg.connect_timeout, connector.connect(name, tcp))
         .await
         .map_err(|_| Error::Timeout("TLS handshake"))?
@@ -603,13 +707,22 @@ pub(super) async fn tls_handshake(
     })
 }
 
-/// Send `request` on a ready TLS connection.
-pub(super) async fn tls_send(ready: TlsReady, request: &[u8]) -> Result<(Conn, ConnInfo)> {
+/// Send `request` on a ready TLS connection that must speak `protocol`.
+pub(super) async fn tls_send(
+    ready: TlsReady,
+    protocol: AppProtocol,
+    request: &[u8],
+) -> Result<(Conn, ConnInfo)> {
     let TlsReady {
         mut tls,
         time_connect,
         time_appconnect,
     } = ready;
+    if protocol == AppProtocol::Http2 && tls.get_ref().1.alpn_protocol() != Some(b"h2") {
+        return Err(Error::Protocol(
+            "the TLS server did not agree to HTTP/2 (ALPN h2)",
+        ));
+    }
     tls.write_all(request)
         .await
         .map_err(Error::io("sending request"))?;
@@ -633,6 +746,7 @@ pub(super) async fn tls_send(ready: TlsReady, request: &[u8]) -> Result<(Conn, C
         round_trips: 3,
         local_addr,
         verifiers: Vec::new(),
+        protocol,
     };
     Ok((Conn::Tls(Box::new(tls)), info))
 }

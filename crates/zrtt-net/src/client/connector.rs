@@ -37,10 +37,13 @@ use crate::error::{Error, Result};
 /// Each call resolves the host while the key source's
 /// [`prefetch`](super::KeySource::prefetch) runs, and returns a
 /// [`ZrttStream`] once the address is known: nothing is sent until hyper
-/// writes the first request, which becomes the early data. Keys that are
+/// writes the first request, which becomes the early data (HTTP/2: the
+/// leading run of bodiless GETs written by then). Keys that are
 /// still coming then race a TLS handshake ([`super::establish_when_keys`]). Connections are pooled by hyper-util's `Client`
 /// per scheme and authority; later requests on a pooled connection travel
-/// inside its channel. Only HTTP/1.1. Cheap to clone (three `Arc`s).
+/// inside its channel. HTTP/1.1, or HTTP/2 as the config's
+/// [`Http2Policy`](super::Http2Policy) chooses per host (then one
+/// connection carries all the host's requests). Cheap to clone (three `Arc`s).
 ///
 /// Responses carry a [`ConnInfoHandle`] extension (see [`conn_info`]).
 #[derive(Clone)]
@@ -119,8 +122,16 @@ impl ZrttConnectorBuilder {
 }
 
 impl Connection for ZrttStream {
+    /// With [`ZrttStream::negotiated_h2`], hyper-util's `Client` speaks
+    /// HTTP/2 and multiplexes the requests for the host over this one
+    /// connection.
     fn connected(&self) -> Connected {
-        Connected::new().extra(self.info())
+        let c = Connected::new().extra(self.info());
+        if self.negotiated_h2() {
+            c.negotiated_h2()
+        } else {
+            c
+        }
     }
 }
 

@@ -19,7 +19,7 @@
 use std::time::{Duration, Instant};
 
 use super::config::ClientConfig;
-use super::connect::{establish, tls_handshake, tls_send, Conn, ConnInfo, Target};
+use super::connect::{establish_as, tls_handshake, tls_send, AppProtocol, Conn, ConnInfo, Target};
 use super::keys::PrefetchFuture;
 use crate::error::Result;
 
@@ -36,20 +36,33 @@ pub const KEY_RACE_GRACE: Duration = Duration::from_millis(2);
 /// while `keys` (typically [`KeySource::prefetch`](super::KeySource::prefetch)
 /// or the rest of a DNS resolution) is still fetching the host's key
 /// records. See the module docs. Without TLS fallback this waits for
-/// `keys` and then runs [`establish`].
+/// `keys` and then runs [`establish`](super::establish).
 pub async fn establish_when_keys(
     cfg: &ClientConfig,
     target: &Target,
     request: &[u8],
     keys: PrefetchFuture,
 ) -> Result<(Conn, ConnInfo)> {
+    establish_when_keys_as(cfg, target, AppProtocol::Http1, request, keys).await
+}
+
+/// [`establish_when_keys`] for `protocol` (`request`: its bytes, for
+/// HTTP/2 the connection preface and the requests' frames written so far).
+pub async fn establish_when_keys_as(
+    cfg: &ClientConfig,
+    target: &Target,
+    protocol: AppProtocol,
+    request: &[u8],
+    keys: PrefetchFuture,
+) -> Result<(Conn, ConnInfo)> {
+    let establish = |cfg, target, request| establish_as(cfg, target, protocol, request);
     if !cfg.tls_fallback {
         keys.await;
         return establish(cfg, target, request).await;
     }
     let t0 = Instant::now();
     let mut keys = keys;
-    let tls = tls_handshake(cfg, target, t0);
+    let tls = tls_handshake(cfg, target, protocol, t0);
     tokio::pin!(tls);
     tokio::select! {
         biased;
@@ -66,7 +79,7 @@ pub async fn establish_when_keys(
                 ));
                 Ok((conn, info))
             } else {
-                let (conn, mut info) = tls_send(tls.await?, request).await?;
+                let (conn, mut info) = tls_send(tls.await?, protocol, request).await?;
                 info.notes.insert(0, format!(
                     "no usable key record after {} ms: TLS",
                     waited.as_millis()
@@ -79,7 +92,7 @@ pub async fn establish_when_keys(
                 let waited = t0.elapsed();
                 // The lookup goes on, so the next connection finds the keys.
                 tokio::spawn(keys);
-                let (conn, mut info) = tls_send(ready, request).await?;
+                let (conn, mut info) = tls_send(ready, protocol, request).await?;
                 info.notes.insert(0, format!(
                     "TLS handshake done {} ms after the address, before the key \
                      records came: TLS (the lookup goes on for later connections)",

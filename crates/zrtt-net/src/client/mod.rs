@@ -21,7 +21,10 @@
 //! - [`reply_overdue_at`] (`reply_wait.rs`): when a zrtt Reply is overdue
 //!   once the raced TLS handshake has completed;
 //! - [`ZrttStream`] (`stream.rs`): a lazily connecting byte stream for
-//!   hyper: the first request written becomes the early data;
+//!   hyper: the first request written becomes the early data (HTTP/2:
+//!   the leading run of bodiless GETs written by then); HTTP/1.1,
+//!   or HTTP/2 inside the channel as [`Http2Policy`] chooses per host
+//!   ([`ZrttStream::negotiated_h2`]);
 //! - [`TokenStore`] and [`ProvenanceStore`] (`state.rs`): what the client
 //!   keeps across connections to be answered before the TCP handshake.
 
@@ -40,15 +43,16 @@ mod stream;
 
 pub use config::{
     system_clock, system_roots, tls_client_config, ClientConfig, ClientConfigBuilder,
-    DangerousClientConfig, EarlyDataPolicy,
+    DangerousClientConfig, EarlyDataPolicy, Http2Policy,
 };
 pub use connect::{
-    early_eligible, establish, handshake_done, Conn, ConnInfo, Fallback, Mode, Target,
+    early_eligible, establish, establish_as, handshake_done, AppProtocol, Conn, ConnInfo, Fallback,
+    Mode, Target,
 };
 pub(crate) use connector::host_port;
 pub use connector::{conn_info, ZrttConnector, ZrttConnectorBuilder};
 pub use dns::{DnsAddresses, DnsKeySource};
-pub use key_race::{establish_when_keys, KEY_RACE_GRACE};
+pub use key_race::{establish_when_keys, establish_when_keys_as, KEY_RACE_GRACE};
 pub use keys::{CertKeySource, KeySource, PrefetchFuture};
 pub use paths::{PathMemory, OVERDUE_STRIKES};
 pub use reply_wait::{reply_overdue_at, MIN_OVERDUE_SLACK, OVERDUE_SLACK_RTTS};

@@ -5,6 +5,17 @@
 //! early data by default; any other request goes inside the channel once
 //! the server's reply arrived (one round trip later, already forward
 //! secret).
+//!
+//! HTTP/2 ([`ZrttStream::negotiated_h2`], chosen at creation by the
+//! config's [`Http2Policy`] and the host's key record): hyper writes and
+//! flushes the connection preface and SETTINGS before any request, so the
+//! stream stays *corked* (flushes buffer) until the first request's header
+//! block is complete ([`zrtt_proto::http2::first_request`]), the buffer
+//! reaches [`H2_CORK_LIMIT`], or [`H2_CORK_TIMEOUT`] passes (a connection
+//! opened without a request still connects); then preface, SETTINGS and
+//! the request travel together, as early data up to the end of the leading
+//! run of bodiless GETs (what hyper wrote after it follows inside the
+//! channel).
 
 use std::future::Future;
 use std::io;
@@ -14,9 +25,9 @@ use std::task::{Context, Poll, Waker};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::config::ClientConfig;
-use super::connect::{establish, Conn, ConnInfo, Target};
-use super::key_race::establish_when_keys;
+use super::config::{ClientConfig, Http2Policy};
+use super::connect::{establish_as, AppProtocol, Conn, ConnInfo, Target};
+use super::key_race::establish_when_keys_as;
 use super::keys::PrefetchFuture;
 use crate::error::Result;
 
@@ -30,6 +41,8 @@ enum StreamState {
         target: Target,
         buf: Vec<u8>,
         keys: Option<PrefetchFuture>,
+        /// HTTP/2: fires [`H2_CORK_TIMEOUT`] after the first corked flush.
+        cork: Option<Pin<Box<tokio::time::Sleep>>>,
     },
     Connecting(Establishing),
     Ready(Conn),
@@ -44,6 +57,7 @@ pub type ConnInfoHandle = Arc<Mutex<Option<ConnInfo>>>;
 /// A lazily connecting client stream for hyper (see the module docs).
 pub struct ZrttStream {
     state: StreamState,
+    protocol: AppProtocol,
     info: ConnInfoHandle,
     read_waker: Option<Waker>,
 }
@@ -57,15 +71,42 @@ impl std::fmt::Debug for ZrttStream {
 /// Largest request head buffered before the handshake.
 const MAX_BUFFERED_REQUEST: usize = 64 * 1024;
 
+/// HTTP/2: the most bytes held back waiting for a complete first request
+/// (the usual `max_early_data`; more could not be early data anyway).
+pub const H2_CORK_LIMIT: usize = 16 * 1024;
+
+/// HTTP/2: the longest the preface waits for a first request.
+pub const H2_CORK_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// The protocol `cfg` chooses for `host` now (see [`Http2Policy`]).
+fn choose_protocol(cfg: &ClientConfig, host: &str) -> AppProtocol {
+    match cfg.http2 {
+        Http2Policy::Always => AppProtocol::Http2,
+        Http2Policy::WhenAdvertised
+            if cfg
+                .keys
+                .lookup(host, (cfg.clock)())
+                .is_some_and(|r| r.body().flags.http2()) =>
+        {
+            AppProtocol::Http2
+        }
+        _ => AppProtocol::Http1,
+    }
+}
+
 impl ZrttStream {
-    /// A stream to `target`; nothing is sent until the first flush.
+    /// A stream to `target`; nothing is sent until the first flush. The
+    /// protocol is chosen now ([`ZrttStream::negotiated_h2`]).
     pub fn new(cfg: Arc<ClientConfig>, target: Target) -> Self {
+        let protocol = choose_protocol(&cfg, &target.host);
         Self {
+            protocol,
             state: StreamState::Buffering {
                 cfg,
                 target,
                 buf: Vec::new(),
                 keys: None,
+                cork: None,
             },
             info: Arc::new(Mutex::new(None)),
             read_waker: None,
@@ -74,7 +115,7 @@ impl ZrttStream {
 
     /// A stream to `target` whose key records are still being fetched by
     /// `keys`: at the first flush TLS starts beside them and whichever is
-    /// ready first carries the request ([`establish_when_keys`]).
+    /// ready first carries the request ([`establish_when_keys`](super::establish_when_keys)).
     pub fn with_pending_keys(cfg: Arc<ClientConfig>, target: Target, keys: PrefetchFuture) -> Self {
         let mut s = Self::new(cfg, target);
         if let StreamState::Buffering { keys: k, .. } = &mut s.state {
@@ -88,24 +129,49 @@ impl ZrttStream {
         self.info.clone()
     }
 
+    /// Whether the stream speaks HTTP/2 (decided at creation: the config's
+    /// [`Http2Policy`] and the host's key record as known then; the zrtt
+    /// first flight and the TLS fallback both insist on it). The caller
+    /// must speak what this says.
+    pub fn negotiated_h2(&self) -> bool {
+        self.protocol == AppProtocol::Http2
+    }
+
+    /// HTTP/2 before the first request is complete: keep buffering
+    /// (arming the cork timer); `false` once it is time to connect.
+    fn corked(&mut self, cx: &mut Context<'_>) -> bool {
+        let StreamState::Buffering { buf, cork, .. } = &mut self.state else {
+            return false;
+        };
+        if self.protocol != AppProtocol::Http2
+            || buf.len() >= H2_CORK_LIMIT
+            || zrtt_proto::http2::first_request(buf, usize::MAX)
+                != zrtt_proto::http2::FirstRequest::Incomplete
+        {
+            return false;
+        }
+        let timer = cork.get_or_insert_with(|| Box::pin(tokio::time::sleep(H2_CORK_TIMEOUT)));
+        timer.as_mut().poll(cx).is_pending()
+    }
+
     fn start(&mut self) {
         if let StreamState::Buffering {
             cfg,
             target,
             buf,
             keys,
+            ..
         } = &mut self.state
         {
             let cfg = cfg.clone();
             let target = target.clone();
             let request = std::mem::take(buf);
+            let p = self.protocol;
             self.state = StreamState::Connecting(match keys.take() {
-                Some(keys) => {
-                    Box::pin(
-                        async move { establish_when_keys(&cfg, &target, &request, keys).await },
-                    )
-                }
-                None => Box::pin(async move { establish(&cfg, &target, &request).await }),
+                Some(keys) => Box::pin(async move {
+                    establish_when_keys_as(&cfg, &target, p, &request, keys).await
+                }),
+                None => Box::pin(async move { establish_as(&cfg, &target, p, &request).await }),
             });
         }
     }
@@ -158,9 +224,15 @@ impl AsyncRead for ZrttStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if matches!(this.state, StreamState::Buffering { .. }) {
-            this.read_waker = Some(cx.waker().clone());
-            return Poll::Pending;
+        if let StreamState::Buffering { buf, .. } = &this.state {
+            // HTTP/2: a corked preface goes out when the cork timer fires
+            // (hyper's connection task keeps reading).
+            let h2 = this.protocol == AppProtocol::Http2;
+            if buf.is_empty() || !h2 || this.corked(cx) {
+                this.read_waker = Some(cx.waker().clone());
+                return Poll::Pending;
+            }
+            this.start();
         }
         std::task::ready!(this.poll_connected(cx))?;
         match &mut this.state {
@@ -194,7 +266,7 @@ impl AsyncWrite for ZrttStream {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if let StreamState::Buffering { buf, .. } = &this.state {
-            if buf.is_empty() {
+            if buf.is_empty() || this.corked(cx) {
                 return Poll::Ready(Ok(()));
             }
             this.start();

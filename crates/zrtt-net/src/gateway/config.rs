@@ -142,6 +142,18 @@ pub struct GatewayConfig {
     /// requests a connection has in flight (head received, response not
     /// ended): further ones wait for one to end before reaching a backend.
     pub max_concurrent_streams: u32,
+    /// Serve HTTP/2 inside the zrtt channel to a first flight whose ALPN
+    /// extension says `h2` (default on); off: such flights get Reject 8
+    /// (unsupported) with the current records. Key records should carry
+    /// the `h2` flag only where this is on.
+    pub zrtt_http2: bool,
+    /// Most requests of one first flight's early data that run before the
+    /// client confirms the handshake (HTTP/2; HTTP/1.1 sends one): a
+    /// replayed flight costs a backend at most this many requests per
+    /// gateway. Requests past it are held until the confirmation (else
+    /// 425 Too Early) and still marked `Early-Data: 1`; 0 holds them all
+    /// (docs/PROTOCOL.md §7).
+    pub max_early_requests: usize,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -195,6 +207,8 @@ impl GatewayConfig {
             clock,
             access_log: false,
             max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS,
+            zrtt_http2: true,
+            max_early_requests: DEFAULT_MAX_EARLY_REQUESTS,
         })
     }
 }
@@ -208,6 +222,12 @@ pub const DEFAULT_MAX_REQUEST_BODY: u64 = 1 << 30;
 /// connection by default: nginx's `http2_max_concurrent_streams`, HAProxy's
 /// `tune.h2.fe.max-concurrent-streams` is 100.
 pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 128;
+
+/// Most requests of one first flight's early data run before the client's
+/// confirmation by default ([`GatewayConfig::max_early_requests`]): a
+/// page's first burst (its document, then what its head names) fits, and
+/// a replayed flight costs a backend at most this many requests.
+pub const DEFAULT_MAX_EARLY_REQUESTS: usize = 8;
 
 /// Most TLS 1.3 early data accepted from a resumed client (as zrtt's
 /// default `max_early_data`).

@@ -63,10 +63,14 @@ type GateFuture = Pin<Box<dyn Future<Output = Result<()>> + Send>>;
 /// How the early data of an accepted flight is used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum EarlyUse {
-    /// One safe request: served at once, marked as early data.
+    /// Handed to hyper at once. HTTP/1.1: exactly one safe request,
+    /// marked as early data. HTTP/2: a connection start whose requests
+    /// were counted (each marked; the unsafe ones, and those past
+    /// `max_early_requests`, wait in the relay for the confirmation).
     Serve,
-    /// Anything else (a body, an unsafe method, pipelining, a partial
-    /// request): held until the client confirms the handshake.
+    /// Anything else (HTTP/1.1: a body, an unsafe method, pipelining, a
+    /// partial request; HTTP/2: bytes that are not a connection start):
+    /// held until the client confirms the handshake.
     Hold,
 }
 
@@ -451,11 +455,16 @@ impl EarlyAnswer {
         };
         let Pending {
             tcp,
-            accepted,
+            mut accepted,
             out,
             leftover,
+            early_pos,
             ..
         } = *p;
+        // Early bytes not read yet (HTTP/2 flushes SETTINGS before reading
+        // the preface) are read after the Reply, before the channel's.
+        self.released = accepted.early_data.split_off(early_pos);
+        self.released_pos = 0;
         let complete = self.complete();
         if self.gate.proven() {
             Metrics::inc(&self.metrics.zrtt_answered_early);

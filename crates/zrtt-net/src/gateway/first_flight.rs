@@ -20,7 +20,7 @@ use super::early_answer::{EarlyAnswer, EarlyCtl, EarlyUse, Grant, TokenIssue};
 use super::gate::Gate;
 use super::listener::SourceSlot;
 use super::replay_store::StoreVerdict;
-use super::{relay, Metrics, Shared};
+use super::{early_rules, relay, Metrics, Shared};
 use crate::error::{Error, Result};
 
 async fn read_first_flight(
@@ -221,7 +221,26 @@ pub(super) async fn serve(
             return Ok(());
         }
     };
+    // The application protocol the flight asked for (docs/PROTOCOL.md
+    // §4.2): one this gateway does not serve is refused like an
+    // unsupported AEAD, with the current records.
+    let Some(protocol) = early_rules::flight_protocol(&accepted.extensions, shared.cfg.zrtt_http2)
+    else {
+        tracing::debug!("first flight from {peer}: ALPN not served");
+        Metrics::inc(&m.zrtt_rejects_sent);
+        let records = {
+            let keys = shared.cfg.keys.read().unwrap_or_else(|p| p.into_inner());
+            keys.retry_records(now)
+        };
+        let gate = Gate::new(gate_fd, false, t.gate)?;
+        let reject = encode_reject(RejectReason::Unsupported, &records);
+        send_gated(&mut tcp, &gate, &reject, m).await;
+        return Ok(());
+    };
     Metrics::inc(&m.zrtt_accepted);
+    if protocol == relay::Protocol::Http2 {
+        Metrics::inc(&m.zrtt_h2_connections);
+    }
     let policy = shared
         .cfg
         .provenance
@@ -253,8 +272,16 @@ pub(super) async fn serve(
         }),
         _ => None,
     };
-    let early_use = relay::early_use(&accepted.early_data);
-    let early = !accepted.early_data.is_empty() && early_use == EarlyUse::Serve;
+    // How many requests began in the replayable bytes (at most one on
+    // HTTP/1.1; HTTP/2: the HEADERS frames that started there).
+    let (early_use, early_requests) = match protocol {
+        relay::Protocol::Http1 => {
+            let u = early_rules::early_use(&accepted.early_data);
+            let served = !accepted.early_data.is_empty() && u == EarlyUse::Serve;
+            (u, usize::from(served))
+        }
+        relay::Protocol::Http2 => early_rules::early_use_h2(&accepted.early_data),
+    };
     if !accepted.early_data.is_empty() && early_use == EarlyUse::Hold {
         Metrics::inc(&m.early_data_held);
     }
@@ -281,16 +308,16 @@ pub(super) async fn serve(
         }),
     );
     // The Reply leaves within REPLY_BOUND of when it may (reply_timer.rs).
-    let timer = early.then(|| (gate.clone(), ctl.clone()));
+    let timer = (early_requests > 0).then(|| (gate.clone(), ctl.clone()));
     let serve = relay::serve_http(
         shared.clone(),
         stream,
         (peer, local),
         gate,
-        early,
+        early_requests,
         Some(ctl),
         slot,
-        relay::Protocol::Http1,
+        protocol,
         "zrtt",
         bound,
     );

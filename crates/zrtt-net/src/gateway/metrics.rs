@@ -104,6 +104,13 @@ counters! {
     /// First flights whose early data waited for the client's confirmation
     /// (not one safe request).
     early_data_held,
+    /// HTTP/2 requests that began in early data but are not safe (method,
+    /// body): held until the client confirmed the handshake.
+    early_requests_held,
+    /// Of those, answered 425 Too Early (no confirmation in time).
+    early_requests_too_early,
+    /// zrtt connections serving HTTP/2 (first-flight ALPN h2).
+    zrtt_h2_connections,
     /// Connections closed at once: their source address or prefix was at its cap.
     source_limited,
     /// Proven flights served after the handshake: their address is cooling

@@ -55,6 +55,7 @@ pub mod certs;
 mod close;
 pub mod config;
 mod early_answer;
+mod early_rules;
 mod first_flight;
 pub mod gate;
 mod health;
@@ -83,7 +84,7 @@ pub use certs::{load_certified_key, ReloadableCert, SniCerts};
 pub use config::{
     new_replay_filter, shared_trust_policy, tls_server_config, tls_server_config_with,
     GatewayConfig, SharedTrustPolicy, Timeouts, DEFAULT_MAX_CONCURRENT_STREAMS,
-    DEFAULT_MAX_REQUEST_BODY,
+    DEFAULT_MAX_EARLY_REQUESTS, DEFAULT_MAX_REQUEST_BODY,
 };
 pub use health::{
     BackendHealth, HealthCheck, DEFAULT_CHECK_INTERVAL, DEFAULT_CHECK_TIMEOUT,
@@ -96,7 +97,7 @@ pub use listener::{AcceptControl, Gateway};
 /// one complete safe request without a body may be.
 #[doc(hidden)]
 pub fn fuzz_early_use(early: &[u8]) -> bool {
-    let serve = matches!(relay::early_use(early), early_answer::EarlyUse::Serve);
+    let serve = matches!(early_rules::early_use(early), early_answer::EarlyUse::Serve);
     if serve {
         // Empty lines before the request line are skipped (RFC 9112 §2.2).
         let start = early

@@ -1,17 +1,21 @@
-//! The HTTP relay to the backend: HTTP/1.1 served with hyper over the zrtt
-//! channel or TLS, each request forwarded with hop-by-hop fields removed.
+//! The HTTP relay to the backend: HTTP/1.1 or HTTP/2 served with hyper
+//! over the zrtt channel or TLS, each request forwarded with hop-by-hop
+//! fields removed.
 //!
-//! Early data (RFC 8470): only one safe request (GET, HEAD, OPTIONS, no
-//! body, nothing after it) is served from a first flight before the client
-//! confirms the handshake ([`early_use`]), and it reaches the backend with
-//! `Early-Data: 1`. If the backend answers 425 Too Early, the request is
-//! sent again without the mark only once the client has confirmed the
-//! handshake over the forward-secret channel (which a replayer cannot do);
-//! without that confirmation the 425 goes back to the client.
+//! Early data (RFC 8470; the rules in early_rules.rs): the requests that
+//! began in a first flight's early data (HTTP/1.1: one safe request;
+//! HTTP/2: the first `E` the service is called for) reach the backend with
+//! `Early-Data: 1`; an HTTP/2 one that is not safe waits for the client's
+//! confirmation (then goes unmarked) or gets 425, and so does a safe one
+//! past `max_early_requests` (still marked). If the backend answers
+//! 425 Too Early, a marked request is sent again without the mark only
+//! once the client has confirmed the handshake over the forward-secret
+//! channel (which a replayer cannot do); without that confirmation the 425
+//! goes back to the client.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -24,37 +28,16 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::body::{BodyFault, Holding, RequestBody};
-use super::early_answer::{EarlyCtl, EarlyUse};
+use super::early_answer::EarlyCtl;
+use super::early_rules::safe_early;
+// The TLS path reads one HTTP/1.1 request's early data by the same rule.
+pub(super) use super::early_rules::early_use;
 use super::gate::Gate;
 use super::listener::SourceSlot;
 use super::pool::{Failure, ProxyConns};
 use super::{access_log, idle, upgrade};
 use super::{Body, Metrics, Shared};
 use crate::http::{strip_hop_by_hop, text_response};
-
-/// How a first flight's early data may be used: [`EarlyUse::Serve`] only
-/// for exactly one complete request with a safe method (RFC 9110 §9.2.1:
-/// GET, HEAD, OPTIONS), no body and nothing after it, which is all a zrtt
-/// client sends early; anything else waits for the client's confirmation.
-pub(super) fn early_use(early: &[u8]) -> EarlyUse {
-    let mut headers = [httparse::EMPTY_HEADER; 64];
-    let mut req = httparse::Request::new(&mut headers);
-    let Ok(httparse::Status::Complete(n)) = req.parse(early) else {
-        return EarlyUse::Hold;
-    };
-    let safe = matches!(req.method, Some("GET" | "HEAD" | "OPTIONS"))
-        // An upgrade opens a stream: never from replayable bytes.
-        && !req.headers.iter().any(|h| h.name.eq_ignore_ascii_case("upgrade"));
-    let no_body = req.headers.iter().all(|h| {
-        !(h.name.eq_ignore_ascii_case("transfer-encoding")
-            || (h.name.eq_ignore_ascii_case("content-length") && h.value.trim_ascii() != b"0"))
-    });
-    if n == early.len() && safe && no_body {
-        EarlyUse::Serve
-    } else {
-        EarlyUse::Hold
-    }
-}
 
 /// hyper's read and write buffer per client connection.
 const MAX_HTTP_BUFFER: usize = 64 * 1024;
@@ -66,8 +49,14 @@ struct ConnCtx {
     local: SocketAddr,
     /// Its own connection to a `proxy-v2+` backend, kept between requests.
     proxied: ProxyConns,
-    /// The next request is the one that arrived in the first flight.
-    early_pending: AtomicBool,
+    /// How many of the first requests began in the first flight's early
+    /// data (the first ones the service is called for:
+    /// [`super::early_rules::early_use_h2`]).
+    early_total: usize,
+    /// Requests the service was called for so far.
+    called: AtomicUsize,
+    /// The connection's protocol.
+    protocol: Protocol,
     /// The zrtt connection's confirmation state (`None` for TLS).
     early: Option<Arc<EarlyCtl>>,
     /// The connection's place in its source's count.
@@ -82,8 +71,8 @@ struct ConnCtx {
     bound: Option<String>,
 }
 
-/// The HTTP version a client connection speaks: ALPN decides on TLS;
-/// zrtt channels carry HTTP/1.1.
+/// The HTTP version a client connection speaks: ALPN decides, on TLS and
+/// in a zrtt first flight ([`super::early_rules::flight_protocol`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Protocol {
     /// HTTP/1.1 (keep-alive, one request at a time).
@@ -93,7 +82,8 @@ pub(super) enum Protocol {
 }
 
 /// Serve HTTP on `io` (a zrtt channel or TLS) until the client closes or
-/// stays idle; `early`: the first request is a served early request,
+/// stays idle; `early`: how many of the first requests began in early
+/// data (served early, marked `Early-Data: 1`, held if not safe),
 /// `ctl` the connection's confirmation state, `transport` what the access
 /// log names the path (`zrtt` or `tls`).
 #[allow(clippy::too_many_arguments)]
@@ -102,7 +92,7 @@ pub(super) async fn serve_http<S>(
     io: S,
     (peer, local): (SocketAddr, SocketAddr),
     gate: Arc<Gate>,
-    early: bool,
+    early: usize,
     ctl: Option<Arc<EarlyCtl>>,
     slot: Arc<SourceSlot>,
     protocol: Protocol,
@@ -125,7 +115,9 @@ pub(super) async fn serve_http<S>(
         peer,
         local,
         proxied: ProxyConns::default(),
-        early_pending: AtomicBool::new(early),
+        early_total: early,
+        called: AtomicUsize::new(0),
+        protocol,
         early: ctl,
         slot,
         requests: Arc::new(tokio::sync::Semaphore::new(max_streams.max(1) as usize)),
@@ -136,6 +128,11 @@ pub(super) async fn serve_http<S>(
         let shared = shared.clone();
         let ctx = ctx.clone();
         let conn_watch = conn_watch.clone();
+        // Taken when hyper calls the service, in the order it accepted the
+        // requests (HTTP/2: the order their header blocks arrived), not
+        // when the request's task first runs.
+        let nth = ctx.called.fetch_add(1, Ordering::AcqRel);
+        let from_early = (nth < ctx.early_total).then_some(nth);
         async move {
             let entry = shared
                 .cfg
@@ -147,7 +144,7 @@ pub(super) async fn serve_http<S>(
             // §5.1.2 allows).
             let permit = ctx.requests.clone().acquire_owned().await.ok();
             let in_flight = InFlight::new(&shared.metrics.requests_in_flight, permit);
-            let mut resp = forward(&shared, &ctx, req).await;
+            let mut resp = forward(&shared, &ctx, req, from_early).await;
             // HTTP/2: a response that stops moving toward the client is
             // cancelled on its own (idle.rs).
             if let Some(w) = idle::StreamWatch::current().or_else(|| conn_watch.clone()) {
@@ -381,7 +378,12 @@ fn too_large() -> Response<Body> {
     r
 }
 
-async fn forward(shared: &Arc<Shared>, ctx: &ConnCtx, req: Request<Incoming>) -> Response<Body> {
+async fn forward(
+    shared: &Arc<Shared>,
+    ctx: &ConnCtx,
+    req: Request<Incoming>,
+    from_early: Option<usize>,
+) -> Response<Body> {
     let m = &shared.metrics;
     // An unproven source may be spoofed: its request reaches the backend
     // only once the TCP handshake has proven the address.
@@ -406,14 +408,41 @@ async fn forward(shared: &Arc<Shared>, ctx: &ConnCtx, req: Request<Incoming>) ->
         return r;
     }
     Metrics::inc(&m.requests);
-    // Early unless the client confirmed the handshake before we forward
-    // it (then it is the client's own request, not a replay).
-    let early = ctx.early_pending.swap(false, Ordering::AcqRel)
-        && !ctx.early.as_ref().is_some_and(|c| c.is_confirmed());
+    let confirmed = || ctx.early.as_ref().is_some_and(|c| c.is_confirmed());
+    // HTTP/1.1: early unless the client confirmed the handshake before we
+    // forward it (then it is the client's own request, not a replay).
+    // HTTP/2: every request that began in early data is marked, confirmed
+    // or not (several may, and the confirmation may race their forwarding).
+    let mut early = from_early.is_some() && (ctx.protocol == Protocol::Http2 || !confirmed());
+    let (mut parts, body) = req.into_parts();
+    let beyond_cap = from_early.is_some_and(|n| n >= shared.cfg.max_early_requests);
+    let unsafe_early = early && !safe_early(&parts, &body);
+    if early && (beyond_cap || unsafe_early) {
+        // Not safe to run from replayable bytes (an HTTP/2 request: the
+        // HTTP/1.1 path holds these bytes before hyper sees them), or
+        // beyond what one flight may run unconfirmed
+        // (`max_early_requests`): held until the client confirms the
+        // handshake (a replayer cannot); else 425 (RFC 8470 §5.2).
+        Metrics::inc(&m.early_requests_held);
+        let ok = match &ctx.early {
+            Some(ctl) => {
+                ctl.release_reply();
+                ctl.wait_confirmed(shared.cfg.timeouts.first_flight).await
+            }
+            None => false,
+        };
+        if !ok {
+            Metrics::inc(&m.early_requests_too_early);
+            return text_response(StatusCode::TOO_EARLY, "request needs a confirmed handshake");
+        }
+        // An unsafe one is the client's own request now (it was never run
+        // from early data); a safe one past the cap keeps its mark, as
+        // every request begun in early data.
+        early = !unsafe_early;
+    }
     if early {
         Metrics::inc(&m.early_requests);
     }
-    let (mut parts, body) = req.into_parts();
     // WebSocket and other upgrades (HTTP/1.1): relayed once both sides
     // switched (upgrade.rs).
     let upgrade = upgrade::requested(&parts.headers)
@@ -634,68 +663,5 @@ mod tests {
         assert!(any
             .route(request_host(&req("/", Some("anything"))).as_deref())
             .is_some());
-    }
-
-    proptest::proptest! {
-        /// The fuzz entry point's checks (fuzz/fuzz_targets/early_use.rs)
-        /// on arbitrary bytes and on requests built from pieces.
-        #[test]
-        fn early_use_checks_hold(
-            raw in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
-            lead in "[\r\n]{0,3}",
-            method in "GET|HEAD|OPTIONS|POST|PUT|get",
-            header in "(Host: a|Content-Length: [01]|Transfer-Encoding: chunked|Upgrade: x)",
-            end in "(\r\n|\n){1,3}",
-            body in "x{0,2}",
-        ) {
-            super::super::fuzz_early_use(&raw);
-            let req = format!("{lead}{method} / HTTP/1.1\r\n{header}\r\n{end}{body}");
-            super::super::fuzz_early_use(req.as_bytes());
-        }
-    }
-
-    #[test]
-    fn only_one_safe_bodiless_request_is_served_early() {
-        for ok in [
-            &b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"[..],
-            b"HEAD /x HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n",
-            b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n",
-            // Mixed line ends (found by fuzz/fuzz_targets/early_use.rs,
-            // whose check of the head's end was too strict): httparse and
-            // hyper read the same one request.
-            b"GET / HTTP/1.1\r\nIost: w7w.example.com-\n\r\n",
-            // Empty lines before the request line (RFC 9112 §2.2), also found there.
-            b"\n\n\nGET / HTTP/1.1\r\nHost: a\r\n\r\n",
-        ] {
-            assert_eq!(
-                early_use(ok),
-                EarlyUse::Serve,
-                "{}",
-                String::from_utf8_lossy(ok)
-            );
-        }
-        for held in [
-            // unsafe methods, even without a body
-            &b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n"[..],
-            b"DELETE /x HTTP/1.1\r\nHost: a\r\n\r\n",
-            b"PUT /x HTTP/1.1\r\nHost: a\r\n\r\n",
-            // a body, declared or chunked
-            b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc",
-            b"GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-            // pipelining: a second request after the first
-            b"GET /1 HTTP/1.1\r\nHost: a\r\n\r\nPOST /2 HTTP/1.1\r\nHost: a\r\n\r\n",
-            b"GET /1 HTTP/1.1\r\nHost: a\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\n\r\n",
-            // partial or malformed
-            b"GET / HTTP/1.1\r\nHost: a\r\n",
-            b"GET / HTTP/1.1\r\nHost: a\n\r",
-            b"\x00\x01garbage",
-        ] {
-            assert_eq!(
-                early_use(held),
-                EarlyUse::Hold,
-                "{}",
-                String::from_utf8_lossy(held)
-            );
-        }
     }
 }

@@ -220,6 +220,7 @@ mod tests {
             round_trips: 1,
             local_addr: None,
             verifiers: Vec::new(),
+            protocol: crate::client::AppProtocol::Http1,
         })))
     }
 

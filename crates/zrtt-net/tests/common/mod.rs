@@ -48,6 +48,23 @@ pub fn record(label: &str, max_early: u32) -> (KeyRecord, X25519KeyPair) {
     (rec, key)
 }
 
+/// [`record`] with the `h2` flag: the gateway says it serves HTTP/2 in zrtt.
+pub fn record_h2(label: &str, max_early: u32) -> (KeyRecord, X25519KeyPair) {
+    let key = testing::semi_static(label);
+    let mut body = testing::body(&key, &testing::ed25519_cert());
+    body.not_before = now_secs() - 60;
+    body.not_after = now_secs() + 3600;
+    body.max_early_data_bytes = max_early;
+    body.flags = zrtt_proto::record::RecordFlags::from_bits(
+        body.flags.bits() | zrtt_proto::record::RecordFlags::HTTP2,
+    )
+    .unwrap();
+    let rec = body
+        .sign(&testing::ed25519_signer(), &ring::rand::SystemRandom::new())
+        .unwrap();
+    (rec, key)
+}
+
 pub fn server_keys(keys: &[(KeyRecord, X25519KeyPair)]) -> ServerConfig {
     ServerConfig::new(
         keys.iter()
@@ -191,6 +208,10 @@ pub struct GatewayOpts {
     pub max_streams: Option<u32>,
     /// The TLS sessions (the default's if `None`; tests/tls_sessions.rs).
     pub tls_sessions: Option<Arc<zrtt_net::gateway::TlsSessions>>,
+    /// Serve HTTP/2 in the zrtt channel (ALPN h2).
+    pub zrtt_http2: bool,
+    /// Most early requests run before the confirmation (the default's if `None`).
+    pub max_early_requests: Option<usize>,
 }
 
 impl Default for GatewayOpts {
@@ -215,6 +236,8 @@ impl Default for GatewayOpts {
             replay_store: None,
             max_streams: None,
             tls_sessions: None,
+            zrtt_http2: true,
+            max_early_requests: None,
         }
     }
 }
@@ -300,6 +323,10 @@ pub async fn start_gateway(opts: GatewayOpts) -> Env {
     }
     if let Some(s) = opts.tls_sessions {
         cfg.tls_sessions = s;
+    }
+    cfg.zrtt_http2 = opts.zrtt_http2;
+    if let Some(n) = opts.max_early_requests {
+        cfg.max_early_requests = n;
     }
     if let Some(d) = opts.destinations {
         cfg.admission.destinations = d;

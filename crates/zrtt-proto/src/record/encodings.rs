@@ -464,8 +464,9 @@ pub fn decode_txt_text(text: &[u8]) -> Result<KeyRecord, RecordError> {
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let flags = RecordFlags::from_bits(dec::<u16>(f.field("fl")?)?)
-        .ok_or(InvalidMessage::InvalidField("undefined flag bits set"))?;
+    let flags = RecordFlags::from_bits(dec::<u16>(f.field("fl")?)?).ok_or(
+        InvalidMessage::InvalidField("undefined critical flag bits set"),
+    )?;
     let provenance_quorum = dec::<u8>(f.field("q")?)?;
     let verifiers = match f.field("pv")? {
         "" => Vec::new(),

@@ -89,20 +89,33 @@ impl Aead {
     }
 }
 
-/// Record flags (a u16 on the wire; undefined bits must be zero).
+/// Record flags (a u16 on the wire; docs/PROTOCOL.md §2). Bits 0-7 are
+/// critical: a record with one this version does not know is refused (the
+/// server may need what it asks for). Bits 8-15 are advisory: one this
+/// version does not know is kept and ignored, so a server can announce a
+/// capability without older clients refusing its records (the record is
+/// signed, so an advisory bit cannot be added in transit).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
 pub struct RecordFlags(u16);
 
 impl RecordFlags {
-    /// The server requires a client static key (Noise IK).
+    /// The server requires a client static key (Noise IK). Critical.
     pub const CLIENT_AUTH_REQUIRED: u16 = 0x0001;
     /// The server issues address tokens after a completed handshake.
+    /// Critical.
     pub const ISSUES_TOKENS: u16 = 0x0002;
-    const DEFINED: u16 = Self::CLIENT_AUTH_REQUIRED | Self::ISSUES_TOKENS;
+    /// The server serves HTTP/2 inside the channel (first-flight ALPN
+    /// `h2`) as well as HTTP/1.1: clients may offer `h2`. Advisory (bit 8).
+    pub const HTTP2: u16 = 0x0100;
+    /// Bits 0-7: unknown ones make a record unusable.
+    pub const CRITICAL: u16 = 0x00ff;
+    const DEFINED: u16 = Self::CLIENT_AUTH_REQUIRED | Self::ISSUES_TOKENS | Self::HTTP2;
 
-    /// From raw bits; fails on undefined bits.
+    /// From raw bits; fails on an undefined critical bit (0-7). Undefined
+    /// advisory bits (8-15) are kept, so the record re-encodes unchanged,
+    /// and otherwise ignored.
     pub fn from_bits(bits: u16) -> Option<Self> {
-        (bits & !Self::DEFINED == 0).then_some(Self(bits))
+        (bits & Self::CRITICAL & !Self::DEFINED == 0).then_some(Self(bits))
     }
 
     /// Raw bits.
@@ -118,6 +131,11 @@ impl RecordFlags {
     /// Whether the server issues address tokens.
     pub fn issues_tokens(self) -> bool {
         self.0 & Self::ISSUES_TOKENS != 0
+    }
+
+    /// Whether the server serves HTTP/2 inside the channel.
+    pub fn http2(self) -> bool {
+        self.0 & Self::HTTP2 != 0
     }
 }
 
@@ -401,8 +419,9 @@ impl RecordKind for RecordBody {
             let id = r.u8()?;
             aeads.push(Aead::from_u8(id).ok_or(InvalidMessage::InvalidField("unknown aead"))?);
         }
-        let flags = RecordFlags::from_bits(r.u16()?)
-            .ok_or(InvalidMessage::InvalidField("undefined flag bits set"))?;
+        let flags = RecordFlags::from_bits(r.u16()?).ok_or(InvalidMessage::InvalidField(
+            "undefined critical flag bits set",
+        ))?;
         let provenance_quorum = r.u8()?;
         let n = r.u8()? as usize;
         if n > MAX_ADVERTISED_VERIFIERS {

@@ -653,3 +653,26 @@ pub fn fuzz_replay_config() -> ReplayConfig {
         ..ReplayConfig::default()
     }
 }
+
+/// The fuzz entry point (fuzz/fuzz_targets/http2_early.rs): both walkers
+/// on arbitrary bytes, and their agreement: the early part of a first
+/// flight is whole frames with at least one HEADERS frame started, within
+/// the limit, and itself an early part.
+pub fn http2_walkers(data: &[u8]) {
+    use crate::http2::{first_request, walk_early, FirstRequest, FRAME_HEADER_LEN};
+    if let Some(w) = walk_early(data) {
+        assert!(w.headers_started <= data.len() / FRAME_HEADER_LEN + 1);
+    }
+    let max = usize::from(data.first().copied().unwrap_or(0)) * 64;
+    for limit in [usize::MAX, max] {
+        if let FirstRequest::Ready { early: Some(n) } = first_request(data, limit) {
+            assert!(n <= limit && n <= data.len());
+            let w = walk_early(&data[..n]).expect("an h2 connection start");
+            assert!(w.whole_frames && w.headers_started >= 1, "{w:?}");
+            assert_eq!(
+                first_request(&data[..n], limit),
+                FirstRequest::Ready { early: Some(n) }
+            );
+        }
+    }
+}

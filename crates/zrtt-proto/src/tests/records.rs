@@ -275,7 +275,7 @@ fn txt_splits_into_255_byte_strings_and_is_strict() {
     for bad in [
         text.replace("v=zrtt1", "v=zrtt2"),
         text.replace(" ed=16384", " ed=016384"),
-        text.replace(" fl=2", " fl=4"),
+        text.replace(" fl=2", " fl=8"),
         format!("{text} x=1"),
         text.replace(" q=0", ""),
         text.replace("v=zrtt1 ", "v=spf1 "),
@@ -443,4 +443,43 @@ fn small_order_keys_are_refused_even_when_signed() {
         .sign(&testing::ecdsa_signer(), &sys_rng())
         .unwrap();
     assert!(rec.verify(&cert, NAME, now()).is_ok());
+}
+
+#[test]
+fn unknown_advisory_flag_bits_are_ignored_and_unknown_critical_ones_refused() {
+    let key = testing::semi_static("k");
+    let cert = testing::ed25519_cert();
+    let signer = testing::ed25519_signer();
+    // Bit 15, which no version defines yet: advisory, so the record
+    // decodes, verifies and re-encodes with it (the signature covers it).
+    let mut body = testing::body(&key, &cert);
+    let bits = RecordFlags::ISSUES_TOKENS | RecordFlags::HTTP2 | 0x8000;
+    body.flags = RecordFlags::from_bits(bits).unwrap();
+    let rec = body.sign(&signer, &sys_rng()).unwrap();
+    let decoded = KeyRecord::decode(&rec.encode()).unwrap();
+    assert_eq!(decoded.encode(), rec.encode());
+    let v = decoded.verify(&cert, NAME, now()).unwrap();
+    assert_eq!(v.body().flags.bits(), bits);
+    assert!(v.body().flags.http2() && v.body().flags.issues_tokens());
+    let txt = decode_txt_text(txt_text(&rec).as_bytes()).unwrap();
+    assert_eq!(txt, rec);
+    // HTTP/2 is advisory (bit 8): a client that knew only bits 0 and 1
+    // under this rule reads such a record.
+    assert_eq!(RecordFlags::HTTP2 & RecordFlags::CRITICAL, 0);
+    // Bit 7 (or bit 2, where HTTP/2 was before this rule): critical and
+    // unknown, refused in every encoding.
+    for bad in [0x0080u16, 0x0004] {
+        assert_eq!(RecordFlags::from_bits(bad), None);
+        let mut b = testing::body(&key, &cert);
+        b.flags = RecordFlags::default();
+        let rec = b.sign(&signer, &sys_rng()).unwrap();
+        let mut wire = rec.encode();
+        // version, key id, key, validity, max early data, n_aeads, aeads.
+        let at = 1 + 4 + 32 + 8 + 8 + 4 + 1 + rec.body.aeads.len();
+        assert_eq!(&wire[at..at + 2], &[0, 0]);
+        wire[at..at + 2].copy_from_slice(&bad.to_be_bytes());
+        assert!(KeyRecord::decode(&wire).is_err(), "{bad:#06x}");
+        let text = txt_text(&rec).replace(" fl=0 ", &format!(" fl={bad} "));
+        assert!(decode_txt_text(text.as_bytes()).is_err(), "{bad:#06x}");
+    }
 }

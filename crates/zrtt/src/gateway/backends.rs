@@ -8,7 +8,7 @@ use clap::Args;
 use zrtt_net::gateway::{
     BackendHealth, GatewayConfig, HealthCheck, Timeouts, DEFAULT_CHECK_INTERVAL,
     DEFAULT_CHECK_TIMEOUT, DEFAULT_FAIL_TIMEOUT, DEFAULT_FALL, DEFAULT_MAX_CONCURRENT_STREAMS,
-    DEFAULT_MAX_FAILS, DEFAULT_MAX_REQUEST_BODY, DEFAULT_RISE,
+    DEFAULT_MAX_EARLY_REQUESTS, DEFAULT_MAX_FAILS, DEFAULT_MAX_REQUEST_BODY, DEFAULT_RISE,
 };
 
 use super::ShortDuration;
@@ -63,6 +63,16 @@ pub(super) struct BackendArgs {
     /// connection; more are refused (nginx `http2_max_concurrent_streams`).
     #[arg(long, default_value_t = DEFAULT_MAX_CONCURRENT_STREAMS)]
     max_concurrent_streams: u32,
+    /// Serve only HTTP/1.1 inside zrtt: a first flight asking for h2 gets
+    /// Reject 8 (sign records without `--h2` then).
+    #[arg(long)]
+    no_zrtt_http2: bool,
+    /// Most requests of one zrtt first flight's early data that run before
+    /// the client confirms the handshake (HTTP/2; HTTP/1.1 sends one):
+    /// a replayed flight costs a backend at most this many; the rest wait
+    /// for the confirmation, else 425 (0: all wait).
+    #[arg(long, default_value_t = DEFAULT_MAX_EARLY_REQUESTS)]
+    max_early_requests: usize,
 }
 
 impl BackendArgs {
@@ -96,6 +106,8 @@ impl BackendArgs {
             anyhow::bail!("--max-concurrent-streams and --request-head-timeout must be above 0");
         }
         cfg.max_concurrent_streams = self.max_concurrent_streams;
+        cfg.zrtt_http2 = !self.no_zrtt_http2;
+        cfg.max_early_requests = self.max_early_requests;
         Ok(())
     }
 }

@@ -193,7 +193,7 @@ pub(super) async fn serve(
         tls,
         (peer, local),
         gate,
-        early && protocol == relay::Protocol::Http1,
+        usize::from(early && protocol == relay::Protocol::Http1),
         Some(ctl),
         slot,
         protocol,
