@@ -60,6 +60,9 @@ pub struct TokenKey {
     id: u32,
     key: LessSafeKey,
     lifetime: Duration,
+    /// The resumption ticket key derived from the same secret
+    /// (docs/PROTOCOL.md §12.2).
+    ticket: crate::handshake::TicketKey,
 }
 
 impl std::fmt::Debug for TokenKey {
@@ -85,11 +88,19 @@ impl TokenKey {
     pub fn new(secret: &[u8; 32], lifetime: Duration) -> Self {
         let unbound = UnboundKey::new(&CHACHA20_POLY1305, secret)
             .unwrap_or_else(|_| unreachable!("32 bytes is the ChaCha20-Poly1305 key length"));
+        let id = token_key_id(secret);
         Self {
-            id: token_key_id(secret),
+            id,
             key: LessSafeKey::new(unbound),
             lifetime,
+            ticket: crate::handshake::TicketKey::derive(secret, id),
         }
+    }
+
+    /// The resumption ticket key of this token key (same id, HKDF of the
+    /// same secret under its own label: docs/PROTOCOL.md §12.2).
+    pub fn ticket_key(&self) -> &crate::handshake::TicketKey {
+        &self.ticket
     }
 
     /// The key's id, carried in its tokens.
@@ -227,6 +238,14 @@ impl TokenKeys {
             .chain(&self.older)
             .map(|k| k.id)
             .collect()
+    }
+
+    /// The ticket key with id `id`, if its token key is in force.
+    pub fn ticket_key(&self, id: u32) -> Option<&crate::handshake::TicketKey> {
+        std::iter::once(&self.current)
+            .chain(&self.older)
+            .find(|k| k.id == id)
+            .map(|k| &k.ticket)
     }
 
     /// Check a token with the key that sealed it ([`TokenKey::verify`]).
