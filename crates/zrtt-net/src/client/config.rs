@@ -57,6 +57,12 @@ pub struct ClientConfig {
     /// (docs/PROTOCOL.md §11). Cost: the certificates name the client's
     /// address and key to every server it visits from that address.
     pub provenance: Option<Arc<ProvenanceStore>>,
+    /// Resumption (default on; docs/PROTOCOL.md §12): with a `tokens`
+    /// store, ask every server for a resumption ticket, keep the tickets
+    /// there (in memory and in its file) and use each once: a later flight
+    /// with one skips the server's semi-static DH and, from the same
+    /// address, proves it like a token. Off: no tickets asked for or used.
+    pub resume: bool,
     /// Which requests go as early data (default: idempotent ones).
     pub early_data: EarlyDataPolicy,
     /// Fall back to TLS 1.3 on the same port when zrtt is not possible
@@ -129,6 +135,7 @@ impl ClientConfigBuilder {
             paths: Arc::new(PathMemory::default()),
             tokens: None,
             provenance: None,
+            resume: true,
             early_data: EarlyDataPolicy::IdempotentOnly,
             tls_fallback: true,
             connect_timeout: Duration::from_secs(10),

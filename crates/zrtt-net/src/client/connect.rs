@@ -104,6 +104,8 @@ pub struct ConnInfo {
     /// certificates from them would prove this client's address to the
     /// server on a first contact ([`crate::verifier::ProvenanceStore`]).
     pub verifiers: Vec<String>,
+    /// The zrtt connection resumed a ticket (Noise NNpsk0, docs/PROTOCOL.md §12).
+    pub resumed: bool,
 }
 
 /// A host name and the address to reach it at.
@@ -312,6 +314,7 @@ async fn zrtt_attempts(
         record = None;
     }
     let mut fast_open = cfg.fast_open && cfg.paths.fast_open_allowed(target.addr, t0);
+    let mut ticket_refused = false;
     while let Some(rec) = record.take() {
         match attempt_zrtt(cfg, target, &rec, request, fast_open, t0, race).await {
             Ok(Attempt::Done(conn, info)) => {
@@ -327,6 +330,13 @@ async fn zrtt_attempts(
             Ok(Attempt::Rejected(reason, records, rts)) => {
                 spent += rts;
                 notes.push(format!("server refused the first flight: {reason}"));
+                if reason == RejectReason::TicketRefused && !ticket_refused {
+                    // The ticket was used up: retry at once without one
+                    // (docs/PROTOCOL.md §12.4).
+                    ticket_refused = true;
+                    record = Some(rec);
+                    continue;
+                }
                 if retried || records.is_empty() {
                     continue;
                 }
@@ -386,6 +396,19 @@ async fn attempt_zrtt(
         && request.len() <= rec.body().max_early_data_bytes as usize;
     let mut params = ClientParams::default();
     params.extensions.set(ext::ALPN, b"http/1.1".to_vec());
+    let tickets = cfg.tokens.as_ref().filter(|_| cfg.resume);
+    if tickets.is_some() {
+        params.request_ticket();
+    }
+    let early_data: &[u8] = if early { request } else { &[] };
+    // A ticket for this origin (used once, whatever happens next) makes a
+    // resumed flight; otherwise NK or IK as below.
+    let resumed = tickets
+        .and_then(|s| s.take_ticket(&target.host, rec, (cfg.clock)()))
+        .map(|t| {
+            ClientHandshake::resume(rec, t, &params, early_data, (cfg.clock)(), cfg.rng.as_ref())
+        })
+        .transpose()?;
     let proof = cfg
         .provenance
         .as_ref()
@@ -405,9 +428,11 @@ async fn attempt_zrtt(
             cfg.rng.as_ref(),
         )?);
     }
-    let early_data: &[u8] = if early { request } else { &[] };
-    let (hs, flight) =
-        ClientHandshake::start(rec, &params, early_data, (cfg.clock)(), cfg.rng.as_ref())?;
+    let (hs, flight) = match resumed {
+        Some(r) => r,
+        None => ClientHandshake::start(rec, &params, early_data, (cfg.clock)(), cfg.rng.as_ref())?,
+    };
+    let is_resumed = hs.resumed();
     let (mut tcp, cmode) =
         tfo::connect_with_data(target.addr, &flight, fast_open, cfg.connect_timeout).await?;
 
@@ -480,6 +505,9 @@ async fn attempt_zrtt(
         }
         other => hs.handle_reply(&other)?,
     };
+    if let (Some(store), Some(t)) = (tickets, reply.ticket) {
+        store.put_ticket(&target.host, t);
+    }
     let leftover = buf[used..].to_vec();
     let mut stream = ChannelStream::new(tcp, reply.channel, reply.data, leftover, Vec::new());
     let local_addr = stream.get_ref().local_addr().ok();
@@ -531,6 +559,7 @@ async fn attempt_zrtt(
             }
             named.clone()
         },
+        resumed: is_resumed,
     };
     Ok(Attempt::Done(Conn::Zrtt(Box::new(stream)), info))
 }
@@ -600,6 +629,7 @@ pub(super) async fn tls_send(ready: TlsReady, request: &[u8]) -> Result<(Conn, C
         round_trips: 3,
         local_addr,
         verifiers: Vec::new(),
+        resumed: false,
     };
     Ok((Conn::Tls(Box::new(tls)), info))
 }

@@ -1,7 +1,7 @@
 //! Client state kept across connections (and, saved to files, across
-//! runs): address tokens ([`TokenStore`]) and provenance certificates
-//! ([`ProvenanceStore`]). Both hold private keys; their files are written
-//! owner-only.
+//! runs): address tokens and resumption tickets ([`TokenStore`]) and
+//! provenance certificates ([`ProvenanceStore`]). Both hold private keys;
+//! their files are written owner-only.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -9,7 +9,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use zrtt_proto::crypto::{SecureRandom, X25519KeyPair};
+use zrtt_proto::handshake::ResumptionTicket;
 use zrtt_proto::provenance::{decode_certificates, encode_certificates, Certificate};
+use zrtt_proto::record::VerifiedKeyRecord;
 use zrtt_proto::UnixTime;
 
 use crate::error::{Error, Result};
@@ -28,7 +30,12 @@ pub struct TokenStore {
 struct StoreInner {
     statics: HashMap<String, X25519KeyPair>,
     tokens: HashMap<(String, IpAddr), Vec<u8>>,
+    /// Resumption tickets per server name, oldest first (docs/PROTOCOL.md §12.4).
+    tickets: HashMap<String, Vec<ResumptionTicket>>,
 }
+
+/// Most resumption tickets kept per server name.
+pub const MAX_TICKETS_PER_SERVER: usize = 4;
 
 impl std::fmt::Debug for TokenStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -36,6 +43,10 @@ impl std::fmt::Debug for TokenStore {
         f.debug_struct("TokenStore")
             .field("servers", &inner.statics.len())
             .field("tokens", &inner.tokens.len())
+            .field(
+                "tickets",
+                &inner.tickets.values().map(Vec::len).sum::<usize>(),
+            )
             .finish()
     }
 }
@@ -83,8 +94,51 @@ impl TokenStore {
 }
 
 impl TokenStore {
+    /// Take a resumption ticket for `server` usable at `now` with `record`
+    /// (the current verified record: same name and certificate as the
+    /// ticket's binding), the newest first. Taken means used: a ticket is
+    /// never presented twice (docs/PROTOCOL.md §12.4). Tickets that can no
+    /// longer be used (expired, another certificate) are dropped.
+    pub fn take_ticket(
+        &self,
+        server: &str,
+        record: &VerifiedKeyRecord,
+        now: UnixTime,
+    ) -> Option<ResumptionTicket> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let list = inner.tickets.get_mut(server)?;
+        list.retain(|t| t.usable(record, now));
+        let t = list.pop();
+        if list.is_empty() {
+            inner.tickets.remove(server);
+        }
+        t
+    }
+
+    /// Keep a ticket `server` granted (the oldest goes beyond
+    /// [`MAX_TICKETS_PER_SERVER`]).
+    pub fn put_ticket(&self, server: &str, ticket: ResumptionTicket) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if inner.tickets.len() >= 4096 && !inner.tickets.contains_key(server) {
+            inner.tickets.clear();
+        }
+        let list = inner.tickets.entry(server.to_owned()).or_default();
+        list.push(ticket);
+        if list.len() > MAX_TICKETS_PER_SERVER {
+            list.remove(0);
+        }
+    }
+
+    /// Tickets held for `server`.
+    pub fn tickets(&self, server: &str) -> usize {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.tickets.get(server).map_or(0, Vec::len)
+    }
+
     /// Save to a file (owner-only, it holds private keys), one line per
-    /// entry: `static SERVER KEY-HEX` and `token SERVER IP TOKEN-HEX`.
+    /// entry: `static SERVER KEY-HEX`, `token SERVER IP TOKEN-HEX` and
+    /// `ticket SERVER TICKET-HEX` (the ticket's stored form, its `psk`
+    /// included).
     pub fn save(&self, path: &std::path::Path) -> Result<()> {
         write_private(path, &self.render(), "writing the token state")
     }
@@ -106,6 +160,15 @@ impl TokenStore {
         }
         for ((server, ip), token) in &inner.tokens {
             let _ = writeln!(s, "token {server} {ip} {}", zrtt_proto::record::hex(token));
+        }
+        for (server, list) in &inner.tickets {
+            for t in list {
+                let _ = writeln!(
+                    s,
+                    "ticket {server} {}",
+                    *Zeroizing::new(zrtt_proto::record::hex(&t.encode()))
+                );
+            }
         }
         s
     }
@@ -140,6 +203,15 @@ impl TokenStore {
                     inner
                         .tokens
                         .insert(((*server).to_owned(), ip.to_canonical()), token);
+                }
+                ["ticket", server, ticket] => {
+                    let bytes = Zeroizing::new(zrtt_proto::record::unhex(ticket).ok_or_else(bad)?);
+                    let t = ResumptionTicket::decode(&bytes).map_err(|_| bad())?;
+                    let list = inner.tickets.entry((*server).to_owned()).or_default();
+                    list.push(t);
+                    if list.len() > MAX_TICKETS_PER_SERVER {
+                        list.remove(0);
+                    }
                 }
                 _ => return Err(bad()),
             }
@@ -471,6 +543,37 @@ mod tests {
             std::fs::write(&path, bad).unwrap();
             assert!(TokenStore::load(&path).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn tickets_are_kept_used_once_saved_and_dropped_when_unusable() {
+        use zrtt_proto::testing::{fuzz_fixture, fuzz_now, fuzz_ticket_with};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens");
+        let store = TokenStore::new();
+        let tickets: Vec<_> = (10..15).map(fuzz_ticket_with).collect();
+        for t in &tickets {
+            store.put_ticket("www.example.com", t.clone());
+        }
+        assert_eq!(store.tickets("www.example.com"), MAX_TICKETS_PER_SERVER);
+        store.save(&path).unwrap();
+        let back = TokenStore::load(&path).unwrap();
+        assert_eq!(back.tickets("www.example.com"), MAX_TICKETS_PER_SERVER);
+        let rec = &fuzz_fixture().record;
+        // The newest first, each once.
+        assert_eq!(
+            back.take_ticket("www.example.com", rec, fuzz_now())
+                .as_ref(),
+            Some(&tickets[4])
+        );
+        assert_eq!(back.tickets("www.example.com"), 3);
+        assert!(back.take_ticket("other.example", rec, fuzz_now()).is_none());
+        // Expired: dropped, none used.
+        let later = fuzz_now().saturating_add(Duration::from_secs(3600));
+        assert!(back.take_ticket("www.example.com", rec, later).is_none());
+        assert_eq!(back.tickets("www.example.com"), 0);
+        std::fs::write(&path, "ticket www 00").unwrap();
+        assert!(TokenStore::load(&path).is_err());
     }
 
     proptest::proptest! {

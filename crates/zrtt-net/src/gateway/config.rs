@@ -138,6 +138,10 @@ pub struct GatewayConfig {
     /// requests a connection has in flight (head received, response not
     /// ended): further ones wait for one to end before reaching a backend.
     pub max_concurrent_streams: u32,
+    /// Grant resumption tickets and accept resumed flights (docs/PROTOCOL.md
+    /// §12) when address tokens are on (`admission.tokens`: the ticket keys
+    /// derive from the token keys). Default on.
+    pub resumption: bool,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -187,6 +191,7 @@ impl GatewayConfig {
             clock,
             access_log: false,
             max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS,
+            resumption: true,
         })
     }
 }

@@ -145,6 +145,8 @@ struct Pending {
     out: Vec<u8>,
     leftover: Vec<u8>,
     gate_wait: Option<GateFuture>,
+    /// The Reply's extensions (a resumption grant).
+    exts: Extensions,
 }
 
 // One per connection; the open state is the hot one and stays inline.
@@ -215,7 +217,7 @@ impl EarlyAnswer {
         leftover: Vec<u8>,
         gate: Arc<Gate>,
         metrics: Arc<Metrics>,
-        token: Option<TokenIssue>,
+        (token, exts): (Option<TokenIssue>, Extensions),
         budget: Option<AmplificationBudget>,
         early_use: EarlyUse,
         ctl: Arc<EarlyCtl>,
@@ -232,6 +234,7 @@ impl EarlyAnswer {
                 out: Vec::new(),
                 leftover,
                 gate_wait: None,
+                exts,
             })),
             gate,
             metrics,
@@ -421,7 +424,7 @@ impl EarlyAnswer {
                 _ => Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
             };
         };
-        let exts = Extensions::new();
+        let exts_len = p.exts.encoded_len();
         loop {
             let gate = self.gate.clone();
             let fut = p
@@ -433,9 +436,9 @@ impl EarlyAnswer {
                 return Poll::Ready(Err(e.into()));
             }
             // Before the handshake, the Reply itself must fit the budget.
-            let fits = self.budget.is_some_and(|b| {
-                b.remaining() >= zrtt_proto::admission::REPLY_OVERHEAD + exts.encoded_len()
-            });
+            let fits = self
+                .budget
+                .is_some_and(|b| b.remaining() >= zrtt_proto::admission::REPLY_OVERHEAD + exts_len);
             if fits || self.gate.handshake_complete().unwrap_or(false) {
                 break;
             }
@@ -450,6 +453,7 @@ impl EarlyAnswer {
             accepted,
             out,
             leftover,
+            exts,
             ..
         } = *p;
         let complete = self.complete();
@@ -715,7 +719,7 @@ mod tests {
             Vec::new(),
             gate,
             Arc::new(Metrics::default()),
-            None,
+            (None, Extensions::new()),
             None,
             EarlyUse::Serve,
             ctl,

@@ -219,6 +219,7 @@ mod tests {
             round_trips: 1,
             local_addr: None,
             verifiers: Vec::new(),
+            resumed: false,
         })))
     }
 

@@ -23,6 +23,11 @@ pub fn fuzz_resuming_server() -> &'static ServerConfig {
 
 /// A ticket the fixture server grants to [`FUZZ_PEER`] at [`fuzz_now`].
 pub fn fuzz_ticket() -> ResumptionTicket {
+    fuzz_ticket_with(3)
+}
+
+/// As [`fuzz_ticket`], its `psk` and nonce drawn from `rng(seed)`.
+pub fn fuzz_ticket_with(seed: u8) -> ResumptionTicket {
     let f = fuzz_fixture();
     let server = fuzz_resuming_server();
     let mut params = ClientParams::default();
@@ -40,7 +45,7 @@ pub fn fuzz_ticket() -> ResumptionTicket {
         )
         .unwrap();
     let grant = server
-        .grant_ticket(&acc, FUZZ_PEER, fuzz_now(), &rng(3))
+        .grant_ticket(&acc, FUZZ_PEER, fuzz_now(), &rng(seed))
         .unwrap()
         .unwrap();
     let mut exts = crate::handshake::Extensions::new();

@@ -118,6 +118,11 @@ pub struct GatewayArgs {
     /// only with another proof).
     #[arg(long)]
     no_tokens: bool,
+    /// Grant no zrtt resumption tickets and refuse resumed flights (Reject
+    /// 9; docs/PROTOCOL.md §12). Tickets are sealed with keys derived from
+    /// the token keys, so --no-tokens turns resumption off too.
+    #[arg(long)]
+    no_resumption: bool,
     /// Lifetime of issued tokens.
     #[arg(long, default_value = "1h", value_parser = util::parse_duration)]
     token_lifetime: Duration,
@@ -517,6 +522,7 @@ pub fn run(mut a: GatewayArgs) -> Result<ExitCode> {
     };
     cfg.replay = replay.filter.clone();
     cfg.admission = admission;
+    cfg.resumption = !a.no_resumption;
     cfg.server_names = names;
     cfg.sites = other_sites;
     // The sites follow their --site values; their health settings go over

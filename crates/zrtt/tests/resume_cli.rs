@@ -1,0 +1,147 @@
+//! zrtt resumption (docs/PROTOCOL.md §12, issue 15 item 3) with the real
+//! binary on loopback: `zrtt get --token-state FILE` keeps the ticket a
+//! gateway grants, the next visit resumes it (Noise NNpsk0, no semi-static
+//! DH at the gateway) and is proven by it; `--no-resume` turns it off; a
+//! ticket whose key the gateway no longer holds is refused (Reject 9) and
+//! the client retries at once without it. Checks the gateway's counters,
+//! `-v` and the state file, never timings.
+
+mod common;
+use common::*;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const HOST: &str = "www.example.com";
+
+/// A gateway on `gw` (free ports when `None`) with the test key; its
+/// listen and admin addresses.
+fn gateway(dir: &Path, gw: Option<&str>) -> (Guard, String, String) {
+    let gw = gw.map_or_else(|| format!("127.0.0.1:{}", free_port()), str::to_owned);
+    let admin = format!("127.0.0.1:{}", free_port());
+    let backend = backend().to_string();
+    let child = Guard(
+        Command::new(env!("CARGO_BIN_EXE_zrtt"))
+            .args([
+                "gateway",
+                "--listen",
+                &gw,
+                "--backend",
+                &backend,
+                "--admin",
+                &admin,
+                "--key",
+                "k1.key",
+                "--record",
+                "k1.rec",
+                "--cert",
+                "cert.pem",
+                "--cert-key",
+                "cert.key",
+            ])
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_listening(&gw);
+    wait_listening(&admin);
+    // The replay filter refuses flights stamped in the gateway's first seconds.
+    std::thread::sleep(Duration::from_secs(3));
+    (child, gw, admin)
+}
+
+/// `zrtt get -v` over zrtt only with the state file `state`; its stderr.
+fn get(dir: &Path, gw: &str, extra: &[&str]) -> String {
+    let port = gw.rsplit(':').next().unwrap();
+    let resolve = format!("{HOST}:{port}:127.0.0.1");
+    let url = format!("https://{HOST}:{port}/");
+    let mut args = vec![
+        "get",
+        "-v",
+        "-m",
+        "20s",
+        "-o",
+        "body.txt",
+        "--zrtt-only",
+        "--token-state",
+        "state",
+        "--record",
+        "k1.rec",
+        "--cert",
+        "cert.pem",
+        "--cacert",
+        "ca.pem",
+        "--resolve",
+        &resolve,
+    ];
+    args.extend_from_slice(extra);
+    args.push(&url);
+    let out = zrtt(dir, &args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "zrtt get: {err}");
+    assert_eq!(std::fs::read_to_string(dir.join("body.txt")).unwrap(), "ok");
+    err
+}
+
+fn tickets_in_state(dir: &Path) -> usize {
+    std::fs::read_to_string(dir.join("state"))
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with(&format!("ticket {HOST} ")))
+        .count()
+}
+
+#[test]
+fn a_second_visit_resumes_and_a_refused_ticket_falls_back_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    key_and_record(dir, HOST);
+    let (gw_proc, gw, admin) = gateway(dir, None);
+
+    // First visit: NK/IK, asking for a ticket; the state keeps it.
+    let err = get(dir, &gw, &[]);
+    assert!(err.contains("resumed: false"), "{err}");
+    assert_eq!(gateway_counter(&admin, "zrtt_tickets_granted"), 1);
+    assert_eq!(gateway_counter(&admin, "zrtt_resumed"), 0);
+    assert_eq!(tickets_in_state(dir), 1);
+
+    // Second visit: resumed, proven by the ticket, a fresh ticket granted
+    // (the used one is gone from the state).
+    let early_before = gateway_counter(&admin, "zrtt_answered_early");
+    let err = get(dir, &gw, &[]);
+    assert!(err.contains("resumed: true"), "{err}");
+    assert_eq!(gateway_counter(&admin, "zrtt_resumed"), 1);
+    assert_eq!(gateway_counter(&admin, "zrtt_tickets_granted"), 2);
+    assert_eq!(
+        gateway_counter(&admin, "zrtt_answered_early"),
+        early_before + 1,
+        "a ticket from this address proves it"
+    );
+    assert_eq!(tickets_in_state(dir), 1);
+
+    // --no-resume: no ticket used or asked for, the state's kept.
+    let err = get(dir, &gw, &["--no-resume"]);
+    assert!(err.contains("resumed: false"), "{err}");
+    assert_eq!(gateway_counter(&admin, "zrtt_resumed"), 1);
+    assert_eq!(gateway_counter(&admin, "zrtt_tickets_granted"), 2);
+    assert_eq!(tickets_in_state(dir), 1);
+
+    // A new gateway process (its token key, made at start, differs): the
+    // ticket is refused with Reject 9 and the client retries at once
+    // without it, then holds the new gateway's ticket.
+    drop(gw_proc);
+    let (_gw2, gw, admin) = gateway(dir, Some(&gw));
+    let err = get(dir, &gw, &[]);
+    assert!(err.contains("resumed: false"), "{err}");
+    assert!(err.contains("resumption ticket refused"), "{err}");
+    assert_eq!(gateway_counter(&admin, "zrtt_tickets_refused"), 1);
+    assert_eq!(gateway_counter(&admin, "zrtt_accepted"), 1);
+    assert_eq!(gateway_counter(&admin, "zrtt_tickets_granted"), 1);
+    assert_eq!(tickets_in_state(dir), 1);
+    let err = get(dir, &gw, &[]);
+    assert!(err.contains("resumed: true"), "{err}");
+    assert_eq!(gateway_counter(&admin, "zrtt_resumed"), 1);
+}
