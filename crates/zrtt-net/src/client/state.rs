@@ -28,6 +28,8 @@ pub struct TokenStore {
 
 #[derive(Default)]
 struct StoreInner {
+    /// Tickets kept per server name (0: [`MAX_TICKETS_PER_SERVER`]).
+    max_tickets: usize,
     statics: HashMap<String, X25519KeyPair>,
     tokens: HashMap<(String, IpAddr), Vec<u8>>,
     /// Resumption tickets per server name, oldest first (docs/PROTOCOL.md §12.4).
@@ -55,6 +57,16 @@ impl TokenStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty store keeping up to `n` resumption tickets per server
+    /// (default [`MAX_TICKETS_PER_SERVER`]): a client with more connections
+    /// to one server at once, such as a load generator, needs one per
+    /// connection in flight to resume them all.
+    pub fn with_tickets_per_server(n: usize) -> Self {
+        let s = Self::default();
+        s.inner.lock().unwrap_or_else(|p| p.into_inner()).max_tickets = n.max(1);
+        s
     }
 
     /// The static key used towards `server` (created on first use).
@@ -122,9 +134,13 @@ impl TokenStore {
         if inner.tickets.len() >= 4096 && !inner.tickets.contains_key(server) {
             inner.tickets.clear();
         }
+        let max = match inner.max_tickets {
+            0 => MAX_TICKETS_PER_SERVER,
+            n => n,
+        };
         let list = inner.tickets.entry(server.to_owned()).or_default();
         list.push(ticket);
-        if list.len() > MAX_TICKETS_PER_SERVER {
+        if list.len() > max {
             list.remove(0);
         }
     }

@@ -271,13 +271,15 @@ impl ClientHandshake {
             .read_message(noise_msg, &mut payload)
             .map_err(noise_err)?;
         let mut r = Reader::new(&payload[..n]);
-        let extensions = Extensions::decode(&mut r)?;
+        let mut extensions = Extensions::decode(&mut r)?;
         let data = r.rest().to_vec();
         let transport = self.noise.into_transport_mode().map_err(noise_err)?;
         // A grant that does not parse is ignored: tickets are an optimisation.
-        let ticket = match (self.binding, extensions.get(ext::RESUMPTION)) {
+        // The grant holds the psk: taken out of the extensions and wiped.
+        let grant = extensions.take(ext::RESUMPTION).map(zeroize::Zeroizing::new);
+        let ticket = match (self.binding, grant) {
             (Some(binding), Some(grant)) => {
-                ResumptionTicket::from_grant(grant, binding, self.sent).ok()
+                ResumptionTicket::from_grant(&grant, binding, self.sent).ok()
             }
             _ => None,
         };

@@ -199,6 +199,12 @@ impl Extensions {
             .map(|(_, v)| v.as_slice())
     }
 
+    /// Remove an extension and return its value.
+    pub fn take(&mut self, ty: u16) -> Option<Vec<u8>> {
+        let i = self.0.iter().position(|(t, _)| *t == ty)?;
+        Some(self.0.remove(i).1)
+    }
+
     /// All extensions in order.
     pub fn iter(&self) -> impl Iterator<Item = &(u16, Vec<u8>)> {
         self.0.iter()

@@ -602,7 +602,12 @@ impl Accepted {
         let mut payload = Vec::with_capacity(2 + extensions.encoded_len() + data.len());
         extensions.encode(&mut payload)?;
         payload.extend_from_slice(data);
-        self.reply_with_payload(&payload)
+        let sealed = self.reply_with_payload(&payload);
+        if extensions.get(ext::RESUMPTION).is_some() {
+            // A resumption grant holds a psk: wiped once sealed.
+            zeroize::Zeroize::zeroize(&mut payload);
+        }
+        sealed
     }
 
     /// The Noise part of [`Self::reply`]: encrypt `payload` (extensions and
