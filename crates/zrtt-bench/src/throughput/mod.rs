@@ -283,9 +283,9 @@ pub fn run(bench: &Bench, o: &ThroughputOpts) -> Result<Report> {
     // brings the next ticket).
     let mut rcfg = ClientConfig::builder(zcfg.keys.clone()).with_tls_config(zcfg.tls.clone());
     rcfg.tls_fallback = false;
-    rcfg.tokens = Some(Arc::new(zrtt_net::client::TokenStore::with_tickets_per_server(
-        o.concurrency.max(RATE_WORKERS) * 2,
-    )));
+    rcfg.tokens = Some(Arc::new(
+        zrtt_net::client::TokenStore::with_tickets_per_server(o.concurrency.max(RATE_WORKERS) * 2),
+    ));
     let rcfg = Arc::new(rcfg);
     let zcfg = Arc::new(zcfg);
     let name = pki_types::ServerName::try_from(NAME)?.to_owned();
@@ -362,11 +362,15 @@ pub fn run(bench: &Bench, o: &ThroughputOpts) -> Result<Report> {
                 })
                 .and_then(|t| t.join());
             let gateway = match (before, case) {
-                (Some(Ok(b)), Case::Zrtt | Case::ZrttResumed) => scrape_metrics(&lab).ok().map(|a| {
-                    a.iter()
-                        .map(|(k, v)| (k.clone(), v.saturating_sub(b.get(k).copied().unwrap_or(0))))
-                        .collect()
-                }),
+                (Some(Ok(b)), Case::Zrtt | Case::ZrttResumed) => {
+                    scrape_metrics(&lab).ok().map(|a| {
+                        a.iter()
+                            .map(|(k, v)| {
+                                (k.clone(), v.saturating_sub(b.get(k).copied().unwrap_or(0)))
+                            })
+                            .collect()
+                    })
+                }
                 _ => None,
             };
             let mut cell = match out {

@@ -403,12 +403,14 @@ async fn attempt_zrtt(
     let early_data: &[u8] = if early { request } else { &[] };
     // A ticket for this origin (used once, whatever happens next) makes a
     // resumed flight; otherwise NK or IK as below.
+    // (A ticket the record's terms rule out, e.g. client authentication
+    // required, is dropped and the flight built as below.)
     let resumed = tickets
         .and_then(|s| s.take_ticket(&target.host, rec, (cfg.clock)()))
-        .map(|t| {
+        .and_then(|t| {
             ClientHandshake::resume(rec, t, &params, early_data, (cfg.clock)(), cfg.rng.as_ref())
-        })
-        .transpose()?;
+                .ok()
+        });
     let proof = cfg
         .provenance
         .as_ref()

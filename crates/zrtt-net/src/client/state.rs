@@ -65,7 +65,10 @@ impl TokenStore {
     /// connection in flight to resume them all.
     pub fn with_tickets_per_server(n: usize) -> Self {
         let s = Self::default();
-        s.inner.lock().unwrap_or_else(|p| p.into_inner()).max_tickets = n.max(1);
+        s.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .max_tickets = n.max(1);
         s
     }
 

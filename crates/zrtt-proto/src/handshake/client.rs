@@ -276,7 +276,9 @@ impl ClientHandshake {
         let transport = self.noise.into_transport_mode().map_err(noise_err)?;
         // A grant that does not parse is ignored: tickets are an optimisation.
         // The grant holds the psk: taken out of the extensions and wiped.
-        let grant = extensions.take(ext::RESUMPTION).map(zeroize::Zeroizing::new);
+        let grant = extensions
+            .take(ext::RESUMPTION)
+            .map(zeroize::Zeroizing::new);
         let ticket = match (self.binding, grant) {
             (Some(binding), Some(grant)) => {
                 ResumptionTicket::from_grant(&grant, binding, self.sent).ok()
