@@ -373,6 +373,9 @@ async fn token_makes_next_connection_early() {
     let mut cfg = client_config(env.records.clone());
     let store = Arc::new(TokenStore::new());
     cfg.tokens = Some(store.clone());
+    // Tokens alone: a resumption ticket would prove the next visit instead
+    // (resumed_connection_is_answered_early_and_skips_the_dh).
+    cfg.resume = false;
     let cfg = Arc::new(cfg);
     let (resp, info) = fetch(cfg.clone(), env.addr, vec![get("/1")]).await.unwrap();
     assert_eq!(resp[0].0, 200);
@@ -384,6 +387,37 @@ async fn token_makes_next_connection_early() {
     assert_eq!(resp[0].0, 200);
     assert_eq!(env.metric("tokens_accepted"), 1);
     assert_eq!(env.metric("zrtt_answered_early"), 1);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn resumed_connection_is_answered_early_and_skips_the_dh() {
+    let env = start_gateway(GatewayOpts {
+        tokens: true,
+        ..Default::default()
+    })
+    .await;
+    let mut cfg = client_config(env.records.clone());
+    let store = Arc::new(TokenStore::new());
+    cfg.tokens = Some(store.clone());
+    let cfg = Arc::new(cfg);
+    // First contact: gated (nothing proves the address yet), a ticket granted.
+    let (resp, info) = fetch(cfg.clone(), env.addr, vec![get("/1")]).await.unwrap();
+    assert_eq!(resp[0].0, 200);
+    assert!(!info.resumed);
+    assert_eq!(env.metric("zrtt_tickets_granted"), 1);
+    assert_eq!(env.metric("zrtt_answered_gated"), 1);
+    assert_eq!(store.tickets(HOST), 1);
+    // Revisit: resumed, proven by the ticket (issued to this address), and
+    // the next ticket replaces the used one.
+    let (resp, info) = fetch(cfg.clone(), env.addr, vec![get("/2")]).await.unwrap();
+    assert_eq!(resp[0].0, 200);
+    assert!(info.resumed, "{info:?}");
+    assert_eq!(env.metric("zrtt_resumed"), 1);
+    assert_eq!(env.metric("zrtt_answered_early"), 1);
+    assert_eq!(env.metric("tokens_accepted"), 0);
+    assert_eq!(env.metric("zrtt_tickets_granted"), 2);
+    assert_eq!(store.tickets(HOST), 1);
     env.stop().await;
 }
 
