@@ -90,7 +90,9 @@ pub fn new_replay_filter(start: UnixTime) -> Result<BloomReplayFilter> {
 /// the public fields after it.
 #[non_exhaustive]
 pub struct GatewayConfig {
-    /// The semi-static keys (replace the inner config to rotate keys).
+    /// The semi-static keys (replace the inner config to rotate keys,
+    /// carrying its `resumption` over: the gateway sets it from
+    /// `admission.tokens` when it starts, see [`Self::resumption`]).
     pub keys: Arc<RwLock<ServerConfig>>,
     /// TLS with the certificate that signs the key records.
     pub tls: Arc<rustls::ServerConfig>,
