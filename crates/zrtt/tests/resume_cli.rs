@@ -15,9 +15,21 @@ use std::time::Duration;
 
 const HOST: &str = "www.example.com";
 
-/// A gateway on `gw` (free ports when `None`) with the test key; its
-/// listen and admin addresses.
-fn gateway(dir: &Path, gw: Option<&str>) -> (Guard, String, String) {
+/// The test key's flags (`key_and_record`).
+const KEY: &[&str] = &[
+    "--key",
+    "k1.key",
+    "--record",
+    "k1.rec",
+    "--cert",
+    "cert.pem",
+    "--cert-key",
+    "cert.key",
+];
+
+/// A gateway on `gw` (free ports when `None`) with `keys` (its key
+/// flags); its listen and admin addresses.
+fn gateway(dir: &Path, gw: Option<&str>, keys: &[&str]) -> (Guard, String, String) {
     let gw = gw.map_or_else(|| format!("127.0.0.1:{}", free_port()), str::to_owned);
     let admin = format!("127.0.0.1:{}", free_port());
     let backend = backend().to_string();
@@ -31,15 +43,8 @@ fn gateway(dir: &Path, gw: Option<&str>) -> (Guard, String, String) {
                 &backend,
                 "--admin",
                 &admin,
-                "--key",
-                "k1.key",
-                "--record",
-                "k1.rec",
-                "--cert",
-                "cert.pem",
-                "--cert-key",
-                "cert.key",
             ])
+            .args(keys)
             .current_dir(dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -53,8 +58,9 @@ fn gateway(dir: &Path, gw: Option<&str>) -> (Guard, String, String) {
     (child, gw, admin)
 }
 
-/// `zrtt get -v` over zrtt only with the state file `state`; its stderr.
-fn get(dir: &Path, gw: &str, extra: &[&str]) -> String {
+/// `zrtt get -v` over zrtt only with the state file `state` and the
+/// record `record`; its stderr.
+fn get_with(dir: &Path, gw: &str, record: &str, extra: &[&str]) -> String {
     let port = gw.rsplit(':').next().unwrap();
     let resolve = format!("{HOST}:{port}:127.0.0.1");
     let url = format!("https://{HOST}:{port}/");
@@ -69,7 +75,7 @@ fn get(dir: &Path, gw: &str, extra: &[&str]) -> String {
         "--token-state",
         "state",
         "--record",
-        "k1.rec",
+        record,
         "--cert",
         "cert.pem",
         "--cacert",
@@ -86,6 +92,10 @@ fn get(dir: &Path, gw: &str, extra: &[&str]) -> String {
     err
 }
 
+fn get(dir: &Path, gw: &str, extra: &[&str]) -> String {
+    get_with(dir, gw, "k1.rec", extra)
+}
+
 fn tickets_in_state(dir: &Path) -> usize {
     std::fs::read_to_string(dir.join("state"))
         .unwrap()
@@ -99,7 +109,7 @@ fn a_second_visit_resumes_and_a_refused_ticket_falls_back_at_once() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     key_and_record(dir, HOST);
-    let (gw_proc, gw, admin) = gateway(dir, None);
+    let (gw_proc, gw, admin) = gateway(dir, None, KEY);
 
     // First visit: NK/IK, asking for a ticket; the state keeps it.
     let err = get(dir, &gw, &[]);
@@ -133,7 +143,7 @@ fn a_second_visit_resumes_and_a_refused_ticket_falls_back_at_once() {
     // ticket is refused with Reject 9 and the client retries at once
     // without it, then holds the new gateway's ticket.
     drop(gw_proc);
-    let (_gw2, gw, admin) = gateway(dir, Some(&gw));
+    let (_gw2, gw, admin) = gateway(dir, Some(&gw), KEY);
     let err = get(dir, &gw, &[]);
     assert!(err.contains("resumed: false"), "{err}");
     assert!(err.contains("resumption ticket refused"), "{err}");
@@ -144,4 +154,28 @@ fn a_second_visit_resumes_and_a_refused_ticket_falls_back_at_once() {
     let err = get(dir, &gw, &[]);
     assert!(err.contains("resumed: true"), "{err}");
     assert_eq!(gateway_counter(&admin, "zrtt_resumed"), 1);
+}
+
+/// Gateways reading one key store derive the same ticket keys (from its
+/// token keys): a ticket from A resumes at B.
+#[test]
+fn a_ticket_from_one_gateway_resumes_at_another_sharing_the_key_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    keystore(dir, HOST, ".", &[]);
+    let (_a, gw_a, admin_a) = gateway(dir, None, &["--keystore", "ks"]);
+    let (_b, gw_b, admin_b) = gateway(dir, None, &["--keystore", "ks"]);
+    let record = std::fs::read_dir(dir.join("ks/keys"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "record"))
+        .unwrap();
+    let record = record.to_str().unwrap();
+    let err = get_with(dir, &gw_a, record, &[]);
+    assert!(err.contains("resumed: false"), "{err}");
+    assert_eq!(gateway_counter(&admin_a, "zrtt_tickets_granted"), 1);
+    let err = get_with(dir, &gw_b, record, &[]);
+    assert!(err.contains("resumed: true"), "{err}");
+    assert_eq!(gateway_counter(&admin_b, "zrtt_resumed"), 1);
+    assert_eq!(gateway_counter(&admin_b, "zrtt_tickets_refused"), 0);
 }
