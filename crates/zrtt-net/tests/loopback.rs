@@ -16,7 +16,8 @@ use tokio::net::TcpStream;
 use zrtt_net::client::TokenStore;
 use zrtt_net::client::{system_clock, Mode};
 use zrtt_proto::handshake::{
-    read_frame, ClientHandshake, ClientParams, Expect, Frame, RejectReason,
+    read_frame, ClientHandshake, ClientParams, Expect, Frame, Pattern, RejectReason,
+    FRAME_FIRST_FLIGHT,
 };
 use zrtt_proto::record::VerifiedKeyRecord;
 
@@ -418,6 +419,76 @@ async fn resumed_connection_is_answered_early_and_skips_the_dh() {
     assert_eq!(env.metric("tokens_accepted"), 0);
     assert_eq!(env.metric("zrtt_tickets_granted"), 2);
     assert_eq!(store.tickets(HOST), 1);
+    env.stop().await;
+}
+
+/// A server that predates resumption closes on a resumed flight (pattern
+/// 0x03) without an answer: a front that does so before the gateway; the
+/// client retries at once without its ticket (docs/PROTOCOL.md §12.4).
+#[tokio::test]
+async fn a_resumed_flight_an_old_server_drops_is_retried_without_the_ticket() {
+    let env = start_gateway(GatewayOpts {
+        tokens: true,
+        ..Default::default()
+    })
+    .await;
+    let mut cfg = client_config(env.records.clone());
+    let store = Arc::new(TokenStore::new());
+    cfg.tokens = Some(store.clone());
+    let cfg = Arc::new(cfg);
+    let (resp, _) = fetch(cfg.clone(), env.addr, vec![get("/1")]).await.unwrap();
+    assert_eq!(resp[0].0, 200);
+    assert_eq!(store.tickets(HOST), 1);
+
+    let front = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let front_addr = front.local_addr().unwrap();
+    let backend = env.addr;
+    let dropped = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let d = dropped.clone();
+    let task = tokio::spawn(async move {
+        loop {
+            let (mut c, _) = front.accept().await.unwrap();
+            let d = d.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                while head.len() < 3 {
+                    let mut b = [0u8; 2048];
+                    match c.read(&mut b).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&b[..n]),
+                    }
+                }
+                if head[0] == FRAME_FIRST_FLIGHT && head[2] == Pattern::Resumed as u8 {
+                    d.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    return; // closed, no answer
+                }
+                let mut s = TcpStream::connect(backend).await.unwrap();
+                s.write_all(&head).await.unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut c, &mut s).await;
+            });
+        }
+    });
+    let (resp, info) = fetch(cfg.clone(), front_addr, vec![get("/2")])
+        .await
+        .unwrap();
+    assert_eq!(resp[0].0, 200);
+    assert!(!info.resumed, "{info:?}");
+    assert_eq!(info.mode, Mode::ZrttGated, "{info:?}");
+    assert!(
+        info.notes
+            .iter()
+            .any(|n| n.contains("retrying without a ticket")),
+        "{info:?}"
+    );
+    assert_eq!(dropped.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(env.metric("zrtt_resumed"), 0);
+    assert_eq!(env.metric("zrtt_accepted"), 2);
+    assert_eq!(
+        store.tickets(HOST),
+        1,
+        "the retry's Reply brought a new ticket"
+    );
+    task.abort();
     env.stop().await;
 }
 

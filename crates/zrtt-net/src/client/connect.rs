@@ -316,7 +316,18 @@ async fn zrtt_attempts(
     let mut fast_open = cfg.fast_open && cfg.paths.fast_open_allowed(target.addr, t0);
     let mut ticket_refused = false;
     while let Some(rec) = record.take() {
-        match attempt_zrtt(cfg, target, &rec, request, fast_open, t0, race).await {
+        let mut resumed = false;
+        let attempt = attempt_zrtt(
+            cfg,
+            target,
+            &rec,
+            request,
+            fast_open,
+            t0,
+            race,
+            &mut resumed,
+        );
+        match attempt.await {
             Ok(Attempt::Done(conn, info)) => {
                 return Ok((Some((conn, info)), notes, spent, retried));
             }
@@ -351,6 +362,15 @@ async fn zrtt_attempts(
                     None => notes.push("records in the refusal did not verify".into()),
                 }
             }
+            Err(Error::NoAnswer) if resumed && !ticket_refused => {
+                // Closed without an answer: a server that predates
+                // resumption (a fleet upgraded piecemeal) drops a resumed
+                // flight so. Once more at once without a ticket.
+                notes.push("no answer to a resumed flight; retrying without a ticket".into());
+                spent += 1;
+                ticket_refused = true;
+                record = Some(rec);
+            }
             Err(e) => {
                 notes.push(format!("zrtt failed: {e}"));
                 spent += 1;
@@ -383,6 +403,8 @@ fn local_ip_towards(dest: SocketAddr) -> Option<IpAddr> {
     s.local_addr().ok().map(|a| a.ip())
 }
 
+/// One zrtt attempt; `resumed` is set when its flight resumed a ticket.
+#[allow(clippy::too_many_arguments)]
 async fn attempt_zrtt(
     cfg: &ClientConfig,
     target: &Target,
@@ -391,6 +413,7 @@ async fn attempt_zrtt(
     fast_open: bool,
     t0: Instant,
     race: &Race,
+    resumed_out: &mut bool,
 ) -> Result<Attempt> {
     let early = early_eligible(request, cfg.early_data)
         && request.len() <= rec.body().max_early_data_bytes as usize;
@@ -435,6 +458,7 @@ async fn attempt_zrtt(
         None => ClientHandshake::start(rec, &params, early_data, (cfg.clock)(), cfg.rng.as_ref())?,
     };
     let is_resumed = hs.resumed();
+    *resumed_out = is_resumed;
     let (mut tcp, cmode) =
         tfo::connect_with_data(target.addr, &flight, fast_open, cfg.connect_timeout).await?;
 
