@@ -148,6 +148,17 @@ impl TokenStore {
         }
     }
 
+    /// The ticket key ids of the tickets held for `server` (a ticket's
+    /// first four bytes: the token key that sealed it).
+    pub fn ticket_key_ids(&self, server: &str) -> Vec<u32> {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.tickets.get(server).map_or(Vec::new(), |l| {
+            l.iter()
+                .filter_map(|t| zrtt_proto::handshake::resume::ticket_key_id(t.ticket()))
+                .collect()
+        })
+    }
+
     /// Tickets held for `server`.
     pub fn tickets(&self, server: &str) -> usize {
         let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
