@@ -414,3 +414,34 @@ fn ticket_keys_are_independent_of_token_keys_and_per_secret() {
     // A ticket is not a token, and a token key's own AEAD does not open it.
     assert!(a.verify(&sealed, peer(), Some(&[5; 32]), now()).is_err());
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(32))]
+    /// Whatever the order and repetition of NK and resumed flights (some
+    /// resumed flights sharing a ticket), each is accepted exactly once:
+    /// the first time it arrives, never again.
+    #[test]
+    fn every_flight_is_accepted_once_in_any_order(
+        order in proptest::collection::vec(0usize..6, 1..24),
+    ) {
+        let server = server_with(9, &[]);
+        let mut f = filter();
+        let ticket = first_contact(&server, &mut f, 1);
+        let flights: Vec<Vec<u8>> = (0..6u8)
+            .map(|i| {
+                if i % 2 == 0 {
+                    ClientHandshake::start(&verified(), &ClientParams::default(), REQ, now(), &rng(10 + i))
+                        .unwrap()
+                        .1
+                } else {
+                    resumed_flight(ticket.clone(), 10 + i, now()).1
+                }
+            })
+            .collect();
+        let mut seen = std::collections::HashSet::new();
+        for i in order {
+            let ok = accept_at(&server, &flights[i], &mut f, now()).is_ok();
+            proptest::prop_assert_eq!(ok, seen.insert(i), "flight {}", i);
+        }
+    }
+}
