@@ -21,7 +21,7 @@ mod server;
 
 pub use channel::{Channel, Record as ChannelRecord, RecordKind, MAX_RECORD_BODY, RECORD_OVERHEAD};
 pub use client::{ClientHandshake, ClientParams, ServerReply};
-pub use resume::{ResumptionTicket, SiteBinding, TicketError, TicketKey};
+pub use resume::{KeyBinding, ResumptionTicket, SiteBinding, TicketError, TicketKey};
 pub use server::{Accepted, Refusal, Resumed, ServerConfig, ServerKey};
 
 use core::fmt;

@@ -2,19 +2,29 @@
 //! so its next first flight can skip the semi-static DH (Noise `NNpsk0`).
 //!
 //! ```text
-//! ticket  = key_id (4) || nonce (12) || ChaCha20-Poly1305(ticket key, nonce,
-//!           aad = "zrtt ticket v1" || key_id,
-//!           psk (32) || issued_s u64 || lifetime_s u32 || cert_sha256 (32)
-//!           || u8 len || name || u8 family (4|6) || address (4|16))
+//! ticket  = key_id (4) || salt (16) || ChaCha20-Poly1305(seal key, nonce 0,
+//!           aad = "zrtt ticket v2" || key_id,
+//!           psk (32) || issued_s u64 || lifetime_s u32
+//!           || semi_static_key_id u32 || semi_static_public (32)
+//!           || cert_sha256 (32) || u8 len || name
+//!           || u8 family (4|6) || address (4|16))
 //! grant   = u32 lifetime_s || psk (32) || ticket        (reply extension 4)
 //! ticket key = HKDF-SHA256(salt "", token key, "zrtt resumption ticket key v1")
+//! seal key   = HKDF-SHA256(salt, ticket key, "zrtt ticket seal v2")
 //! ```
 //!
 //! The server keeps nothing: `psk` lives in the sealed ticket and in the
 //! encrypted Reply. The ticket key is derived from the fleet's rotating
 //! token key ([`crate::admission::TokenKey`]) and carries its id, so every
 //! gateway of a fleet opens every ticket and rotation comes with the
-//! token keys.
+//! token keys. Each ticket is sealed under its own key (a fresh random
+//! salt), so the nonce is fixed and no nonce-collision bound applies.
+//!
+//! A ticket names the semi-static key its issuing flight was accepted
+//! under ([`KeyBinding`]): only a server holding that key accepts it, and
+//! servers holding one semi-static key share one replay filter
+//! (docs/PROTOCOL.md §7), so a resumed flight is accepted once across
+//! every server that can accept it (§12.3).
 
 use core::fmt;
 use std::net::IpAddr;
@@ -34,7 +44,17 @@ pub const MAX_TICKET_LEN: usize = 512;
 /// little; a ticket for a 15-byte name and IPv4 is 129 bytes).
 pub const MIN_TICKET_LEN: usize = 32;
 /// Associated-data label of a sealed ticket.
-const TICKET_AAD: &[u8] = b"zrtt ticket v1";
+const TICKET_AAD: &[u8] = b"zrtt ticket v2";
+/// HKDF info deriving a ticket's own seal key from the ticket key and the
+/// ticket's salt.
+const TICKET_SEAL_LABEL: &[u8] = b"zrtt ticket seal v2";
+/// Bytes of the random salt each ticket carries.
+pub const TICKET_SALT_LEN: usize = 16;
+/// Longest a client keeps a ticket, whatever the grant says (RFC 8446
+/// §4.6.1's seven days: a ticket outliving the token keys that seal it is
+/// refused anyway, and a server that grants longer is misconfigured or
+/// lying; the cap bounds how long a stolen state file stays useful).
+pub const MAX_TICKET_LIFETIME_SECS: u32 = 7 * 24 * 3600;
 /// HKDF info deriving the ticket key from a token key.
 pub const TICKET_KEY_LABEL: &[u8] = b"zrtt resumption ticket key v1";
 /// Bytes the grant adds before the ticket: lifetime and psk.
@@ -61,6 +81,21 @@ pub enum TicketError {
     /// certificate hash (another site's ticket, or the certificate changed).
     #[error("ticket bound to a site this server does not serve now")]
     WrongSite,
+    /// This server does not hold the semi-static key the ticket was issued
+    /// under (another replay domain, or a retired key).
+    #[error("ticket bound to a semi-static key this server does not hold")]
+    WrongKey,
+}
+
+/// The semi-static key a ticket's issuing flight was accepted under: only
+/// servers holding it (which share a replay filter, docs/PROTOCOL.md §7)
+/// accept the ticket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyBinding {
+    /// The key record's id.
+    pub key_id: u32,
+    /// The key's X25519 public key.
+    pub public_key: [u8; 32],
 }
 
 /// The site a ticket is good for: the name and certificate hash of the
@@ -101,6 +136,8 @@ pub struct TicketContents {
     pub lifetime_secs: u32,
     /// The site it is good for.
     pub binding: SiteBinding,
+    /// The semi-static key it was issued under (its replay domain).
+    pub key: KeyBinding,
     /// The client's source address at issue (§12.5).
     pub address: IpAddr,
 }
@@ -112,6 +149,7 @@ impl fmt::Debug for TicketContents {
             .field("issued_secs", &self.issued_secs)
             .field("lifetime_secs", &self.lifetime_secs)
             .field("binding", &self.binding)
+            .field("key_id", &format_args!("{:08x}", self.key.key_id))
             .field("address", &self.address)
             .finish()
     }
@@ -127,10 +165,13 @@ impl TicketContents {
     }
 
     fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(32 + 8 + 4 + 32 + 1 + self.binding.name.len() + 17);
+        let mut out =
+            Vec::with_capacity(32 + 8 + 4 + 36 + 32 + 1 + self.binding.name.len() + 17);
         out.extend_from_slice(&self.psk[..]);
         out.put_u64(self.issued_secs);
         out.put_u32(self.lifetime_secs);
+        out.put_u32(self.key.key_id);
+        out.extend_from_slice(&self.key.public_key);
         out.extend_from_slice(&self.binding.cert_sha256);
         out.put_vec_u8(self.binding.name.as_bytes());
         match crate::admission::canonical_ip(self.address) {
@@ -151,6 +192,10 @@ impl TicketContents {
         let psk = Zeroizing::new(r.array::<32>()?);
         let issued_secs = r.u64()?;
         let lifetime_secs = r.u32()?;
+        let key = KeyBinding {
+            key_id: r.u32()?,
+            public_key: r.array::<32>()?,
+        };
         let cert_sha256 = r.array::<32>()?;
         let name = String::from_utf8(r.vec_u8()?.to_vec())
             .map_err(|_| InvalidMessage::InvalidField("ticket name"))?;
@@ -165,6 +210,7 @@ impl TicketContents {
             issued_secs,
             lifetime_secs,
             binding: SiteBinding { name, cert_sha256 },
+            key,
             address,
         })
     }
@@ -181,10 +227,11 @@ pub fn ticket_key_id(ticket: &[u8]) -> Option<u32> {
     ]))
 }
 
-/// A key that seals and opens tickets; one per token key.
+/// A key that seals and opens tickets; one per token key. Each ticket is
+/// sealed under its own key derived from this one and the ticket's salt.
 pub struct TicketKey {
     id: u32,
-    key: LessSafeKey,
+    secret: Zeroizing<[u8; 32]>,
 }
 
 impl fmt::Debug for TicketKey {
@@ -204,12 +251,21 @@ impl TicketKey {
         prk.expand(&[TICKET_KEY_LABEL], ring::hkdf::HKDF_SHA256)
             .and_then(|okm| okm.fill(&mut secret[..]))
             .unwrap_or_else(|_| unreachable!("32 bytes is within HKDF-SHA256's output limit"));
+        Self { id, secret }
+    }
+
+    /// The seal key of the ticket whose salt is `salt`:
+    /// HKDF-SHA256(salt, ticket key, "zrtt ticket seal v2").
+    fn seal_key(&self, salt: &[u8]) -> LessSafeKey {
+        let mut secret = Zeroizing::new([0u8; 32]);
+        ring::hkdf::Salt::new(ring::hkdf::HKDF_SHA256, salt)
+            .extract(&self.secret[..])
+            .expand(&[TICKET_SEAL_LABEL], ring::hkdf::HKDF_SHA256)
+            .and_then(|okm| okm.fill(&mut secret[..]))
+            .unwrap_or_else(|_| unreachable!("32 bytes is within HKDF-SHA256's output limit"));
         let unbound = UnboundKey::new(&CHACHA20_POLY1305, &secret[..])
             .unwrap_or_else(|_| unreachable!("32 bytes is the ChaCha20-Poly1305 key length"));
-        Self {
-            id,
-            key: LessSafeKey::new(unbound),
-        }
+        LessSafeKey::new(unbound)
     }
 
     /// The key's id, carried in its tickets.
@@ -224,21 +280,22 @@ impl TicketKey {
         aad
     }
 
-    /// Seal `contents` into a ticket.
+    /// Seal `contents` into a ticket (under its own key: a fresh salt).
     pub fn seal(
         &self,
         contents: &TicketContents,
         rng: &dyn SecureRandom,
     ) -> Result<Vec<u8>, Error> {
-        let mut nonce = [0u8; NONCE_LEN];
-        rng.fill(&mut nonce)?;
+        let mut salt = [0u8; TICKET_SALT_LEN];
+        rng.fill(&mut salt)?;
         let mut body = Zeroizing::new(contents.encode());
-        let mut sealed = Vec::with_capacity(4 + NONCE_LEN + body.len() + 16);
+        let mut sealed = Vec::with_capacity(4 + TICKET_SALT_LEN + body.len() + 16);
         sealed.put_u32(self.id);
-        sealed.extend_from_slice(&nonce);
-        self.key
+        sealed.extend_from_slice(&salt);
+        // The seal key seals this ticket only: a fixed nonce is unique.
+        self.seal_key(&salt)
             .seal_in_place_append_tag(
-                Nonce::assume_unique_for_key(nonce),
+                Nonce::assume_unique_for_key([0u8; NONCE_LEN]),
                 aead::Aad::from(self.aad()),
                 &mut *body,
             )
@@ -257,12 +314,15 @@ impl TicketKey {
             Some(_) => return Err(TicketError::UnknownKey),
             None => return Err(TicketError::Invalid),
         }
-        let (nonce, sealed) = ticket[4..].split_at(NONCE_LEN);
-        let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| TicketError::Invalid)?;
+        let (salt, sealed) = ticket[4..].split_at(TICKET_SALT_LEN);
         let mut buf = Zeroizing::new(sealed.to_vec());
         let plain = self
-            .key
-            .open_in_place(nonce, aead::Aad::from(self.aad()), &mut buf[..])
+            .seal_key(salt)
+            .open_in_place(
+                Nonce::assume_unique_for_key([0u8; NONCE_LEN]),
+                aead::Aad::from(self.aad()),
+                &mut buf[..],
+            )
             .map_err(|_| TicketError::Invalid)?;
         TicketContents::decode(plain).map_err(|_| TicketError::Invalid)
     }
@@ -301,15 +361,16 @@ impl fmt::Debug for ResumptionTicket {
 
 impl ResumptionTicket {
     /// Read a grant (reply extension 4) received for `binding`; it expires
-    /// `lifetime_s` after `sent` (the client's time when it sent the
-    /// flight, so a little before the server's expiry).
+    /// `lifetime_s` (at most [`MAX_TICKET_LIFETIME_SECS`]) after `sent`
+    /// (the client's time when it sent the flight, so a little before the
+    /// server's expiry).
     pub fn from_grant(
         grant: &[u8],
         binding: SiteBinding,
         sent: UnixTime,
     ) -> Result<Self, InvalidMessage> {
         let mut r = Reader::new(grant);
-        let lifetime = r.u32()?;
+        let lifetime = r.u32()?.min(MAX_TICKET_LIFETIME_SECS);
         let psk = Zeroizing::new(r.array::<32>()?);
         let ticket = r.rest().to_vec();
         if ticket_key_id(&ticket).is_none() {

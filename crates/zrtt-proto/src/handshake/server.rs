@@ -10,7 +10,7 @@ use core::fmt;
 use core::time::Duration;
 use std::net::IpAddr;
 
-use super::resume::{encode_grant, SiteBinding, TicketContents, TicketError};
+use super::resume::{encode_grant, KeyBinding, SiteBinding, TicketContents, TicketError};
 use super::{
     encode_reject, ext, noise_err, noise_name, prologue, Channel, Extensions, FirstFlightHeader,
     Frame, Pattern, RejectReason, Transport, FRAME_REPLY, MAX_EXTENSIONS_LEN,
@@ -31,9 +31,10 @@ pub struct ServerKey {
     keypair: X25519KeyPair,
     record_hash: [u8; 32],
     /// The hash of the record this key was published with before it was
-    /// re-signed with the same terms, and until when (Unix seconds) it is
-    /// accepted ([`ServerConfig::keep_previous_records`]).
-    previous_record_hash: Option<([u8; 32], u64)>,
+    /// re-signed with the same terms, the certificate hash it bore, and
+    /// until when (Unix seconds) it is accepted
+    /// ([`ServerConfig::keep_previous_records`]).
+    previous_record_hash: Option<([u8; 32], [u8; 32], u64)>,
 }
 
 impl ServerKey {
@@ -62,8 +63,24 @@ impl ServerKey {
     fn previous_at(&self, now: UnixTime) -> Option<&[u8; 32]> {
         self.previous_record_hash
             .as_ref()
-            .filter(|(_, until)| now.as_secs() < *until)
-            .map(|(h, _)| h)
+            .filter(|(_, _, until)| now.as_secs() < *until)
+            .map(|(h, _, _)| h)
+    }
+
+    /// The certificate hash of the previous record kept at `now`.
+    fn previous_cert_at(&self, now: UnixTime) -> Option<&[u8; 32]> {
+        self.previous_record_hash
+            .as_ref()
+            .filter(|(_, _, until)| now.as_secs() < *until)
+            .map(|(_, c, _)| c)
+    }
+
+    /// What a ticket issued under this key binds (its replay domain).
+    fn key_binding(&self) -> KeyBinding {
+        KeyBinding {
+            key_id: self.record.body.key_id,
+            public_key: *self.keypair.public(),
+        }
     }
 }
 
@@ -142,10 +159,11 @@ impl ServerConfig {
             if o.record_hash == k.record_hash {
                 k.previous_record_hash = o
                     .previous_record_hash
-                    .filter(|(_, until)| now.as_secs() < *until);
+                    .filter(|(_, _, until)| now.as_secs() < *until);
             } else if same_terms(&o.record.body, &k.record.body) {
                 let until = now.as_secs().saturating_add(keep_for.as_secs());
-                k.previous_record_hash = Some((o.record_hash, until));
+                k.previous_record_hash =
+                    Some((o.record_hash, o.record.body.cert_sha256, until));
             }
         }
     }
@@ -298,10 +316,19 @@ impl ServerConfig {
         let mut accepted = self.finish(header, ephemeral, noise, &payload, body, replay, now)?;
         accepted.on_previous_record = on_previous_record;
         if accepted.extensions.get(ext::RESUMPTION).is_some() {
-            accepted.grant_binding = Some(SiteBinding {
-                name: body.name.clone(),
-                cert_sha256: body.cert_sha256,
-            });
+            // Bound to the record the client built on (the previous one
+            // after a re-signing: the client still holds it).
+            let cert_sha256 = match on_previous_record {
+                true => key.previous_cert_at(now).copied(),
+                false => None,
+            };
+            accepted.grant_binding = Some((
+                SiteBinding {
+                    name: body.name.clone(),
+                    cert_sha256: cert_sha256.unwrap_or(body.cert_sha256),
+                },
+                key.key_binding(),
+            ));
         }
         Ok(accepted)
     }
@@ -428,17 +455,30 @@ impl ServerConfig {
         }
         let grace = self.key_validity_grace.as_secs();
         let secs = now.as_secs();
+        // Only the holder of the semi-static key the ticket was issued
+        // under accepts it: holders of one key share one replay filter
+        // (PROTOCOL.md §7), so the flight is accepted once in the fleet
+        // (§12.3). The key must still be live here (a retired key: Reject
+        // 9, and the client falls back to NK/IK at once).
         let key = self
             .keys
             .iter()
             .find(|k| {
                 let b = &k.record.body;
-                b.name.eq_ignore_ascii_case(&contents.binding.name)
-                    && b.cert_sha256 == contents.binding.cert_sha256
+                k.key_binding() == contents.key
                     && secs.saturating_add(grace) >= b.not_before
                     && secs < b.not_after.saturating_add(grace)
             })
-            .ok_or_else(|| refuse(TicketError::WrongSite))?;
+            .ok_or_else(|| refuse(TicketError::WrongKey))?;
+        // The site: the key's record for that name under the ticket's
+        // certificate, or the one it bore before a re-signing while that
+        // is kept (a certificate renewal, keep_previous_records).
+        let body = &key.record.body;
+        let cert_ok = body.cert_sha256 == contents.binding.cert_sha256
+            || key.previous_cert_at(now) == Some(&contents.binding.cert_sha256);
+        if !body.name.eq_ignore_ascii_case(&contents.binding.name) || !cert_ok {
+            return Err(refuse(TicketError::WrongSite));
+        }
         let body = &key.record.body;
         let aead = match Aead::from_u8(header.aead) {
             Some(a) if body.aeads.contains(&a) => a,
@@ -479,9 +519,10 @@ impl ServerConfig {
         payload.truncate(n);
         let mut accepted = self.finish(header, ephemeral, noise, &payload, body, replay, now)?;
         if accepted.extensions.get(ext::RESUMPTION).is_some() {
-            accepted.grant_binding = Some(contents.binding.clone());
+            accepted.grant_binding = Some((contents.binding.clone(), contents.key));
         }
         accepted.resumed = Some(Resumed {
+            key: contents.key,
             binding: contents.binding,
             address: contents.address,
             issued_secs: contents.issued_secs,
@@ -501,7 +542,7 @@ impl ServerConfig {
         now: UnixTime,
         rng: &dyn SecureRandom,
     ) -> Result<Option<Vec<u8>>, Error> {
-        let (Some(ring), Some(binding)) = (&self.resumption, &accepted.grant_binding) else {
+        let (Some(ring), Some((binding, key))) = (&self.resumption, &accepted.grant_binding) else {
             return Ok(None);
         };
         let keys = ring.keys();
@@ -513,6 +554,7 @@ impl ServerConfig {
             issued_secs: now.as_secs(),
             lifetime_secs: u32::try_from(current.lifetime().as_secs()).unwrap_or(u32::MAX),
             binding: binding.clone(),
+            key: *key,
             address: crate::admission::canonical_ip(peer),
         };
         let ticket = current.ticket_key().seal(&contents, rng)?;
@@ -524,8 +566,10 @@ impl ServerConfig {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Resumed {
     /// The site the ticket is bound to (the server's current record for it
-    /// has this name and certificate hash).
+    /// has this name and certificate hash, or had it before a re-signing).
     pub binding: SiteBinding,
+    /// The semi-static key it was issued under (held by this server).
+    pub key: KeyBinding,
     /// The client's source address when the ticket was issued (a proof of
     /// address when it equals this connection's: docs/PROTOCOL.md §12.5).
     pub address: IpAddr,
@@ -567,8 +611,9 @@ pub struct Accepted {
     pub on_previous_record: bool,
     /// Set for a resumed flight (Noise `NNpsk0`, docs/PROTOCOL.md §12).
     pub resumed: Option<Resumed>,
-    /// The site a granted ticket would be bound to, when one was asked for.
-    grant_binding: Option<SiteBinding>,
+    /// The site and semi-static key a granted ticket would be bound to,
+    /// when one was asked for.
+    grant_binding: Option<(SiteBinding, KeyBinding)>,
     noise: snow::HandshakeState,
 }
 

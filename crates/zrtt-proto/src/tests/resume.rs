@@ -313,6 +313,75 @@ fn another_sites_ticket_is_refused() {
         ticket_refusal(accept_at(&renewed, &flight, &mut filter(), now())),
         TicketError::WrongSite
     );
+
+    // A certificate renewal that keeps the previous record (same terms):
+    // the ticket bound to the previous certificate is still accepted while
+    // that record is kept, and not after.
+    renewed.keep_previous_records(&server, now(), Duration::from_secs(600));
+    let accepted = accept_at(&renewed, &flight, &mut filter(), now()).unwrap();
+    assert_eq!(
+        accepted.resumed.unwrap().binding,
+        SiteBinding::of(&verified())
+    );
+    let later = now().saturating_add(Duration::from_secs(601));
+    let ticket = first_contact(&server, &mut filter(), 3);
+    let (_, flight) = resumed_flight(ticket, 4, later);
+    assert_eq!(
+        ticket_refusal(accept_at(&renewed, &flight, &mut filter(), later)),
+        TicketError::WrongSite
+    );
+}
+
+/// Gateways sharing token keys but not semi-static keys (so not a replay
+/// filter, PROTOCOL.md §7) do not accept each other's tickets: a resumed
+/// flight accepted at A is not accepted again at B (review M2). A server
+/// holding the issuing key beside a newer one (rotation overlap) still
+/// accepts; once it retired that key, Reject 9.
+#[test]
+fn a_ticket_is_accepted_only_where_its_semi_static_key_is_held() {
+    let server = server_with(9, &[]);
+    let mut f = filter();
+    let ticket = first_contact(&server, &mut f, 1);
+    let (_, flight) = resumed_flight(ticket, 2, now());
+
+    let other_key = || testing::semi_static("zrtt vector key 2");
+    let other_record = || {
+        testing::body(&other_key(), &testing::ed25519_cert())
+            .sign(&testing::ed25519_signer(), &ring::rand::SystemRandom::new())
+            .unwrap()
+    };
+    // B: same site, same certificate, same token keys, its own key.
+    let mut b = ServerConfig::new(vec![ServerKey::new(other_record(), other_key()).unwrap()])
+        .unwrap();
+    b.resumption = server.resumption.clone();
+    assert_eq!(
+        ticket_refusal(accept_at(&b, &flight, &mut filter(), now())),
+        TicketError::WrongKey
+    );
+
+    // Overlap: the new key and the issuing one, one filter.
+    let old = testing::semi_static("zrtt vector key 1");
+    let mut both = ServerConfig::new(vec![
+        ServerKey::new(other_record(), other_key()).unwrap(),
+        ServerKey::new(testing::vector_record(), old).unwrap(),
+    ])
+    .unwrap();
+    both.resumption = server.resumption.clone();
+    let accepted = accept_at(&both, &flight, &mut f, now()).unwrap();
+    assert_eq!(accepted.resumed.as_ref().unwrap().key.public_key, *testing::semi_static("zrtt vector key 1").public());
+    // Its fresh ticket stays bound to the key the flight was accepted under.
+    let grant = both
+        .grant_ticket(&accepted, peer(), now(), &rng(50))
+        .unwrap()
+        .unwrap();
+    let token = token_key(9);
+    let contents = token.ticket_key().open(&grant[36..]).unwrap();
+    assert_eq!(contents.key, accepted.resumed.as_ref().unwrap().key);
+    // The same flight at the server that first issued it: one filter, once.
+    assert_eq!(
+        refused_with(accept_at(&server, &flight, &mut f, now())).0,
+        Error::Replay(crate::ReplayError::Replayed)
+    );
 }
 
 #[test]
@@ -406,10 +475,24 @@ fn ticket_keys_are_independent_of_token_keys_and_per_secret() {
         issued_secs: T0,
         lifetime_secs: 60,
         binding: SiteBinding::of(&verified()),
+        key: KeyBinding {
+            key_id: 7,
+            public_key: [3; 32],
+        },
         address: peer(),
     };
     let sealed = a.ticket_key().seal(&contents, &rng(1)).unwrap();
     assert_eq!(a.ticket_key().open(&sealed).unwrap(), contents);
+    // Each ticket has its own salt, so its own seal key; a changed salt
+    // does not open.
+    let again = a.ticket_key().seal(&contents, &rng(2)).unwrap();
+    assert_ne!(sealed[4..20], again[4..20]);
+    assert_eq!(a.ticket_key().open(&again).unwrap(), contents);
+    let mut salted = sealed.clone();
+    salted[4] ^= 1;
+    assert_eq!(a.ticket_key().open(&salted), Err(TicketError::Invalid));
+    // 129-byte v1 ticket + salt (4 more than the nonce) + key binding (36).
+    assert_eq!(sealed.len(), 4 + 16 + 32 + 8 + 4 + 36 + 32 + 1 + 15 + 1 + 4 + 16);
     assert_eq!(b.ticket_key().open(&sealed), Err(TicketError::UnknownKey));
     // A ticket is not a token, and a token key's own AEAD does not open it.
     assert!(a.verify(&sealed, peer(), Some(&[5; 32]), now()).is_err());
@@ -444,4 +527,16 @@ proptest::proptest! {
             proptest::prop_assert_eq!(ok, seen.insert(i), "flight {}", i);
         }
     }
+}
+
+/// The client keeps a ticket at most seven days (RFC 8446 §4.6.1),
+/// whatever lifetime the grant states.
+#[test]
+fn the_client_caps_a_tickets_lifetime() {
+    let server = server_lifetime(9, Duration::from_secs(30 * 24 * 3600));
+    let ticket = first_contact(&server, &mut filter(), 1);
+    assert_eq!(
+        ticket.expires(),
+        now().saturating_add(Duration::from_secs(7 * 24 * 3600))
+    );
 }
