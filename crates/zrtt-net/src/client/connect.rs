@@ -316,13 +316,14 @@ async fn zrtt_attempts(
     let mut fast_open = cfg.fast_open && cfg.paths.fast_open_allowed(target.addr, t0);
     let mut ticket_refused = false;
     while let Some(rec) = record.take() {
-        let mut resumed = false;
+        // The ticket key id of the ticket this attempt presented, if any.
+        let mut resumed = None;
         let attempt = attempt_zrtt(
             cfg,
             target,
             &rec,
             request,
-            fast_open,
+            (fast_open, !ticket_refused),
             t0,
             race,
             &mut resumed,
@@ -342,9 +343,17 @@ async fn zrtt_attempts(
                 spent += rts;
                 notes.push(format!("server refused the first flight: {reason}"));
                 if reason == RejectReason::TicketRefused && !ticket_refused {
-                    // The ticket was used up: retry at once without one
-                    // (docs/PROTOCOL.md §12.4).
+                    // Retry at once with NK/IK, never another ticket, and
+                    // drop the origin's other tickets of that ticket key:
+                    // this server would refuse them too (docs/PROTOCOL.md
+                    // §12.4).
                     ticket_refused = true;
+                    if let (Some(store), Some(key_id)) = (&cfg.tokens, resumed) {
+                        let n = store.drop_tickets_of_key(&target.host, key_id);
+                        if n > 0 {
+                            notes.push(format!("dropped {n} more tickets of key {key_id:08x}"));
+                        }
+                    }
                     record = Some(rec);
                     continue;
                 }
@@ -362,7 +371,7 @@ async fn zrtt_attempts(
                     None => notes.push("records in the refusal did not verify".into()),
                 }
             }
-            Err(Error::NoAnswer) if resumed && !ticket_refused => {
+            Err(Error::NoAnswer) if resumed.is_some() && !ticket_refused => {
                 // Closed without an answer: a server that predates
                 // resumption (a fleet upgraded piecemeal) drops a resumed
                 // flight so. Once more at once without a ticket.
@@ -403,17 +412,19 @@ fn local_ip_towards(dest: SocketAddr) -> Option<IpAddr> {
     s.local_addr().ok().map(|a| a.ip())
 }
 
-/// One zrtt attempt; `resumed` is set when its flight resumed a ticket.
+/// One zrtt attempt (`flags`: Fast Open, whether a ticket may be used);
+/// `resumed_out` is set to the ticket key id when its flight resumed a
+/// ticket.
 #[allow(clippy::too_many_arguments)]
 async fn attempt_zrtt(
     cfg: &ClientConfig,
     target: &Target,
     rec: &VerifiedKeyRecord,
     request: &[u8],
-    fast_open: bool,
+    (fast_open, use_ticket): (bool, bool),
     t0: Instant,
     race: &Race,
-    resumed_out: &mut bool,
+    resumed_out: &mut Option<u32>,
 ) -> Result<Attempt> {
     let early = early_eligible(request, cfg.early_data)
         && request.len() <= rec.body().max_early_data_bytes as usize;
@@ -429,6 +440,7 @@ async fn attempt_zrtt(
     // (A ticket the record's terms rule out, e.g. client authentication
     // required, is dropped and the flight built as below.)
     let resumed = tickets
+        .filter(|_| use_ticket)
         .and_then(|s| s.take_ticket(&target.host, rec, (cfg.clock)()))
         .and_then(|t| {
             ClientHandshake::resume(rec, t, &params, early_data, (cfg.clock)(), cfg.rng.as_ref())
@@ -458,7 +470,9 @@ async fn attempt_zrtt(
         None => ClientHandshake::start(rec, &params, early_data, (cfg.clock)(), cfg.rng.as_ref())?,
     };
     let is_resumed = hs.resumed();
-    *resumed_out = is_resumed;
+    if is_resumed {
+        *resumed_out = hs.ticket_key_id();
+    }
     let (mut tcp, cmode) =
         tfo::connect_with_data(target.addr, &flight, fast_open, cfg.connect_timeout).await?;
 

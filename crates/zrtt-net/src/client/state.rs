@@ -130,6 +130,23 @@ impl TokenStore {
         t
     }
 
+    /// Drop every ticket held for `server` sealed under the ticket key
+    /// `key_id` (after a Reject 9 for one of them: that server would
+    /// refuse them all); how many were dropped.
+    pub fn drop_tickets_of_key(&self, server: &str, key_id: u32) -> usize {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(list) = inner.tickets.get_mut(server) else {
+            return 0;
+        };
+        let before = list.len();
+        list.retain(|t| zrtt_proto::handshake::resume::ticket_key_id(t.ticket()) != Some(key_id));
+        let dropped = before - list.len();
+        if list.is_empty() {
+            inner.tickets.remove(server);
+        }
+        dropped
+    }
+
     /// Keep a ticket `server` granted (the oldest goes beyond
     /// [`MAX_TICKETS_PER_SERVER`]).
     pub fn put_ticket(&self, server: &str, ticket: ResumptionTicket) {

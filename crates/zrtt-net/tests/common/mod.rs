@@ -187,6 +187,8 @@ pub struct GatewayOpts {
     pub replay_store: Option<Arc<zrtt_net::gateway::ReplayStore>>,
     /// Most concurrent HTTP/2 streams per connection (the default's if `None`).
     pub max_streams: Option<u32>,
+    /// A replay filter shared with other gateways (their own if `None`).
+    pub replay: Option<Arc<Mutex<dyn zrtt_proto::replay::ReplayFilter>>>,
 }
 
 impl Default for GatewayOpts {
@@ -210,6 +212,7 @@ impl Default for GatewayOpts {
             queues: None,
             replay_store: None,
             max_streams: None,
+            replay: None,
         }
     }
 }
@@ -273,6 +276,9 @@ pub async fn start_gateway(opts: GatewayOpts) -> Env {
         secret,
         zrtt_net::client::system_clock().saturating_sub(Duration::from_secs(5)),
     )));
+    if let Some(shared) = opts.replay {
+        cfg.replay = shared;
+    }
     cfg.admission.tokens = opts
         .tokens
         .then(|| TokenKeyRing::new(TokenKeys::new(token_key(), Vec::new())));

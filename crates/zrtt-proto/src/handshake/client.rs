@@ -256,6 +256,12 @@ impl ClientHandshake {
         self.pattern == Pattern::Resumed
     }
 
+    /// The ticket key id of the ticket a resumed handshake presented (its
+    /// header's key id); `None` for NK and IK.
+    pub fn ticket_key_id(&self) -> Option<u32> {
+        self.resumed().then_some(self.key_id)
+    }
+
     /// Process the server's answer: a reply finishes the handshake; a refusal
     /// ends it with [`HandshakeError::Rejected`] (the caller then reads the
     /// frame's records, if any, to retry, or falls back to TLS).
