@@ -564,7 +564,13 @@ fn other_fleets_ticket() -> zrtt_proto::handshake::ResumptionTicket {
         now.saturating_sub(Duration::from_secs(5)),
     );
     let accepted = server
-        .accept(&frame, zrtt_proto::handshake::Transport::Tcp, now, &mut filter, &rng)
+        .accept(
+            &frame,
+            zrtt_proto::handshake::Transport::Tcp,
+            now,
+            &mut filter,
+            &rng,
+        )
         .unwrap();
     let grant = server
         .grant_ticket(&accepted, "127.0.0.1".parse().unwrap(), now, &rng)
@@ -589,8 +595,8 @@ async fn three_tickets(from: &Env, store: &TokenStore) {
             .await
             .unwrap();
         assert_eq!(resp[0].0, 200);
-        let rec = zrtt_net::client::KeySource::lookup(cfg.keys.as_ref(), HOST, system_clock())
-            .unwrap();
+        let rec =
+            zrtt_net::client::KeySource::lookup(cfg.keys.as_ref(), HOST, system_clock()).unwrap();
         store.put_ticket(HOST, own.take_ticket(HOST, &rec, system_clock()).unwrap());
     }
     assert_eq!(store.tickets(HOST), 4);
@@ -653,12 +659,13 @@ async fn another_replay_domains_ticket_is_refused_and_retried_with_nk_once() {
 /// §7) resume each other's tickets.
 #[tokio::test]
 async fn gateways_sharing_key_and_filter_resume_each_others_tickets() {
-    let shared: Arc<std::sync::Mutex<dyn zrtt_proto::replay::ReplayFilter>> =
-        Arc::new(std::sync::Mutex::new(zrtt_proto::replay::BloomReplayFilter::new(
+    let shared: Arc<std::sync::Mutex<dyn zrtt_proto::replay::ReplayFilter>> = Arc::new(
+        std::sync::Mutex::new(zrtt_proto::replay::BloomReplayFilter::new(
             zrtt_proto::replay::ReplayConfig::default(),
             [3; 32],
             system_clock().saturating_sub(Duration::from_secs(5)),
-        )));
+        )),
+    );
     let a = start_gateway(GatewayOpts {
         tokens: true,
         replay: Some(shared.clone()),

@@ -32,6 +32,7 @@ mod paths;
 mod resolve;
 mod state;
 mod stream;
+mod ticket_file;
 
 pub use config::{
     system_clock, system_roots, tls_client_config, ClientConfig, ClientConfigBuilder,

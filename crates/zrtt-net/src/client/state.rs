@@ -14,6 +14,7 @@ use zrtt_proto::provenance::{decode_certificates, encode_certificates, Certifica
 use zrtt_proto::record::VerifiedKeyRecord;
 use zrtt_proto::UnixTime;
 
+use super::ticket_file::TicketFile;
 use crate::error::{Error, Result};
 use crate::verifier::fetch_certificate;
 use zeroize::Zeroizing;
@@ -34,6 +35,9 @@ struct StoreInner {
     tokens: HashMap<(String, IpAddr), Vec<u8>>,
     /// Resumption tickets per server name, oldest first (docs/PROTOCOL.md §12.4).
     tickets: HashMap<String, Vec<ResumptionTicket>>,
+    /// The state file this store was loaded from: tickets taken from it
+    /// are struck from it first, saving merges (`ticket_file.rs`).
+    file: Option<TicketFile>,
 }
 
 /// Most resumption tickets kept per server name.
@@ -113,33 +117,52 @@ impl TokenStore {
     /// (the current verified record: same name and certificate as the
     /// ticket's binding), the newest first. Taken means used: a ticket is
     /// never presented twice (docs/PROTOCOL.md §12.4). Tickets that can no
-    /// longer be used (expired, another certificate) are dropped.
+    /// longer be used (expired, another certificate) are dropped. A store
+    /// loaded from a file strikes a ticket from the file before handing it
+    /// out, and skips one another process struck first (`ticket_file.rs`).
     pub fn take_ticket(
         &self,
         server: &str,
         record: &VerifiedKeyRecord,
         now: UnixTime,
     ) -> Option<ResumptionTicket> {
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let inner = &mut *guard;
         let list = inner.tickets.get_mut(server)?;
-        list.retain(|t| t.usable(record, now));
-        let t = list.pop();
+        list.retain(|t| {
+            let ok = t.usable(record, now);
+            if let (false, Some(f)) = (ok, &mut inner.file) {
+                f.forget(t);
+            }
+            ok
+        });
+        let taken = match &mut inner.file {
+            Some(f) => f.take(server, list),
+            None => list.pop(),
+        };
         if list.is_empty() {
             inner.tickets.remove(server);
         }
-        t
+        taken
     }
 
     /// Drop every ticket held for `server` sealed under the ticket key
     /// `key_id` (after a Reject 9 for one of them: that server would
     /// refuse them all); how many were dropped.
     pub fn drop_tickets_of_key(&self, server: &str, key_id: u32) -> usize {
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let inner = &mut *guard;
         let Some(list) = inner.tickets.get_mut(server) else {
             return 0;
         };
         let before = list.len();
-        list.retain(|t| zrtt_proto::handshake::resume::ticket_key_id(t.ticket()) != Some(key_id));
+        list.retain(|t| {
+            let keep = zrtt_proto::handshake::resume::ticket_key_id(t.ticket()) != Some(key_id);
+            if let (false, Some(f)) = (keep, &mut inner.file) {
+                f.forget(t);
+            }
+            keep
+        });
         let dropped = before - list.len();
         if list.is_empty() {
             inner.tickets.remove(server);
@@ -158,6 +181,9 @@ impl TokenStore {
             0 => MAX_TICKETS_PER_SERVER,
             n => n,
         };
+        if let Some(f) = &mut inner.file {
+            f.grant(&ticket);
+        }
         let list = inner.tickets.entry(server.to_owned()).or_default();
         list.push(ticket);
         if list.len() > max {
@@ -185,47 +211,42 @@ impl TokenStore {
     /// Save to a file (owner-only, it holds private keys), one line per
     /// entry: `static SERVER KEY-HEX`, `token SERVER IP TOKEN-HEX` and
     /// `ticket SERVER TICKET-HEX` (the ticket's stored form, its `psk`
-    /// included).
+    /// included). To the file it was loaded from: under the file's lock,
+    /// the file's tickets minus those this store took or dropped, plus
+    /// those granted to it (another process's changes are kept).
     pub fn save(&self, path: &std::path::Path) -> Result<()> {
-        write_private(path, &self.render(), "writing the token state")
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        match &inner.file {
+            Some(f) if f.path() == path => {
+                let max = match inner.max_tickets {
+                    0 => MAX_TICKETS_PER_SERVER,
+                    n => n,
+                };
+                let (_lock, merged) = f.merged(&inner.tickets, max)?;
+                write_private(path, &render(&inner, &merged), "writing the token state")
+            }
+            _ => write_private(
+                path,
+                &render(&inner, &inner.tickets),
+                "writing the token state",
+            ),
+        }
     }
 
-    /// The text [`Self::save`] writes.
-    fn render(&self) -> Zeroizing<String> {
-        use std::fmt::Write as _;
+    /// The text [`Self::save`] writes to a file it was not loaded from.
+    fn render_text(&self) -> Zeroizing<String> {
         let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        // It holds private keys: wiped once written.
-        let mut s = Zeroizing::new(String::from(
-            "# zrtt token state: static keys per server, tokens per server and local address\n",
-        ));
-        for (server, key) in &inner.statics {
-            let _ = writeln!(
-                s,
-                "static {server} {}",
-                *Zeroizing::new(zrtt_proto::record::hex(key.private()))
-            );
-        }
-        for ((server, ip), token) in &inner.tokens {
-            let _ = writeln!(s, "token {server} {ip} {}", zrtt_proto::record::hex(token));
-        }
-        for (server, list) in &inner.tickets {
-            for t in list {
-                let _ = writeln!(
-                    s,
-                    "ticket {server} {}",
-                    *Zeroizing::new(zrtt_proto::record::hex(&t.encode()))
-                );
-            }
-        }
-        s
+        render(&inner, &inner.tickets)
     }
 
     /// Load a file written by [`Self::save`]; a missing file is an empty store.
     pub fn load(path: &std::path::Path) -> Result<Self> {
-        match read_private(path, "reading the token state")? {
-            Some(text) => Self::parse(&text),
-            None => Ok(Self::new()),
-        }
+        let store = match read_private(path, "reading the token state")? {
+            Some(text) => Self::parse(&text)?,
+            None => Self::new(),
+        };
+        store.inner.lock().unwrap_or_else(|p| p.into_inner()).file = Some(TicketFile::new(path));
+        Ok(store)
     }
 
     /// Parse the text of a file written by [`Self::save`].
@@ -266,6 +287,39 @@ impl TokenStore {
         drop(inner);
         Ok(store)
     }
+}
+
+/// The text [`TokenStore::save`] writes: `inner`'s keys and tokens, and
+/// `tickets`.
+fn render(
+    inner: &StoreInner,
+    tickets: &HashMap<String, Vec<ResumptionTicket>>,
+) -> Zeroizing<String> {
+    use std::fmt::Write as _;
+    // It holds private keys: wiped once written.
+    let mut s = Zeroizing::new(String::from(
+        "# zrtt token state: static keys per server, tokens per server and local address\n",
+    ));
+    for (server, key) in &inner.statics {
+        let _ = writeln!(
+            s,
+            "static {server} {}",
+            *Zeroizing::new(zrtt_proto::record::hex(key.private()))
+        );
+    }
+    for ((server, ip), token) in &inner.tokens {
+        let _ = writeln!(s, "token {server} {ip} {}", zrtt_proto::record::hex(token));
+    }
+    for (server, list) in tickets {
+        for t in list {
+            let _ = writeln!(
+                s,
+                "ticket {server} {}",
+                *Zeroizing::new(zrtt_proto::record::hex(&t.encode()))
+            );
+        }
+    }
+    s
 }
 
 /// A client's certificates, per local address, each address with its own
@@ -501,9 +555,9 @@ pub fn fuzz_state_files(data: &[u8]) {
         v
     }
     if let Ok(t) = TokenStore::parse(text) {
-        let once = t.render();
+        let once = t.render_text();
         let again = TokenStore::parse(&once).expect("rendered token state parses");
-        assert_eq!(lines(&again.render()), lines(&once));
+        assert_eq!(lines(&again.render_text()), lines(&once));
     }
     if let Ok(p) = ProvenanceStore::parse(text) {
         let once = p.render();
@@ -590,37 +644,6 @@ mod tests {
             std::fs::write(&path, bad).unwrap();
             assert!(TokenStore::load(&path).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn tickets_are_kept_used_once_saved_and_dropped_when_unusable() {
-        use zrtt_proto::testing::{fuzz_fixture, fuzz_now, fuzz_ticket_with};
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("tokens");
-        let store = TokenStore::new();
-        let tickets: Vec<_> = (10..15).map(fuzz_ticket_with).collect();
-        for t in &tickets {
-            store.put_ticket("www.example.com", t.clone());
-        }
-        assert_eq!(store.tickets("www.example.com"), MAX_TICKETS_PER_SERVER);
-        store.save(&path).unwrap();
-        let back = TokenStore::load(&path).unwrap();
-        assert_eq!(back.tickets("www.example.com"), MAX_TICKETS_PER_SERVER);
-        let rec = &fuzz_fixture().record;
-        // The newest first, each once.
-        assert_eq!(
-            back.take_ticket("www.example.com", rec, fuzz_now())
-                .as_ref(),
-            Some(&tickets[4])
-        );
-        assert_eq!(back.tickets("www.example.com"), 3);
-        assert!(back.take_ticket("other.example", rec, fuzz_now()).is_none());
-        // Expired: dropped, none used.
-        let later = fuzz_now().saturating_add(Duration::from_secs(3600));
-        assert!(back.take_ticket("www.example.com", rec, later).is_none());
-        assert_eq!(back.tickets("www.example.com"), 0);
-        std::fs::write(&path, "ticket www 00").unwrap();
-        assert!(TokenStore::load(&path).is_err());
     }
 
     proptest::proptest! {

@@ -165,8 +165,7 @@ impl TicketContents {
     }
 
     fn encode(&self) -> Vec<u8> {
-        let mut out =
-            Vec::with_capacity(32 + 8 + 4 + 36 + 32 + 1 + self.binding.name.len() + 17);
+        let mut out = Vec::with_capacity(32 + 8 + 4 + 36 + 32 + 1 + self.binding.name.len() + 17);
         out.extend_from_slice(&self.psk[..]);
         out.put_u64(self.issued_secs);
         out.put_u32(self.lifetime_secs);

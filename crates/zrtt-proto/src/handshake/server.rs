@@ -162,8 +162,7 @@ impl ServerConfig {
                     .filter(|(_, _, until)| now.as_secs() < *until);
             } else if same_terms(&o.record.body, &k.record.body) {
                 let until = now.as_secs().saturating_add(keep_for.as_secs());
-                k.previous_record_hash =
-                    Some((o.record_hash, o.record.body.cert_sha256, until));
+                k.previous_record_hash = Some((o.record_hash, o.record.body.cert_sha256, until));
             }
         }
     }

@@ -351,8 +351,8 @@ fn a_ticket_is_accepted_only_where_its_semi_static_key_is_held() {
             .unwrap()
     };
     // B: same site, same certificate, same token keys, its own key.
-    let mut b = ServerConfig::new(vec![ServerKey::new(other_record(), other_key()).unwrap()])
-        .unwrap();
+    let mut b =
+        ServerConfig::new(vec![ServerKey::new(other_record(), other_key()).unwrap()]).unwrap();
     b.resumption = server.resumption.clone();
     assert_eq!(
         ticket_refusal(accept_at(&b, &flight, &mut filter(), now())),
@@ -368,7 +368,10 @@ fn a_ticket_is_accepted_only_where_its_semi_static_key_is_held() {
     .unwrap();
     both.resumption = server.resumption.clone();
     let accepted = accept_at(&both, &flight, &mut f, now()).unwrap();
-    assert_eq!(accepted.resumed.as_ref().unwrap().key.public_key, *testing::semi_static("zrtt vector key 1").public());
+    assert_eq!(
+        accepted.resumed.as_ref().unwrap().key.public_key,
+        *testing::semi_static("zrtt vector key 1").public()
+    );
     // Its fresh ticket stays bound to the key the flight was accepted under.
     let grant = both
         .grant_ticket(&accepted, peer(), now(), &rng(50))
@@ -492,7 +495,10 @@ fn ticket_keys_are_independent_of_token_keys_and_per_secret() {
     salted[4] ^= 1;
     assert_eq!(a.ticket_key().open(&salted), Err(TicketError::Invalid));
     // 129-byte v1 ticket + salt (4 more than the nonce) + key binding (36).
-    assert_eq!(sealed.len(), 4 + 16 + 32 + 8 + 4 + 36 + 32 + 1 + 15 + 1 + 4 + 16);
+    assert_eq!(
+        sealed.len(),
+        4 + 16 + 32 + 8 + 4 + 36 + 32 + 1 + 15 + 1 + 4 + 16
+    );
     assert_eq!(b.ticket_key().open(&sealed), Err(TicketError::UnknownKey));
     // A ticket is not a token, and a token key's own AEAD does not open it.
     assert!(a.verify(&sealed, peer(), Some(&[5; 32]), now()).is_err());
