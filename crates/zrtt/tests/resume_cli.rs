@@ -179,3 +179,70 @@ fn a_ticket_from_one_gateway_resumes_at_another_sharing_the_key_store() {
     assert_eq!(gateway_counter(&admin_b, "zrtt_resumed"), 1);
     assert_eq!(gateway_counter(&admin_b, "zrtt_tickets_refused"), 0);
 }
+
+/// Gateways sharing a --token-key but each with its own semi-static key
+/// (so its own replay filter, no --replay-store) do not resume each
+/// other's tickets (PROTOCOL.md §12.3): B refuses A's ticket with Reject
+/// 9 and the client retries at once with IK, answered once.
+#[test]
+fn a_gateway_with_another_semi_static_key_refuses_the_ticket() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    key_and_record(dir, HOST);
+    ok(dir, &["keys", "generate", "--out", "k2.key"]);
+    ok(
+        dir,
+        &[
+            "keys",
+            "sign",
+            "--key",
+            "k2.key",
+            "--cert",
+            "cert.pem",
+            "--cert-key",
+            "cert.key",
+            "--name",
+            HOST,
+            "--out",
+            "k2.rec",
+        ],
+    );
+    std::fs::write(dir.join("token.key"), "ab".repeat(32)).unwrap();
+    std::fs::set_permissions(
+        dir.join("token.key"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let mut a_flags = KEY.to_vec();
+    a_flags.extend_from_slice(&["--token-key", "token.key"]);
+    let b_flags = [
+        "--key",
+        "k2.key",
+        "--record",
+        "k2.rec",
+        "--cert",
+        "cert.pem",
+        "--cert-key",
+        "cert.key",
+        "--token-key",
+        "token.key",
+    ];
+    let (_a, gw_a, admin_a) = gateway(dir, None, &a_flags);
+    let (_b, gw_b, admin_b) = gateway(dir, None, &b_flags);
+    let err = get_with(dir, &gw_a, "k1.rec", &[]);
+    assert!(err.contains("resumed: false"), "{err}");
+    assert_eq!(gateway_counter(&admin_a, "zrtt_tickets_granted"), 1);
+    assert_eq!(tickets_in_state(dir), 1);
+
+    let err = get_with(dir, &gw_b, "k2.rec", &[]);
+    assert!(err.contains("resumed: false"), "{err}");
+    assert!(err.contains("resumption ticket refused"), "{err}");
+    assert_eq!(gateway_counter(&admin_b, "zrtt_tickets_refused"), 1);
+    assert_eq!(gateway_counter(&admin_b, "zrtt_resumed"), 0);
+    assert_eq!(gateway_counter(&admin_b, "zrtt_accepted"), 1);
+    // B's own ticket replaces A's.
+    assert_eq!(tickets_in_state(dir), 1);
+    let err = get_with(dir, &gw_b, "k2.rec", &[]);
+    assert!(err.contains("resumed: true"), "{err}");
+    assert_eq!(gateway_counter(&admin_b, "zrtt_resumed"), 1);
+}
