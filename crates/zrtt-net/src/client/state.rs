@@ -215,7 +215,8 @@ impl TokenStore {
     /// the file's tickets minus those this store took or dropped, plus
     /// those granted to it (another process's changes are kept).
     pub fn save(&self, path: &std::path::Path) -> Result<()> {
-        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let inner = &mut *guard;
         match &inner.file {
             Some(f) if f.path() == path => {
                 let max = match inner.max_tickets {
@@ -223,11 +224,15 @@ impl TokenStore {
                     n => n,
                 };
                 let (_lock, merged) = f.merged(&inner.tickets, max)?;
-                write_private(path, &render(&inner, &merged), "writing the token state")
+                write_private(path, &render(inner, &merged), "writing the token state")?;
+                if let Some(f) = &mut inner.file {
+                    f.saved(&inner.tickets);
+                }
+                Ok(())
             }
             _ => write_private(
                 path,
-                &render(&inner, &inner.tickets),
+                &render(inner, &inner.tickets),
                 "writing the token state",
             ),
         }

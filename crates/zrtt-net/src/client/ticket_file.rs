@@ -75,6 +75,21 @@ impl TicketFile {
         None
     }
 
+    /// After a save of `memory` (the file now holds it): forget what the
+    /// file no longer holds, so a long-running process (`zrtt proxy`)
+    /// keeps these sets bounded by its tickets. A ticket granted here and
+    /// saved stays unstruck when used: it leaves the file at the next save
+    /// (docs/PROTOCOL.md §12.4 says what that allows).
+    pub(super) fn saved(&mut self, memory: &HashMap<String, Vec<ResumptionTicket>>) {
+        self.gone.clear();
+        self.granted.retain(|g| {
+            memory
+                .values()
+                .flatten()
+                .any(|t| t.ticket() == g.as_slice())
+        });
+    }
+
     /// What to save: the file's tickets minus those this process took or
     /// dropped, plus those granted to it (at most `max` per server, the
     /// newest), with the file's lock, to be held while writing.
