@@ -478,7 +478,6 @@ impl ServerConfig {
         if !body.name.eq_ignore_ascii_case(&contents.binding.name) || !cert_ok {
             return Err(refuse(TicketError::WrongSite));
         }
-        let body = &key.record.body;
         let aead = match Aead::from_u8(header.aead) {
             Some(a) if body.aeads.contains(&a) => a,
             _ => {
