@@ -12,15 +12,16 @@
 //! - clients on other threads opening one new connection per request
 //!   (first flight → gateway → backend → reply → close).
 //!
-//! It prints µs of gateway CPU per connection for three paths (zrtt to a
-//! proven address, zrtt gated, TLS 1.3 on the same port) beside the crypto
+//! It prints µs of gateway CPU per connection for four paths (zrtt to a
+//! proven address, the same resumed with a ticket (docs/PROTOCOL.md §12),
+//! zrtt gated, TLS 1.3 on the same port) beside the crypto
 //! floor of an accepted first flight (1 X25519 DH + HKDF + AEAD open of the
 //! request + SHA-256 of the transcript, the same primitives snow uses, as in
 //! `zrtt-proto/benches/core.rs`) and the cost of the core's `accept` + `reply`
 //! alone, all as thread CPU time re-measured after every tenth of each path
 //! (the ratios are medians of per-tenth ratios, robust to a shared, drifting
 //! machine). `ZRTT_BENCH_CONNS` sets the connections per path (default
-//! 3000), `ZRTT_BENCH_ONLY=proven|gated|tls` runs one path (for
+//! 3000), `ZRTT_BENCH_ONLY=proven|resumed|gated|tls` runs one path (for
 //! `strace -ff`). Results and their reading: docs/GATEWAY.md.
 //! Fast Open is off on the client: the namespace's `tcp_fastopen` usually
 //! lacks the server bit, and SYN data changes no server CPU but the SYN path.
@@ -156,6 +157,7 @@ fn gateway_thread(
         zrtt_proto::crypto::X25519KeyPair,
     )>,
     trusted: Vec<IpNet>,
+    tokens: bool,
 ) -> GatewayThread {
     let (tx, rx) = std::sync::mpsc::channel();
     let builder = std::thread::Builder::new().name("zrtt-gateway".into());
@@ -182,6 +184,14 @@ fn gateway_thread(
                     zrtt_net::client::system_clock().saturating_sub(Duration::from_secs(5)),
                 )));
                 cfg.admission.dangerous().set_trusted_networks(trusted);
+                if tokens {
+                    // Tokens on: resumption tickets are sealed with keys
+                    // derived from the token keys.
+                    use zrtt_proto::admission::{TokenKey, TokenKeyRing, TokenKeys};
+                    cfg.admission.tokens = Some(TokenKeyRing::new(TokenKeys::single(
+                        TokenKey::new(&[7; 32], Duration::from_secs(3600)),
+                    )));
+                }
                 let l = &mut cfg.admission.limits;
                 l.max_connections = 100_000;
                 l.hard_max_connections = 100_000;
@@ -500,17 +510,31 @@ fn main() {
     let mut zrtt_cfg = client_config(keys.iter().map(|(r, _)| r.clone()).collect());
     zrtt_cfg.fast_open = false;
     zrtt_cfg.tls_fallback = false;
+    // Resuming clients: a ticket store with room for every connection in
+    // flight (the warm-up's first contacts fill it).
+    let mut resume_cfg = client_config(keys.iter().map(|(r, _)| r.clone()).collect());
+    resume_cfg.fast_open = false;
+    resume_cfg.tls_fallback = false;
+    resume_cfg.tokens = Some(Arc::new(
+        zrtt_net::client::TokenStore::with_tickets_per_server(64),
+    ));
+    let resume_cfg = Arc::new(resume_cfg);
     let zrtt_cfg = Arc::new(zrtt_cfg);
     let mut tls_cfg = client_config(Vec::new());
     tls_cfg.fast_open = false;
     let tls_cfg = Arc::new(tls_cfg);
 
-    // `ZRTT_BENCH_ONLY=proven|gated|tls` runs one path (e.g. under strace -ff).
+    // `ZRTT_BENCH_ONLY=proven|resumed|gated|tls` runs one path (e.g. under strace -ff).
     let only = std::env::var("ZRTT_BENCH_ONLY").unwrap_or_default();
     let run = |name: &str| only.is_empty() || only == name;
     let mut rows = Vec::new();
     if run("proven") {
-        let gw = gateway_thread(backend, keys.clone(), vec!["127.0.0.0/8".parse().unwrap()]);
+        let gw = gateway_thread(
+            backend,
+            keys.clone(),
+            vec!["127.0.0.0/8".parse().unwrap()],
+            false,
+        );
         rows.push(measure(
             "zrtt, proven address (answered early)",
             &rt,
@@ -524,8 +548,30 @@ fn main() {
             },
         ));
     }
+    if run("resumed") {
+        let gw = gateway_thread(
+            backend,
+            keys.clone(),
+            vec!["127.0.0.0/8".parse().unwrap()],
+            true,
+        );
+        rows.push(measure(
+            "zrtt resumed, proven (answered early)",
+            &rt,
+            resume_cfg,
+            &gw,
+            n,
+            &mut cores,
+            |m| {
+                assert_eq!(metric(m, "zrtt_answered_gated"), 0);
+                // All but the warm-up's first contacts resumed.
+                let (acc, res) = (metric(m, "zrtt_accepted"), metric(m, "zrtt_resumed"));
+                assert!(res + 16 >= acc, "{res} of {acc} resumed");
+            },
+        ));
+    }
     if run("gated") {
-        let gw = gateway_thread(backend, keys.clone(), Vec::new());
+        let gw = gateway_thread(backend, keys.clone(), Vec::new(), false);
         rows.push(measure(
             "zrtt, unproven address (gated)",
             &rt,
@@ -540,7 +586,7 @@ fn main() {
         ));
     }
     if run("tls") {
-        let gw = gateway_thread(backend, keys.clone(), Vec::new());
+        let gw = gateway_thread(backend, keys.clone(), Vec::new(), false);
         rows.push(measure(
             "TLS 1.3, same port",
             &rt,

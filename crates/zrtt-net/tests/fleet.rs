@@ -92,7 +92,7 @@ fn flight(rec: &KeyRecord, early: &[u8]) -> (ClientHandshake, Vec<u8>) {
 /// The store key a flight is recorded under.
 fn store_key(cfg: &ReplayStoreConfig, flight: &[u8]) -> String {
     match read_frame(flight, Expect::FirstFlight).unwrap().unwrap().0 {
-        Frame::FirstFlight { header, noise } => {
+        Frame::FirstFlight { header, noise, .. } => {
             cfg.key(header.key_id, noise[..32].try_into().unwrap())
         }
         _ => unreachable!(),

@@ -16,7 +16,8 @@ use tokio::net::TcpStream;
 use zrtt_net::client::TokenStore;
 use zrtt_net::client::{system_clock, Mode};
 use zrtt_proto::handshake::{
-    read_frame, ClientHandshake, ClientParams, Expect, Frame, RejectReason,
+    read_frame, ClientHandshake, ClientParams, Expect, Frame, Pattern, RejectReason,
+    FRAME_FIRST_FLIGHT,
 };
 use zrtt_proto::record::VerifiedKeyRecord;
 
@@ -373,6 +374,9 @@ async fn token_makes_next_connection_early() {
     let mut cfg = client_config(env.records.clone());
     let store = Arc::new(TokenStore::new());
     cfg.tokens = Some(store.clone());
+    // Tokens alone: a resumption ticket would prove the next visit instead
+    // (resumed_connection_is_answered_early_and_skips_the_dh).
+    cfg.resume = false;
     let cfg = Arc::new(cfg);
     let (resp, info) = fetch(cfg.clone(), env.addr, vec![get("/1")]).await.unwrap();
     assert_eq!(resp[0].0, 200);
@@ -384,6 +388,107 @@ async fn token_makes_next_connection_early() {
     assert_eq!(resp[0].0, 200);
     assert_eq!(env.metric("tokens_accepted"), 1);
     assert_eq!(env.metric("zrtt_answered_early"), 1);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn resumed_connection_is_answered_early_and_skips_the_dh() {
+    let env = start_gateway(GatewayOpts {
+        tokens: true,
+        ..Default::default()
+    })
+    .await;
+    let mut cfg = client_config(env.records.clone());
+    let store = Arc::new(TokenStore::new());
+    cfg.tokens = Some(store.clone());
+    let cfg = Arc::new(cfg);
+    // First contact: gated (nothing proves the address yet), a ticket granted.
+    let (resp, info) = fetch(cfg.clone(), env.addr, vec![get("/1")]).await.unwrap();
+    assert_eq!(resp[0].0, 200);
+    assert!(!info.resumed);
+    assert_eq!(env.metric("zrtt_tickets_granted"), 1);
+    assert_eq!(env.metric("zrtt_answered_gated"), 1);
+    assert_eq!(store.tickets(HOST), 1);
+    // Revisit: resumed, proven by the ticket (issued to this address), and
+    // the next ticket replaces the used one.
+    let (resp, info) = fetch(cfg.clone(), env.addr, vec![get("/2")]).await.unwrap();
+    assert_eq!(resp[0].0, 200);
+    assert!(info.resumed, "{info:?}");
+    assert_eq!(env.metric("zrtt_resumed"), 1);
+    assert_eq!(env.metric("zrtt_answered_early"), 1);
+    assert_eq!(env.metric("tokens_accepted"), 0);
+    assert_eq!(env.metric("zrtt_tickets_granted"), 2);
+    assert_eq!(store.tickets(HOST), 1);
+    env.stop().await;
+}
+
+/// A server that predates resumption closes on a resumed flight (pattern
+/// 0x03) without an answer: a front that does so before the gateway; the
+/// client retries at once without its ticket (docs/PROTOCOL.md §12.4).
+#[tokio::test]
+async fn a_resumed_flight_an_old_server_drops_is_retried_without_the_ticket() {
+    let env = start_gateway(GatewayOpts {
+        tokens: true,
+        ..Default::default()
+    })
+    .await;
+    let mut cfg = client_config(env.records.clone());
+    let store = Arc::new(TokenStore::new());
+    cfg.tokens = Some(store.clone());
+    let cfg = Arc::new(cfg);
+    let (resp, _) = fetch(cfg.clone(), env.addr, vec![get("/1")]).await.unwrap();
+    assert_eq!(resp[0].0, 200);
+    assert_eq!(store.tickets(HOST), 1);
+
+    let front = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let front_addr = front.local_addr().unwrap();
+    let backend = env.addr;
+    let dropped = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let d = dropped.clone();
+    let task = tokio::spawn(async move {
+        loop {
+            let (mut c, _) = front.accept().await.unwrap();
+            let d = d.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                while head.len() < 3 {
+                    let mut b = [0u8; 2048];
+                    match c.read(&mut b).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&b[..n]),
+                    }
+                }
+                if head[0] == FRAME_FIRST_FLIGHT && head[2] == Pattern::Resumed as u8 {
+                    d.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    return; // closed, no answer
+                }
+                let mut s = TcpStream::connect(backend).await.unwrap();
+                s.write_all(&head).await.unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut c, &mut s).await;
+            });
+        }
+    });
+    let (resp, info) = fetch(cfg.clone(), front_addr, vec![get("/2")])
+        .await
+        .unwrap();
+    assert_eq!(resp[0].0, 200);
+    assert!(!info.resumed, "{info:?}");
+    assert_eq!(info.mode, Mode::ZrttGated, "{info:?}");
+    assert!(
+        info.notes
+            .iter()
+            .any(|n| n.contains("retrying without a ticket")),
+        "{info:?}"
+    );
+    assert_eq!(dropped.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(env.metric("zrtt_resumed"), 0);
+    assert_eq!(env.metric("zrtt_accepted"), 2);
+    assert_eq!(
+        store.tickets(HOST),
+        1,
+        "the retry's Reply brought a new ticket"
+    );
+    task.abort();
     env.stop().await;
 }
 
@@ -433,4 +538,157 @@ async fn plain_http_is_closed() {
     assert!(answer.is_empty());
     assert_eq!(env.metric("other_refused"), 1);
     env.stop().await;
+}
+
+/// A ticket for HOST from another fleet (its own token key and semi-static
+/// key), made in process: a client must not try it after a Reject 9.
+fn other_fleets_ticket() -> zrtt_proto::handshake::ResumptionTicket {
+    let (rec, key) = record("zrtt test key 3", 16384);
+    let mut server = server_keys(&[(rec.clone(), key)]);
+    server.resumption = Some(zrtt_proto::admission::TokenKeyRing::new(
+        zrtt_proto::admission::TokenKeys::single(zrtt_proto::admission::TokenKey::new(
+            &[8; 32],
+            Duration::from_secs(3600),
+        )),
+    ));
+    let now = system_clock();
+    let verified = rec.verify(&cert_der(), HOST, now).unwrap();
+    let mut params = ClientParams::default();
+    params.request_ticket();
+    let rng = ring::rand::SystemRandom::new();
+    let (client, flight) = ClientHandshake::start(&verified, &params, b"", now, &rng).unwrap();
+    let (frame, _) = read_frame(&flight, Expect::FirstFlight).unwrap().unwrap();
+    let mut filter = zrtt_proto::replay::BloomReplayFilter::new(
+        zrtt_proto::replay::ReplayConfig::default(),
+        [4; 32],
+        now.saturating_sub(Duration::from_secs(5)),
+    );
+    let accepted = server
+        .accept(
+            &frame,
+            zrtt_proto::handshake::Transport::Tcp,
+            now,
+            &mut filter,
+            &rng,
+        )
+        .unwrap();
+    let grant = server
+        .grant_ticket(&accepted, "127.0.0.1".parse().unwrap(), now, &rng)
+        .unwrap()
+        .unwrap();
+    let mut exts = zrtt_proto::handshake::Extensions::new();
+    exts.set(zrtt_proto::handshake::ext::RESUMPTION, grant);
+    let (_, reply) = accepted.reply(&exts, b"").unwrap();
+    let (frame, _) = read_frame(&reply, Expect::ReplyOrReject).unwrap().unwrap();
+    client.handle_reply(&frame).unwrap().ticket.unwrap()
+}
+
+/// Three tickets for HOST from gateway `from` (each a first contact with a
+/// fresh store), moved into `store`.
+async fn three_tickets(from: &Env, store: &TokenStore) {
+    for i in 0..3 {
+        let mut cfg = client_config(from.records.clone());
+        let own = Arc::new(TokenStore::new());
+        cfg.tokens = Some(own.clone());
+        let cfg = Arc::new(cfg);
+        let (resp, _) = fetch(cfg.clone(), from.addr, vec![get(&format!("/t{i}"))])
+            .await
+            .unwrap();
+        assert_eq!(resp[0].0, 200);
+        let rec =
+            zrtt_net::client::KeySource::lookup(cfg.keys.as_ref(), HOST, system_clock()).unwrap();
+        store.put_ticket(HOST, own.take_ticket(HOST, &rec, system_clock()).unwrap());
+    }
+    assert_eq!(store.tickets(HOST), 4);
+}
+
+/// Gateways sharing token keys but each with its own semi-static key (so
+/// its own replay filter) do not resume each other's tickets (review M2):
+/// B refuses A's ticket with Reject 9, the client retries at once with
+/// NK/IK (never another ticket, review M1) and drops its other tickets of that
+/// ticket key; the request runs once at B, early.
+#[tokio::test]
+async fn another_replay_domains_ticket_is_refused_and_retried_with_nk_once() {
+    let a = start_gateway(GatewayOpts {
+        tokens: true,
+        ..Default::default()
+    })
+    .await;
+    let b = start_gateway(GatewayOpts {
+        tokens: true,
+        keys: vec![record("zrtt test key 2", 16384)],
+        trusted: trusted_loopback(),
+        ..Default::default()
+    })
+    .await;
+    let store = Arc::new(TokenStore::with_tickets_per_server(8));
+    // The oldest ticket: another fleet's (another ticket key id).
+    store.put_ticket(HOST, other_fleets_ticket());
+    three_tickets(&a, &store).await;
+
+    let mut cfg = client_config(b.records.clone());
+    cfg.tokens = Some(store.clone());
+    let cfg = Arc::new(cfg);
+    let (resp, info) = fetch(cfg, b.addr, vec![get("/once")]).await.unwrap();
+    assert_eq!(resp[0], (200, "GET /once early=1 body=0".to_owned()));
+    assert!(!info.resumed, "{info:?}");
+    assert!(
+        info.notes
+            .iter()
+            .any(|n| n.contains("dropped 2 more tickets")),
+        "{info:?}"
+    );
+    assert_eq!(b.metric("zrtt_tickets_refused"), 1);
+    assert_eq!(b.metric("zrtt_resumed"), 0);
+    assert_eq!(b.metric("zrtt_accepted"), 1);
+    assert_eq!(
+        *b.seen.lock().unwrap(),
+        vec!["GET /once early=1".to_owned()],
+        "the early request runs once"
+    );
+    assert_eq!(
+        store.tickets(HOST),
+        2,
+        "the other fleet's ticket, untried, and B's fresh one"
+    );
+    a.stop().await;
+    b.stop().await;
+}
+
+/// Gateways holding one semi-static key and one replay filter (PROTOCOL.md
+/// §7) resume each other's tickets.
+#[tokio::test]
+async fn gateways_sharing_key_and_filter_resume_each_others_tickets() {
+    let shared: Arc<std::sync::Mutex<dyn zrtt_proto::replay::ReplayFilter>> = Arc::new(
+        std::sync::Mutex::new(zrtt_proto::replay::BloomReplayFilter::new(
+            zrtt_proto::replay::ReplayConfig::default(),
+            [3; 32],
+            system_clock().saturating_sub(Duration::from_secs(5)),
+        )),
+    );
+    let a = start_gateway(GatewayOpts {
+        tokens: true,
+        replay: Some(shared.clone()),
+        ..Default::default()
+    })
+    .await;
+    let b = start_gateway(GatewayOpts {
+        tokens: true,
+        replay: Some(shared),
+        ..Default::default()
+    })
+    .await;
+    let store = Arc::new(TokenStore::new());
+    let mut cfg = client_config(a.records.clone());
+    cfg.tokens = Some(store.clone());
+    let cfg = Arc::new(cfg);
+    let (_, info) = fetch(cfg.clone(), a.addr, vec![get("/1")]).await.unwrap();
+    assert!(!info.resumed);
+    let (resp, info) = fetch(cfg, b.addr, vec![get("/2")]).await.unwrap();
+    assert_eq!(resp[0].0, 200);
+    assert!(info.resumed, "{info:?}");
+    assert_eq!(b.metric("zrtt_resumed"), 1);
+    assert_eq!(b.metric("zrtt_tickets_refused"), 0);
+    a.stop().await;
+    b.stop().await;
 }

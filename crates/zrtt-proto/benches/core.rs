@@ -9,6 +9,10 @@
 //! - accept (server, NK): 1 X25519 DH + 1 HKDF + AEAD open of the payload + SHA-256 of the transcript;
 //! - create (client, NK): X25519 key generation + 1 DH + 1 HKDF + AEAD seal + SHA-256 of the transcript;
 //! - record verification: 1 signature verification.
+//!
+//! The summary also compares a first contact's server work (NK accept and
+//! reply) with a resumed one's (NNpsk0 accept and reply, docs/PROTOCOL.md
+//! §12), each with and without granting the next ticket.
 #![allow(clippy::unwrap_used, clippy::disallowed_methods, missing_docs)]
 
 use std::hint::black_box;
@@ -18,8 +22,9 @@ use criterion::{BatchSize, Criterion};
 use ring::{digest, hmac, signature};
 use snow::params::{CipherChoice, DHChoice};
 use snow::resolvers::{CryptoResolver, DefaultResolver, RingResolver};
+use zrtt_proto::admission::{TokenKey, TokenKeyRing, TokenKeys};
 use zrtt_proto::handshake::{
-    read_frame, ClientHandshake, ClientParams, Expect, Extensions, Transport,
+    ext, read_frame, ClientHandshake, ClientParams, Expect, Extensions, ResumptionTicket, Transport,
 };
 use zrtt_proto::record::{KeyRecord, SignatureAlgorithm};
 use zrtt_proto::replay::{BloomReplayFilter, ReplayConfig};
@@ -149,7 +154,11 @@ struct Ops {
     ed_pub: Vec<u8>,
     ecdsa_rec: KeyRecord,
     ed_rec: KeyRecord,
+    ticket: ResumptionTicket,
 }
+
+const RESPONSE: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+const PEER: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::new(198, 18, 0, 1));
 
 impl Ops {
     fn new() -> Self {
@@ -166,11 +175,36 @@ impl Ops {
             .sign(&ed_signer, &rng)
             .unwrap();
         assert_eq!(ecdsa_rec.sig_alg, SignatureAlgorithm::EcdsaP256Sha256);
+        let mut server = testing::vector_server();
+        server.resumption = Some(TokenKeyRing::new(TokenKeys::single(TokenKey::new(
+            &[3; 32],
+            Duration::from_secs(3600),
+        ))));
+        let record = testing::vector_record()
+            .verify(&ed_cert, testing::NAME, now())
+            .unwrap();
+        // One ticket for every resumed flight of the bench (the server does
+        // not enforce single use; each flight has its own ephemeral key).
+        let mut params = ClientParams::default();
+        params.request_ticket();
+        let (client, flight) =
+            ClientHandshake::start(&record, &params, REQUEST, now(), &rng).unwrap();
+        let (frame, _) = read_frame(&flight, Expect::FirstFlight).unwrap().unwrap();
+        let a = server
+            .accept(&frame, Transport::Tcp, now(), &mut filter(), &rng)
+            .unwrap();
+        let mut exts = Extensions::new();
+        exts.set(
+            ext::RESUMPTION,
+            server.grant_ticket(&a, PEER, now(), &rng).unwrap().unwrap(),
+        );
+        let (_, reply) = a.reply(&exts, RESPONSE).unwrap();
+        let (frame, _) = read_frame(&reply, Expect::ReplyOrReject).unwrap().unwrap();
+        let ticket = client.handle_reply(&frame).unwrap().ticket.unwrap();
         Self {
-            server: testing::vector_server(),
-            record: testing::vector_record()
-                .verify(&ed_cert, testing::NAME, now())
-                .unwrap(),
+            server,
+            record,
+            ticket,
             ecdsa_bytes: ecdsa_rec.encode(),
             ed_bytes: ed_rec.encode(),
             ecdsa_pub: ecdsa_signer.public_key().to_vec(),
@@ -226,13 +260,39 @@ impl Ops {
             .server
             .accept(&frame, Transport::Tcp, now(), f, &self.rng)
             .unwrap();
-        black_box(
-            a.reply(
-                &Extensions::new(),
-                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        let mut exts = Extensions::new();
+        if let Some(grant) = self
+            .server
+            .grant_ticket(&a, PEER, now(), &self.rng)
+            .unwrap()
+        {
+            exts.set(ext::RESUMPTION, grant);
+        }
+        black_box(a.reply(&exts, RESPONSE).unwrap());
+    }
+    /// A first flight: NK, or resumed with the bench's ticket; asking for
+    /// a ticket or not.
+    fn flight(&self, resumed: bool, ask: bool) -> Vec<u8> {
+        let mut params = ClientParams::default();
+        if ask {
+            params.request_ticket();
+        }
+        if resumed {
+            ClientHandshake::resume(
+                &self.record,
+                self.ticket.clone(),
+                &params,
+                REQUEST,
+                now(),
+                &self.rng,
             )
-            .unwrap(),
-        );
+            .unwrap()
+            .1
+        } else {
+            ClientHandshake::start(&self.record, &params, REQUEST, now(), &self.rng)
+                .unwrap()
+                .1
+        }
     }
 }
 
@@ -265,6 +325,22 @@ fn criterion_groups(c: &mut Criterion, ops: &Ops) {
     g.bench_function("accept_and_reply_nk/zrtt", |b| {
         b.iter_batched(
             || ops.create(),
+            |fl| ops.accept_and_reply(&fl, &mut f),
+            BatchSize::SmallInput,
+        )
+    });
+    let mut f = filter();
+    g.bench_function("accept_and_reply_resumed/zrtt", |b| {
+        b.iter_batched(
+            || ops.flight(true, false),
+            |fl| ops.accept_and_reply(&fl, &mut f),
+            BatchSize::SmallInput,
+        )
+    });
+    let mut f = filter();
+    g.bench_function("accept_and_reply_resumed_new_ticket/zrtt", |b| {
+        b.iter_batched(
+            || ops.flight(true, true),
             |fl| ops.accept_and_reply(&fl, &mut f),
             BatchSize::SmallInput,
         )
@@ -367,6 +443,23 @@ fn summary(ops: &Ops) {
         );
     });
     let ed_verify = median_ns(ROUNDS, N, |_| ops.floor_ed());
+    // Resumption: a server's whole per-connection core work (accept and
+    // reply), first contact against resumed, with and without a new ticket.
+    let cases = [
+        ("NK first contact", false, false),
+        ("NK first contact, ticket granted", false, true),
+        ("resumed", true, false),
+        ("resumed, next ticket granted", true, true),
+    ];
+    let mut resumption = Vec::new();
+    for (name, resumed, ask) in cases {
+        let pre: Vec<Vec<u8>> = (0..ROUNDS * N).map(|_| ops.flight(resumed, ask)).collect();
+        let mut f = filter();
+        resumption.push((
+            name,
+            median_ns(ROUNDS, N, |i| ops.accept_and_reply(&pre[i], &mut f)),
+        ));
+    }
 
     println!(
         "\nzrtt-proto cost against crypto floor (median of {ROUNDS} rounds x {N} ops, same run)\n"
@@ -404,6 +497,13 @@ fn summary(ops: &Ops) {
         ed_verify / 1e3,
         1e9 / ed_verify
     );
+    println!("\nresumption: server accept + reply per connection (same run)\n");
+    println!("| case | us | vs NK first contact |");
+    println!("|---|---|---|");
+    let base = resumption[0].1;
+    for (name, ns) in &resumption {
+        println!("| {name} | {:.1} | {:.2} |", ns / 1e3, ns / base);
+    }
 }
 
 fn main() {

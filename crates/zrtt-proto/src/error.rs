@@ -220,6 +220,9 @@ pub enum HandshakeError {
     /// The key record demands a client static key and the flight had none.
     #[error("client authentication required")]
     ClientAuthRequired,
+    /// A resumed flight's ticket was refused (Reject 9 on the wire).
+    #[error("resumption ticket refused: {0}")]
+    TicketRefused(crate::handshake::TicketError),
     /// The server refused the first flight.
     #[error("server refused the first flight: {0}")]
     Rejected(crate::handshake::RejectReason),

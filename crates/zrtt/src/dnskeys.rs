@@ -43,6 +43,10 @@ pub struct ClientFlags {
     /// Keep no token state between runs (every visit is a first visit).
     #[arg(long)]
     no_state: bool,
+    /// Ask for and use no zrtt resumption tickets (docs/PROTOCOL.md §12;
+    /// with token state, tickets are kept there and each used once).
+    #[arg(long)]
+    no_resume: bool,
 }
 
 /// The per-user state directory: `$XDG_STATE_HOME/zrtt`, else
@@ -100,6 +104,7 @@ impl ClientFlags {
     /// Set these choices on a client config.
     pub fn apply(&self, cfg: &mut zrtt_net::client::ClientConfig) {
         cfg.fast_open = !self.no_fast_open;
+        cfg.resume = !self.no_resume;
         cfg.tls_fallback = !self.zrtt_only;
         if self.no_early_data {
             cfg.early_data = zrtt_net::client::EarlyDataPolicy::Never;

@@ -532,11 +532,12 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
     if a.verbose {
         if let Some(i) = &info {
             eprintln!(
-                "* mode {} ({:?}, SYN data acked: {}, early data: {}, rtt {:?}, {} round trips)",
+                "* mode {} ({:?}, SYN data acked: {}, early data: {}, resumed: {}, rtt {:?}, {} round trips)",
                 i.mode.as_str(),
                 i.connect_mode,
                 i.syn_data_acked,
                 i.early_data,
+                i.resumed,
                 i.rtt,
                 i.round_trips
             );

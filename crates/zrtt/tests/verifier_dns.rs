@@ -223,6 +223,9 @@ fn gateway_trusts_the_keys_a_verifier_publishes_in_dns_and_nothing_else() {
                 "body.txt",
                 "--provenance-state",
                 state,
+                // The certificates must prove the address, not a
+                // resumption ticket from the previous visit.
+                "--no-resume",
                 "--record",
                 "k1.rec",
                 "--cert",

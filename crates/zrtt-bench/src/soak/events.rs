@@ -333,13 +333,21 @@ impl Spec {
         Ok(())
     }
 
-    /// Key ids of the tokens the kept clients hold (distinct, sorted).
+    /// Key ids of the tokens and resumption tickets the kept clients hold
+    /// (distinct, sorted): a ticket names the token key whose ticket key
+    /// sealed it (docs/PROTOCOL.md §12.2).
     fn token_ids(&self) -> Vec<u32> {
         let mut ids: Vec<u32> = self
             .kept
             .iter()
             .filter_map(|c| c.tokens.as_ref()?.token(self.host(), self.client_ip))
             .filter_map(|t| token_key_id(&t))
+            .chain(
+                self.kept
+                    .iter()
+                    .filter_map(|c| c.tokens.as_ref())
+                    .flat_map(|s| s.ticket_key_ids(self.host())),
+            )
             .collect();
         ids.sort_unstable();
         ids.dedup();

@@ -101,7 +101,7 @@ pub(super) fn build_cell(
     // server_ticks: [nginx, gateway, static-file gateway].
     let (nginx, gw, files) = (g.server_ticks[0], g.server_ticks[1], g.server_ticks[2]);
     let (own, all) = match case {
-        Case::Zrtt => (gw, gw + nginx),
+        Case::Zrtt | Case::ZrttResumed => (gw, gw + nginx),
         Case::ZrttStatic | Case::TlsStatic | Case::TlsStaticResumed => (files, files),
         _ => (nginx, nginx),
     };
@@ -123,7 +123,7 @@ pub(super) fn build_cell(
         window_s: g.window_s,
         latency: Summary::of(&g.latencies_ms),
         server_us: per(own),
-        with_backend_us: (case == Case::Zrtt).then(|| per(all)),
+        with_backend_us: matches!(case, Case::Zrtt | Case::ZrttResumed).then(|| per(all)),
         server_busy: busy(all),
         loadgen_busy: busy(g.client_ticks),
         core_us: [per(g.core_ticks[0]), per(g.core_ticks[1])],

@@ -253,7 +253,8 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-/// One request on a new connection; `Ok(true)` if TLS resumed a session.
+/// One request on a new connection; `Ok(true)` if it resumed (a TLS
+/// session, a zrtt ticket).
 async fn one(job: &Job) -> Result<bool, String> {
     let limit = job.body_len + 64 * 1024;
     let mut buf = Vec::with_capacity(job.body_len + 4096);
@@ -293,7 +294,14 @@ async fn one(job: &Job) -> Result<bool, String> {
         Client::Zrtt { cfg, target } => {
             let mut s = ZrttStream::new(cfg.clone(), target.clone());
             exchange(&mut s, &job.request, &mut buf, limit).await?;
-            false
+            // A zrtt connection that resumed a ticket.
+            let info = s.info();
+            let resumed = info
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+                .is_some_and(|i| i.resumed);
+            resumed
         }
     };
     check_response(&buf, job.body_len)?;

@@ -98,6 +98,8 @@ enum Case {
     TlsFull,
     TlsResumed,
     Zrtt,
+    /// The same gateway, zrtt clients resuming (a ticket each, Noise NNpsk0).
+    ZrttResumed,
     /// The gateway serving files itself, zrtt clients answered early.
     ZrttStatic,
     /// The same gateway, TLS 1.3 clients with full handshakes.
@@ -107,21 +109,23 @@ enum Case {
 }
 
 /// The cases measured at fixed rates.
-const RATE_CASES: [Case; 4] = [
+const RATE_CASES: [Case; 5] = [
     Case::TlsFull,
     Case::TlsResumed,
     Case::Zrtt,
+    Case::ZrttResumed,
     Case::ZrttStatic,
 ];
 
 /// Workers of a fixed-rate cell (at least).
 const RATE_WORKERS: usize = 64;
 
-const CASES: [Case; 7] = [
+const CASES: [Case; 8] = [
     Case::Http,
     Case::TlsFull,
     Case::TlsResumed,
     Case::Zrtt,
+    Case::ZrttResumed,
     Case::ZrttStatic,
     Case::TlsStatic,
     Case::TlsStaticResumed,
@@ -134,6 +138,7 @@ impl Case {
             Case::TlsFull => "nginx-tls13-full",
             Case::TlsResumed => "nginx-tls13-resumed",
             Case::Zrtt => "zrtt-gateway",
+            Case::ZrttResumed => "zrtt-gateway-resumed",
             Case::ZrttStatic => "zrtt-gateway-static",
             Case::TlsStatic => "gateway-static-tls13-full",
             Case::TlsStaticResumed => "gateway-static-tls13-resumed",
@@ -146,6 +151,7 @@ impl Case {
             Case::TlsFull => "nginx, TLS 1.3 full handshake",
             Case::TlsResumed => "nginx, TLS 1.3 resumed (ticket)",
             Case::Zrtt => "zrtt gateway (answered early) + nginx backend",
+            Case::ZrttResumed => "zrtt gateway, resumed (ticket) + nginx backend",
             Case::ZrttStatic => "zrtt gateway --root (answered early), no backend",
             Case::TlsStatic => "gateway --root, TLS 1.3 full handshake",
             Case::TlsStaticResumed => "gateway --root, TLS 1.3 resumed (ticket)",
@@ -157,7 +163,7 @@ impl Case {
             Case::Http => HTTP_PORT,
             Case::TlsFull => TLS_FULL_PORT,
             Case::TlsResumed => TLS_RESUMED_PORT,
-            Case::Zrtt => GW_PORT,
+            Case::Zrtt | Case::ZrttResumed => GW_PORT,
             Case::ZrttStatic | Case::TlsStatic | Case::TlsStaticResumed => GW_STATIC_PORT,
         }
     }
@@ -272,6 +278,15 @@ pub fn run(bench: &Bench, o: &ThroughputOpts) -> Result<Report> {
         .with_tls_config(tls_config(&cert, false)?);
     // zrtt or an error: a silent TLS fallback would measure something else.
     zcfg.tls_fallback = false;
+    // Resuming clients: a ticket store with room for every connection in
+    // flight (the warm-up's first contacts fill it; each resumed Reply
+    // brings the next ticket).
+    let mut rcfg = ClientConfig::builder(zcfg.keys.clone()).with_tls_config(zcfg.tls.clone());
+    rcfg.tls_fallback = false;
+    rcfg.tokens = Some(Arc::new(
+        zrtt_net::client::TokenStore::with_tickets_per_server(o.concurrency.max(RATE_WORKERS) * 2),
+    ));
+    let rcfg = Arc::new(rcfg);
     let zcfg = Arc::new(zcfg);
     let name = pki_types::ServerName::try_from(NAME)?.to_owned();
 
@@ -309,8 +324,12 @@ pub fn run(bench: &Bench, o: &ThroughputOpts) -> Result<Report> {
                         name: name.clone(),
                     }
                 }
-                Case::Zrtt | Case::ZrttStatic => Client::Zrtt {
-                    cfg: zcfg.clone(),
+                Case::Zrtt | Case::ZrttResumed | Case::ZrttStatic => Client::Zrtt {
+                    cfg: if case == Case::ZrttResumed {
+                        rcfg.clone()
+                    } else {
+                        zcfg.clone()
+                    },
                     target: Target {
                         host: NAME.into(),
                         addr: loopback(case.port()),
@@ -328,7 +347,8 @@ pub fn run(bench: &Bench, o: &ThroughputOpts) -> Result<Report> {
                 body_len: kb * 1024,
                 tls_info: OnceLock::new(),
             };
-            let before = (case == Case::Zrtt).then(|| scrape_metrics(&lab));
+            let before =
+                matches!(case, Case::Zrtt | Case::ZrttResumed).then(|| scrape_metrics(&lab));
             // At a fixed rate, enough workers that a slow answer does not
             // hold the next start back.
             let conc = match rate {
@@ -342,11 +362,15 @@ pub fn run(bench: &Bench, o: &ThroughputOpts) -> Result<Report> {
                 })
                 .and_then(|t| t.join());
             let gateway = match (before, case) {
-                (Some(Ok(b)), Case::Zrtt) => scrape_metrics(&lab).ok().map(|a| {
-                    a.iter()
-                        .map(|(k, v)| (k.clone(), v.saturating_sub(b.get(k).copied().unwrap_or(0))))
-                        .collect()
-                }),
+                (Some(Ok(b)), Case::Zrtt | Case::ZrttResumed) => {
+                    scrape_metrics(&lab).ok().map(|a| {
+                        a.iter()
+                            .map(|(k, v)| {
+                                (k.clone(), v.saturating_sub(b.get(k).copied().unwrap_or(0)))
+                            })
+                            .collect()
+                    })
+                }
                 _ => None,
             };
             let mut cell = match out {

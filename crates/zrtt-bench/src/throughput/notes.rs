@@ -110,14 +110,19 @@ pub(super) fn notes(o: &ThroughputOpts, cells: &[Cell]) -> Vec<String> {
             ));
         }
     }
-    for c in cells.iter().filter(|c| c.case == Case::Zrtt && c.usable()) {
+    for c in cells
+        .iter()
+        .filter(|c| matches!(c.case, Case::Zrtt | Case::ZrttResumed) && c.usable())
+    {
         if let Some(g) = &c.gateway {
             let get = |k: &str| g.get(k).copied().unwrap_or(0);
             let acc = get("zrtt_accepted").max(1) as f64;
             n.push(format!(
-                "Gateway counters, {} KB cell (warm-up included): {} flights accepted, {:.1}% answered early ({:.1}% while the socket was still SYN_RECV), {} gated, {} forced to gating by soft limits, {} busy, {} TLS connections.",
+                "Gateway counters, {} KB {} cell (warm-up included): {} flights accepted ({} resumed a ticket), {:.1}% answered early ({:.1}% while the socket was still SYN_RECV), {} gated, {} forced to gating by soft limits, {} busy, {} TLS connections.",
                 c.kb,
+                c.case.id(),
                 get("zrtt_accepted"),
+                get("zrtt_resumed"),
                 get("zrtt_answered_early") as f64 * 100.0 / acc,
                 get("zrtt_answered_in_syn_recv") as f64 * 100.0 / acc,
                 get("zrtt_answered_gated"),

@@ -192,6 +192,24 @@ pub(super) fn report(
             ),
         ]);
     }
+    if let (Some(r), Some(z)) = (
+        cell(cells, Case::ZrttResumed, 1),
+        cell(cells, Case::Zrtt, 1),
+    ) {
+        p.row(vec![
+            "zrtt resumed vs a zrtt first contact: gateway CPU per connection, 1 KB (issue 15 target <= 0.7x)".into(),
+            "(no paper figure; HTTPCrypt's session cache)".into(),
+            format!(
+                "gateway alone {:.0} vs {:.0} µs ({:.2}x); with the backend {:.0} vs {:.0} µs ({:.2}x)",
+                r.server_us,
+                z.server_us,
+                r.server_us / z.server_us,
+                r.with_backend_us.unwrap_or(f64::NAN),
+                z.with_backend_us.unwrap_or(f64::NAN),
+                r.with_backend_us.unwrap_or(f64::NAN) / z.with_backend_us.unwrap_or(f64::NAN),
+            ),
+        ]);
+    }
     if let (Some(z), Some(f)) = (
         cell(cells, Case::ZrttStatic, 1),
         cell(cells, Case::TlsFull, 1),

@@ -78,6 +78,12 @@ pub struct ClientConfig {
     /// (docs/PROTOCOL.md §11). Cost: the certificates name the client's
     /// address and key to every server it visits from that address.
     pub provenance: Option<Arc<ProvenanceStore>>,
+    /// Resumption (default on; docs/PROTOCOL.md §12): with a `tokens`
+    /// store, ask every server for a resumption ticket, keep the tickets
+    /// there (in memory and in its file) and use each once: a later flight
+    /// with one skips the server's semi-static DH and, from the same
+    /// address, proves it like a token. Off: no tickets asked for or used.
+    pub resume: bool,
     /// Which requests go as early data (default: idempotent ones).
     pub early_data: EarlyDataPolicy,
     /// HTTP/2 inside the channel (default: never).
@@ -133,6 +139,7 @@ impl ClientConfig {
             tokens: self.tokens.clone(),
             provenance: self.provenance.clone(),
             early_data: self.early_data,
+            resume: self.resume,
             http2,
             tls_fallback: self.tls_fallback,
             connect_timeout: self.connect_timeout,
@@ -178,6 +185,7 @@ impl ClientConfigBuilder {
             paths: Arc::new(PathMemory::default()),
             tokens: None,
             provenance: None,
+            resume: true,
             early_data: EarlyDataPolicy::IdempotentOnly,
             http2: Http2Policy::Never,
             tls_fallback: true,

@@ -138,6 +138,8 @@ pub struct ConnInfo {
     pub verifiers: Vec<String>,
     /// The application protocol the connection speaks.
     pub protocol: AppProtocol,
+    /// The zrtt connection resumed a ticket (Noise NNpsk0, docs/PROTOCOL.md §12).
+    pub resumed: bool,
 }
 
 /// The application protocol inside the connection (first-flight ALPN,
@@ -392,8 +394,20 @@ async fn zrtt_attempts(
         record = None;
     }
     let mut fast_open = cfg.fast_open && cfg.paths.fast_open_allowed(target.addr, t0);
+    let mut ticket_refused = false;
     while let Some(rec) = record.take() {
-        let attempt = attempt_zrtt(cfg, target, &rec, (protocol, request), fast_open, t0, race);
+        // The ticket key id of the ticket this attempt presented, if any.
+        let mut resumed = None;
+        let attempt = attempt_zrtt(
+            cfg,
+            target,
+            &rec,
+            (protocol, request),
+            (fast_open, !ticket_refused),
+            t0,
+            race,
+            &mut resumed,
+        );
         match attempt.await {
             Ok(Attempt::Done(conn, info)) => {
                 return Ok((Some((conn, info)), notes, spent, retried, why));
@@ -409,6 +423,21 @@ async fn zrtt_attempts(
                 spent += rts;
                 why = Fallback::ZrttFailed;
                 notes.push(format!("server refused the first flight: {reason}"));
+                if reason == RejectReason::TicketRefused && !ticket_refused {
+                    // Retry at once with NK/IK, never another ticket, and
+                    // drop the origin's other tickets of that ticket key:
+                    // this server would refuse them too (docs/PROTOCOL.md
+                    // §12.4).
+                    ticket_refused = true;
+                    if let (Some(store), Some(key_id)) = (&cfg.tokens, resumed) {
+                        let n = store.drop_tickets_of_key(&target.host, key_id);
+                        if n > 0 {
+                            notes.push(format!("dropped {n} more tickets of key {key_id:08x}"));
+                        }
+                    }
+                    record = Some(rec);
+                    continue;
+                }
                 if reason == RejectReason::Unsupported && protocol == AppProtocol::Http2 {
                     // Most likely ALPN h2 not served there; the protocol is
                     // fixed for this connection: TLS with ALPN h2.
@@ -430,6 +459,15 @@ async fn zrtt_attempts(
                 }
             }
             Ok(Attempt::Sent(e)) => return Err(e),
+            Err(Error::NoAnswer) if resumed.is_some() && !ticket_refused => {
+                // Closed without an answer: a server that predates
+                // resumption (a fleet upgraded piecemeal) drops a resumed
+                // flight so. Once more at once without a ticket.
+                notes.push("no answer to a resumed flight; retrying without a ticket".into());
+                spent += 1;
+                ticket_refused = true;
+                record = Some(rec);
+            }
             Ok(Attempt::Failed(e)) | Err(e) => {
                 notes.push(format!("zrtt failed: {e}"));
                 spent += 1;
@@ -464,20 +502,41 @@ fn local_ip_towards(dest: SocketAddr) -> Option<IpAddr> {
     s.local_addr().ok().map(|a| a.ip())
 }
 
+/// One zrtt attempt (`flags`: Fast Open, whether a ticket may be used);
+/// `resumed_out` is set to the ticket key id when its flight resumed a
+/// ticket.
+#[allow(clippy::too_many_arguments)]
 async fn attempt_zrtt(
     cfg: &ClientConfig,
     target: &Target,
     rec: &VerifiedKeyRecord,
     (protocol, request): (AppProtocol, &[u8]),
-    fast_open: bool,
+    (fast_open, use_ticket): (bool, bool),
     t0: Instant,
     race: &Race,
+    resumed_out: &mut Option<u32>,
 ) -> Result<Attempt> {
     let max_early = rec.body().max_early_data_bytes as usize;
     let early_len = protocol.early_part(request, cfg.early_data, max_early);
     let early = early_len.is_some();
     let mut params = ClientParams::default();
     params.extensions.set(ext::ALPN, protocol.alpn().to_vec());
+    let tickets = cfg.tokens.as_ref().filter(|_| cfg.resume);
+    if tickets.is_some() {
+        params.request_ticket();
+    }
+    let (early_data, rest) = request.split_at(early_len.unwrap_or(0));
+    // A ticket for this origin (used once, whatever happens next) makes a
+    // resumed flight; otherwise NK or IK as below.
+    // (A ticket the record's terms rule out, e.g. client authentication
+    // required, is dropped and the flight built as below.)
+    let resumed = tickets
+        .filter(|_| use_ticket)
+        .and_then(|s| s.take_ticket(&target.host, rec, (cfg.clock)()))
+        .and_then(|t| {
+            ClientHandshake::resume(rec, t, &params, early_data, (cfg.clock)(), cfg.rng.as_ref())
+                .ok()
+        });
     let proof = cfg
         .provenance
         .as_ref()
@@ -497,9 +556,14 @@ async fn attempt_zrtt(
             cfg.rng.as_ref(),
         )?);
     }
-    let (early_data, rest) = request.split_at(early_len.unwrap_or(0));
-    let (hs, flight) =
-        ClientHandshake::start(rec, &params, early_data, (cfg.clock)(), cfg.rng.as_ref())?;
+    let (hs, flight) = match resumed {
+        Some(r) => r,
+        None => ClientHandshake::start(rec, &params, early_data, (cfg.clock)(), cfg.rng.as_ref())?,
+    };
+    let is_resumed = hs.resumed();
+    if is_resumed {
+        *resumed_out = hs.ticket_key_id();
+    }
     let started = Instant::now();
     let (mut tcp, cmode) =
         tfo::connect_with_data(target.addr, &flight, fast_open, cfg.connect_timeout).await?;
@@ -576,6 +640,9 @@ async fn attempt_zrtt(
         }
         other => hs.handle_reply(&other)?,
     };
+    if let (Some(store), Some(t)) = (tickets, reply.ticket) {
+        store.put_ticket(&target.host, t);
+    }
     let leftover = buf[used..].to_vec();
     let mut stream = ChannelStream::new(tcp, reply.channel, reply.data, leftover, Vec::new());
     let local_addr = stream.get_ref().local_addr().ok();
@@ -647,6 +714,7 @@ async fn attempt_zrtt(
             named.clone()
         },
         protocol,
+        resumed: is_resumed,
     };
     Ok(Attempt::Done(Conn::Zrtt(Box::new(stream)), info))
 }
@@ -747,6 +815,7 @@ pub(super) async fn tls_send(
         local_addr,
         verifiers: Vec::new(),
         protocol,
+        resumed: false,
     };
     Ok((Conn::Tls(Box::new(tls)), info))
 }

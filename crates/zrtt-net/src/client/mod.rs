@@ -40,6 +40,7 @@ mod reply_wait;
 mod resolve;
 mod state;
 mod stream;
+mod ticket_file;
 
 pub use config::{
     system_clock, system_roots, tls_client_config, ClientConfig, ClientConfigBuilder,

@@ -1,7 +1,7 @@
 //! Client state kept across connections (and, saved to files, across
-//! runs): address tokens ([`TokenStore`]) and provenance certificates
-//! ([`ProvenanceStore`]). Both hold private keys; their files are written
-//! owner-only.
+//! runs): address tokens and resumption tickets ([`TokenStore`]) and
+//! provenance certificates ([`ProvenanceStore`]). Both hold private keys;
+//! their files are written owner-only.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -9,9 +9,12 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use zrtt_proto::crypto::{SecureRandom, X25519KeyPair};
+use zrtt_proto::handshake::ResumptionTicket;
 use zrtt_proto::provenance::{decode_certificates, encode_certificates, Certificate};
+use zrtt_proto::record::VerifiedKeyRecord;
 use zrtt_proto::UnixTime;
 
+use super::ticket_file::TicketFile;
 use crate::error::{Error, Result};
 use crate::verifier::fetch_certificate;
 use zeroize::Zeroizing;
@@ -26,9 +29,19 @@ pub struct TokenStore {
 
 #[derive(Default)]
 struct StoreInner {
+    /// Tickets kept per server name (0: [`MAX_TICKETS_PER_SERVER`]).
+    max_tickets: usize,
     statics: HashMap<String, X25519KeyPair>,
     tokens: HashMap<(String, IpAddr), Vec<u8>>,
+    /// Resumption tickets per server name, oldest first (docs/PROTOCOL.md §12.4).
+    tickets: HashMap<String, Vec<ResumptionTicket>>,
+    /// The state file this store was loaded from: tickets taken from it
+    /// are struck from it first, saving merges (`ticket_file.rs`).
+    file: Option<TicketFile>,
 }
+
+/// Most resumption tickets kept per server name.
+pub const MAX_TICKETS_PER_SERVER: usize = 4;
 
 impl std::fmt::Debug for TokenStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -36,6 +49,10 @@ impl std::fmt::Debug for TokenStore {
         f.debug_struct("TokenStore")
             .field("servers", &inner.statics.len())
             .field("tokens", &inner.tokens.len())
+            .field(
+                "tickets",
+                &inner.tickets.values().map(Vec::len).sum::<usize>(),
+            )
             .finish()
     }
 }
@@ -44,6 +61,19 @@ impl TokenStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty store keeping up to `n` resumption tickets per server
+    /// (default [`MAX_TICKETS_PER_SERVER`]): a client with more connections
+    /// to one server at once, such as a load generator, needs one per
+    /// connection in flight to resume them all.
+    pub fn with_tickets_per_server(n: usize) -> Self {
+        let s = Self::default();
+        s.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .max_tickets = n.max(1);
+        s
     }
 
     /// The static key used towards `server` (created on first use).
@@ -83,39 +113,145 @@ impl TokenStore {
 }
 
 impl TokenStore {
-    /// Save to a file (owner-only, it holds private keys), one line per
-    /// entry: `static SERVER KEY-HEX` and `token SERVER IP TOKEN-HEX`.
-    pub fn save(&self, path: &std::path::Path) -> Result<()> {
-        write_private(path, &self.render(), "writing the token state")
+    /// Take a resumption ticket for `server` usable at `now` with `record`
+    /// (the current verified record: same name and certificate as the
+    /// ticket's binding), the newest first. Taken means used: a ticket is
+    /// never presented twice (docs/PROTOCOL.md §12.4). Tickets that can no
+    /// longer be used (expired, another certificate) are dropped. A store
+    /// loaded from a file strikes a ticket from the file before handing it
+    /// out, and skips one another process struck first (`ticket_file.rs`).
+    pub fn take_ticket(
+        &self,
+        server: &str,
+        record: &VerifiedKeyRecord,
+        now: UnixTime,
+    ) -> Option<ResumptionTicket> {
+        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let inner = &mut *guard;
+        let list = inner.tickets.get_mut(server)?;
+        list.retain(|t| {
+            let ok = t.usable(record, now);
+            if let (false, Some(f)) = (ok, &mut inner.file) {
+                f.forget(t);
+            }
+            ok
+        });
+        let taken = match &mut inner.file {
+            Some(f) => f.take(server, list),
+            None => list.pop(),
+        };
+        if list.is_empty() {
+            inner.tickets.remove(server);
+        }
+        taken
     }
 
-    /// The text [`Self::save`] writes.
-    fn render(&self) -> Zeroizing<String> {
-        use std::fmt::Write as _;
+    /// Drop every ticket held for `server` sealed under the ticket key
+    /// `key_id` (after a Reject 9 for one of them: that server would
+    /// refuse them all); how many were dropped.
+    pub fn drop_tickets_of_key(&self, server: &str, key_id: u32) -> usize {
+        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let inner = &mut *guard;
+        let Some(list) = inner.tickets.get_mut(server) else {
+            return 0;
+        };
+        let before = list.len();
+        list.retain(|t| {
+            let keep = zrtt_proto::handshake::resume::ticket_key_id(t.ticket()) != Some(key_id);
+            if let (false, Some(f)) = (keep, &mut inner.file) {
+                f.forget(t);
+            }
+            keep
+        });
+        let dropped = before - list.len();
+        if list.is_empty() {
+            inner.tickets.remove(server);
+        }
+        dropped
+    }
+
+    /// Keep a ticket `server` granted (the oldest goes beyond
+    /// [`MAX_TICKETS_PER_SERVER`]).
+    pub fn put_ticket(&self, server: &str, ticket: ResumptionTicket) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if inner.tickets.len() >= 4096 && !inner.tickets.contains_key(server) {
+            inner.tickets.clear();
+        }
+        let max = match inner.max_tickets {
+            0 => MAX_TICKETS_PER_SERVER,
+            n => n,
+        };
+        if let Some(f) = &mut inner.file {
+            f.grant(&ticket);
+        }
+        let list = inner.tickets.entry(server.to_owned()).or_default();
+        list.push(ticket);
+        if list.len() > max {
+            list.remove(0);
+        }
+    }
+
+    /// The ticket key ids of the tickets held for `server` (a ticket's
+    /// first four bytes: the token key that sealed it).
+    pub fn ticket_key_ids(&self, server: &str) -> Vec<u32> {
         let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        // It holds private keys: wiped once written.
-        let mut s = Zeroizing::new(String::from(
-            "# zrtt token state: static keys per server, tokens per server and local address\n",
-        ));
-        for (server, key) in &inner.statics {
-            let _ = writeln!(
-                s,
-                "static {server} {}",
-                *Zeroizing::new(zrtt_proto::record::hex(key.private()))
-            );
+        inner.tickets.get(server).map_or(Vec::new(), |l| {
+            l.iter()
+                .filter_map(|t| zrtt_proto::handshake::resume::ticket_key_id(t.ticket()))
+                .collect()
+        })
+    }
+
+    /// Tickets held for `server`.
+    pub fn tickets(&self, server: &str) -> usize {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.tickets.get(server).map_or(0, Vec::len)
+    }
+
+    /// Save to a file (owner-only, it holds private keys), one line per
+    /// entry: `static SERVER KEY-HEX`, `token SERVER IP TOKEN-HEX` and
+    /// `ticket SERVER TICKET-HEX` (the ticket's stored form, its `psk`
+    /// included). To the file it was loaded from: under the file's lock,
+    /// the file's tickets minus those this store took or dropped, plus
+    /// those granted to it (another process's changes are kept).
+    pub fn save(&self, path: &std::path::Path) -> Result<()> {
+        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let inner = &mut *guard;
+        match &inner.file {
+            Some(f) if f.path() == path => {
+                let max = match inner.max_tickets {
+                    0 => MAX_TICKETS_PER_SERVER,
+                    n => n,
+                };
+                let (_lock, merged) = f.merged(&inner.tickets, max)?;
+                write_private(path, &render(inner, &merged), "writing the token state")?;
+                if let Some(f) = &mut inner.file {
+                    f.saved(&inner.tickets);
+                }
+                Ok(())
+            }
+            _ => write_private(
+                path,
+                &render(inner, &inner.tickets),
+                "writing the token state",
+            ),
         }
-        for ((server, ip), token) in &inner.tokens {
-            let _ = writeln!(s, "token {server} {ip} {}", zrtt_proto::record::hex(token));
-        }
-        s
+    }
+
+    /// The text [`Self::save`] writes to a file it was not loaded from.
+    fn render_text(&self) -> Zeroizing<String> {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        render(&inner, &inner.tickets)
     }
 
     /// Load a file written by [`Self::save`]; a missing file is an empty store.
     pub fn load(path: &std::path::Path) -> Result<Self> {
-        match read_private(path, "reading the token state")? {
-            Some(text) => Self::parse(&text),
-            None => Ok(Self::new()),
-        }
+        let store = match read_private(path, "reading the token state")? {
+            Some(text) => Self::parse(&text)?,
+            None => Self::new(),
+        };
+        store.inner.lock().unwrap_or_else(|p| p.into_inner()).file = Some(TicketFile::new(path));
+        Ok(store)
     }
 
     /// Parse the text of a file written by [`Self::save`].
@@ -141,12 +277,54 @@ impl TokenStore {
                         .tokens
                         .insert(((*server).to_owned(), ip.to_canonical()), token);
                 }
+                ["ticket", server, ticket] => {
+                    let bytes = Zeroizing::new(zrtt_proto::record::unhex(ticket).ok_or_else(bad)?);
+                    let t = ResumptionTicket::decode(&bytes).map_err(|_| bad())?;
+                    let list = inner.tickets.entry((*server).to_owned()).or_default();
+                    list.push(t);
+                    if list.len() > MAX_TICKETS_PER_SERVER {
+                        list.remove(0);
+                    }
+                }
                 _ => return Err(bad()),
             }
         }
         drop(inner);
         Ok(store)
     }
+}
+
+/// The text [`TokenStore::save`] writes: `inner`'s keys and tokens, and
+/// `tickets`.
+fn render(
+    inner: &StoreInner,
+    tickets: &HashMap<String, Vec<ResumptionTicket>>,
+) -> Zeroizing<String> {
+    use std::fmt::Write as _;
+    // It holds private keys: wiped once written.
+    let mut s = Zeroizing::new(String::from(
+        "# zrtt token state: static keys per server, tokens per server and local address\n",
+    ));
+    for (server, key) in &inner.statics {
+        let _ = writeln!(
+            s,
+            "static {server} {}",
+            *Zeroizing::new(zrtt_proto::record::hex(key.private()))
+        );
+    }
+    for ((server, ip), token) in &inner.tokens {
+        let _ = writeln!(s, "token {server} {ip} {}", zrtt_proto::record::hex(token));
+    }
+    for (server, list) in tickets {
+        for t in list {
+            let _ = writeln!(
+                s,
+                "ticket {server} {}",
+                *Zeroizing::new(zrtt_proto::record::hex(&t.encode()))
+            );
+        }
+    }
+    s
 }
 
 /// A client's certificates, per local address, each address with its own
@@ -382,9 +560,9 @@ pub fn fuzz_state_files(data: &[u8]) {
         v
     }
     if let Ok(t) = TokenStore::parse(text) {
-        let once = t.render();
+        let once = t.render_text();
         let again = TokenStore::parse(&once).expect("rendered token state parses");
-        assert_eq!(lines(&again.render()), lines(&once));
+        assert_eq!(lines(&again.render_text()), lines(&once));
     }
     if let Ok(p) = ProvenanceStore::parse(text) {
         let once = p.render();

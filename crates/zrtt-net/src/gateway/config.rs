@@ -90,7 +90,9 @@ pub fn new_replay_filter(start: UnixTime) -> Result<BloomReplayFilter> {
 /// the public fields after it.
 #[non_exhaustive]
 pub struct GatewayConfig {
-    /// The semi-static keys (replace the inner config to rotate keys).
+    /// The semi-static keys (replace the inner config to rotate keys,
+    /// carrying its `resumption` over: the gateway sets it from
+    /// `admission.tokens` when it starts, see [`Self::resumption`]).
     pub keys: Arc<RwLock<ServerConfig>>,
     /// TLS with the certificate that signs the key records.
     pub tls: Arc<rustls::ServerConfig>,
@@ -154,6 +156,10 @@ pub struct GatewayConfig {
     /// 425 Too Early) and still marked `Early-Data: 1`; 0 holds them all
     /// (docs/PROTOCOL.md §7).
     pub max_early_requests: usize,
+    /// Grant resumption tickets and accept resumed flights (docs/PROTOCOL.md
+    /// §12) when address tokens are on (`admission.tokens`: the ticket keys
+    /// derive from the token keys). Default on.
+    pub resumption: bool,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -209,6 +215,7 @@ impl GatewayConfig {
             max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS,
             zrtt_http2: true,
             max_early_requests: DEFAULT_MAX_EARLY_REQUESTS,
+            resumption: true,
         })
     }
 }

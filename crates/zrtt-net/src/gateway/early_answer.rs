@@ -149,6 +149,8 @@ struct Pending {
     out: Vec<u8>,
     leftover: Vec<u8>,
     gate_wait: Option<GateFuture>,
+    /// The Reply's extensions (a resumption grant).
+    exts: Extensions,
 }
 
 // One per connection; the open state is the hot one and stays inline.
@@ -219,7 +221,7 @@ impl EarlyAnswer {
         leftover: Vec<u8>,
         gate: Arc<Gate>,
         metrics: Arc<Metrics>,
-        token: Option<TokenIssue>,
+        (token, exts): (Option<TokenIssue>, Extensions),
         budget: Option<AmplificationBudget>,
         early_use: EarlyUse,
         ctl: Arc<EarlyCtl>,
@@ -236,6 +238,7 @@ impl EarlyAnswer {
                 out: Vec::new(),
                 leftover,
                 gate_wait: None,
+                exts,
             })),
             gate,
             metrics,
@@ -429,7 +432,7 @@ impl EarlyAnswer {
                 _ => Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
             };
         };
-        let exts = Extensions::new();
+        let exts_len = p.exts.encoded_len();
         loop {
             let gate = self.gate.clone();
             let fut = p
@@ -441,9 +444,9 @@ impl EarlyAnswer {
                 return Poll::Ready(Err(e.into()));
             }
             // Before the handshake, the Reply itself must fit the budget.
-            let fits = self.budget.is_some_and(|b| {
-                b.remaining() >= zrtt_proto::admission::REPLY_OVERHEAD + exts.encoded_len()
-            });
+            let fits = self
+                .budget
+                .is_some_and(|b| b.remaining() >= zrtt_proto::admission::REPLY_OVERHEAD + exts_len);
             if fits || self.gate.handshake_complete().unwrap_or(false) {
                 break;
             }
@@ -459,6 +462,7 @@ impl EarlyAnswer {
             out,
             leftover,
             early_pos,
+            exts,
             ..
         } = *p;
         // Early bytes not read yet (HTTP/2 flushes SETTINGS before reading
@@ -728,7 +732,7 @@ pub(super) mod tests {
             Vec::new(),
             gate,
             Arc::new(Metrics::default()),
-            None,
+            (None, Extensions::new()),
             None,
             EarlyUse::Serve,
             ctl.clone(),

@@ -11,8 +11,12 @@ use std::time::Instant;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use zrtt_proto::admission::{Decision, FlightEvidence, ProvenanceOutcome, Withheld};
-use zrtt_proto::handshake::{encode_reject, read_frame, Expect, RejectReason, Transport};
+use zrtt_proto::admission::{
+    canonical_ip, Decision, FlightEvidence, Proof, ProvenanceOutcome, Withheld,
+};
+use zrtt_proto::handshake::{
+    encode_reject, ext, read_frame, Expect, Extensions, RejectReason, Transport,
+};
 use zrtt_proto::replay::ReplayFilter;
 use zrtt_proto::ReplayError;
 
@@ -183,17 +187,32 @@ pub(super) async fn serve(
             &mut replay,
             shared.cfg.rng.as_ref(),
         );
-        // The site the flight was encrypted for: its key record's name.
-        let bound = result.as_ref().ok().and_then(|a| {
-            keys.keys()
+        // The site the flight was encrypted for: its key record's name
+        // (a resumed flight: its ticket's, which a live record matched).
+        let bound = result.as_ref().ok().and_then(|a| match &a.resumed {
+            Some(r) => Some(r.binding.name.clone()),
+            None => keys
+                .keys()
                 .iter()
                 .find(|k| k.record.body.key_id == a.header.key_id)
-                .map(|k| k.record.body.name.clone())
+                .map(|k| k.record.body.name.clone()),
         });
         (result, bound)
     };
     if result.as_ref().is_ok_and(|a| a.on_previous_record) {
         Metrics::inc(&m.zrtt_on_previous_record);
+    }
+    match &result {
+        Ok(a) if a.resumed.is_some() => Metrics::inc(&m.zrtt_resumed),
+        Err(r)
+            if matches!(
+                r.error,
+                zrtt_proto::Error::Handshake(zrtt_proto::HandshakeError::TicketRefused(_))
+            ) =>
+        {
+            Metrics::inc(&m.zrtt_tickets_refused)
+        }
+        _ => {}
     }
     let accepted = match result {
         Ok(a) => match check_store(shared, &a, now).await {
@@ -246,13 +265,25 @@ pub(super) async fn serve(
         .provenance
         .as_ref()
         .map(|p| p.read().unwrap_or_else(|p| p.into_inner()).clone());
-    let decision = shared.admission.decide(
-        intake,
-        &FlightEvidence::of(&accepted, peer.ip(), used),
-        policy.as_deref(),
-        now,
-        Instant::now(),
-    );
+    // A resumed flight from the address its ticket was issued to is as
+    // proven as a token's (docs/PROTOCOL.md §12.5).
+    let ticket_proves = accepted
+        .resumed
+        .as_ref()
+        .is_some_and(|r| r.address == canonical_ip(peer.ip()));
+    let decision = if ticket_proves {
+        shared
+            .admission
+            .decide_proven(intake, peer.ip(), Proof::ZrttTicket, used, Instant::now())
+    } else {
+        shared.admission.decide(
+            intake,
+            &FlightEvidence::of(&accepted, peer.ip(), used),
+            policy.as_deref(),
+            now,
+            Instant::now(),
+        )
+    };
     record(m, &decision, peer);
     // A proven source is real before its handshake completes; an unproven
     // one takes its place once it has (in the relay).
@@ -272,6 +303,18 @@ pub(super) async fn serve(
         }),
         _ => None,
     };
+    let mut reply_exts = Extensions::new();
+    if accepted.ticket_requested() {
+        let keys = shared.cfg.keys.read().unwrap_or_else(|p| p.into_inner());
+        match keys.grant_ticket(&accepted, peer.ip(), now, shared.cfg.rng.as_ref()) {
+            Ok(Some(grant)) => {
+                reply_exts.set(ext::RESUMPTION, grant);
+                Metrics::inc(&m.zrtt_tickets_granted);
+            }
+            Ok(None) => {}
+            Err(e) => tracing::debug!("resumption ticket for {peer}: {e}"),
+        }
+    }
     // How many requests began in the replayable bytes (at most one on
     // HTTP/1.1; HTTP/2: the HEADERS frames that started there).
     let (early_use, early_requests) = match protocol {
@@ -297,7 +340,7 @@ pub(super) async fn serve(
         leftover,
         gate.clone(),
         m.clone(),
-        issue,
+        (issue, reply_exts),
         decision.budget,
         early_use,
         ctl.clone(),

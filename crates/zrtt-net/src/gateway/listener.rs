@@ -137,6 +137,12 @@ impl Gateway {
                 ))
             })
             .collect();
+        // Resumption tickets are sealed with keys derived from the token
+        // keys (docs/PROTOCOL.md §12.2); a key refresh keeps this setting.
+        cfg.keys
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .resumption = cfg.admission.tokens.clone().filter(|_| cfg.resumption);
         let shared = Arc::new(Shared {
             admission: Arc::new(Admission::new(cfg.admission.clone(), Instant::now())),
             sites,

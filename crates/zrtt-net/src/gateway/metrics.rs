@@ -62,6 +62,14 @@ counters! {
     /// Of those, flights built on a key's previous record (re-signed with
     /// the same terms, e.g. after a certificate renewal).
     zrtt_on_previous_record,
+    /// Of those, resumed flights (a resumption ticket, Noise NNpsk0:
+    /// docs/PROTOCOL.md §12).
+    zrtt_resumed,
+    /// Resumed flights refused for their ticket (Reject 9: unknown key,
+    /// does not open, expired, another site's).
+    zrtt_tickets_refused,
+    /// Resumption tickets granted in Replies.
+    zrtt_tickets_granted,
     /// Replies sent without waiting for the TCP handshake (proven address).
     zrtt_answered_early,
     /// Of those, replies sent while the socket was still SYN_RECV.

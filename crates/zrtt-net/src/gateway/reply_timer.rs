@@ -102,7 +102,7 @@ mod tests {
             Vec::new(),
             gate.clone(),
             Arc::new(Metrics::default()),
-            None,
+            (None, zrtt_proto::handshake::Extensions::new()),
             None,
             EarlyUse::Serve,
             ctl.clone(),

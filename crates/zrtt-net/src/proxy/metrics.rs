@@ -221,6 +221,7 @@ mod tests {
             local_addr: None,
             verifiers: Vec::new(),
             protocol: crate::client::AppProtocol::Http1,
+            resumed: false,
         })))
     }
 

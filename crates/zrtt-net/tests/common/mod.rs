@@ -212,6 +212,8 @@ pub struct GatewayOpts {
     pub zrtt_http2: bool,
     /// Most early requests run before the confirmation (the default's if `None`).
     pub max_early_requests: Option<usize>,
+    /// A replay filter shared with other gateways (their own if `None`).
+    pub replay: Option<Arc<Mutex<dyn zrtt_proto::replay::ReplayFilter>>>,
 }
 
 impl Default for GatewayOpts {
@@ -238,6 +240,7 @@ impl Default for GatewayOpts {
             tls_sessions: None,
             zrtt_http2: true,
             max_early_requests: None,
+            replay: None,
         }
     }
 }
@@ -301,6 +304,9 @@ pub async fn start_gateway(opts: GatewayOpts) -> Env {
         secret,
         zrtt_net::client::system_clock().saturating_sub(Duration::from_secs(5)),
     )));
+    if let Some(shared) = opts.replay {
+        cfg.replay = shared;
+    }
     cfg.admission.tokens = opts
         .tokens
         .then(|| TokenKeyRing::new(TokenKeys::new(token_key(), Vec::new())));

@@ -210,6 +210,9 @@ pub enum Proof {
     Token,
     /// A TLS session ticket issued to this address (resumption).
     TlsTicket,
+    /// A zrtt resumption ticket issued to this address, presented in a
+    /// flight only its `psk` holder could build (docs/PROTOCOL.md §12.5).
+    ZrttTicket,
     /// Certificates from a quorum of provenance verifiers.
     Provenance {
         /// Verifier ids of the certificates that counted.

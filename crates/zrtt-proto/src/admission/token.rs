@@ -63,6 +63,9 @@ pub struct TokenKey {
     lifetime: Duration,
     /// HKDF-Extract of the secret, for keys derived under other labels.
     derive: ring::hkdf::Prk,
+    /// The resumption ticket key derived from the same secret
+    /// (docs/PROTOCOL.md §12.2).
+    ticket: crate::handshake::TicketKey,
 }
 
 impl std::fmt::Debug for TokenKey {
@@ -88,11 +91,13 @@ impl TokenKey {
     pub fn new(secret: &[u8; 32], lifetime: Duration) -> Self {
         let unbound = UnboundKey::new(&CHACHA20_POLY1305, secret)
             .unwrap_or_else(|_| unreachable!("32 bytes is the ChaCha20-Poly1305 key length"));
+        let id = token_key_id(secret);
         Self {
-            id: token_key_id(secret),
+            id,
             key: LessSafeKey::new(unbound),
             lifetime,
             derive: ring::hkdf::Salt::new(ring::hkdf::HKDF_SHA256, DERIVE_SALT).extract(secret),
+            ticket: crate::handshake::TicketKey::derive(secret, id),
         }
     }
 
@@ -107,6 +112,12 @@ impl TokenKey {
             .expand(&info, &CHACHA20_POLY1305)
             .unwrap_or_else(|_| unreachable!("32 bytes is within HKDF-SHA256's output"));
         LessSafeKey::new(UnboundKey::from(okm))
+    }
+
+    /// The resumption ticket key of this token key (same id, HKDF of the
+    /// same secret under its own label: docs/PROTOCOL.md §12.2).
+    pub fn ticket_key(&self) -> &crate::handshake::TicketKey {
+        &self.ticket
     }
 
     /// The key's id, carried in its tokens.
@@ -249,6 +260,14 @@ impl TokenKeys {
     /// Every key held, the current one first.
     pub fn all(&self) -> impl Iterator<Item = &Arc<TokenKey>> {
         std::iter::once(&self.current).chain(&self.older)
+    }
+
+    /// The ticket key with id `id`, if its token key is in force.
+    pub fn ticket_key(&self, id: u32) -> Option<&crate::handshake::TicketKey> {
+        std::iter::once(&self.current)
+            .chain(&self.older)
+            .find(|k| k.id == id)
+            .map(|k| &k.ticket)
     }
 
     /// Check a token with the key that sealed it ([`TokenKey::verify`]).

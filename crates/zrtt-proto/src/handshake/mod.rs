@@ -16,11 +16,13 @@
 
 mod channel;
 mod client;
+pub mod resume;
 mod server;
 
 pub use channel::{Channel, Record as ChannelRecord, RecordKind, MAX_RECORD_BODY, RECORD_OVERHEAD};
 pub use client::{ClientHandshake, ClientParams, ServerReply};
-pub use server::{Accepted, Refusal, ServerConfig, ServerKey};
+pub use resume::{KeyBinding, ResumptionTicket, SiteBinding, TicketError, TicketKey};
+pub use server::{Accepted, Refusal, Resumed, ServerConfig, ServerKey};
 
 use core::fmt;
 
@@ -55,6 +57,9 @@ pub enum Pattern {
     Nk = 1,
     /// `IK`: client static key sent encrypted in the first message.
     Ik = 2,
+    /// `NNpsk0`: a resumed connection; the key is a resumption ticket's
+    /// `psk` (docs/PROTOCOL.md §12), no semi-static DH.
+    Resumed = 3,
 }
 
 impl Pattern {
@@ -62,6 +67,7 @@ impl Pattern {
         match v {
             1 => Some(Self::Nk),
             2 => Some(Self::Ik),
+            3 => Some(Self::Resumed),
             _ => None,
         }
     }
@@ -70,13 +76,14 @@ impl Pattern {
         match self {
             Self::Nk => "NK",
             Self::Ik => "IK",
+            Self::Resumed => "NNpsk0",
         }
     }
 
     /// Bytes the Noise first message adds around its payload.
     pub fn first_message_overhead(self) -> usize {
         match self {
-            Self::Nk => 32 + 16,
+            Self::Nk | Self::Resumed => 32 + 16,
             Self::Ik => 32 + 48 + 16,
         }
     }
@@ -114,6 +121,9 @@ pub enum RejectReason {
     Busy = 7,
     /// Unsupported version, pattern or AEAD.
     Unsupported = 8,
+    /// A resumed flight's ticket was refused (unknown key, does not open,
+    /// expired, another site's): retry at once without it.
+    TicketRefused = 9,
 }
 
 impl RejectReason {
@@ -127,6 +137,7 @@ impl RejectReason {
             6 => Self::ClientAuthRequired,
             7 => Self::Busy,
             8 => Self::Unsupported,
+            9 => Self::TicketRefused,
             _ => return None,
         })
     }
@@ -143,6 +154,7 @@ impl fmt::Display for RejectReason {
             Self::ClientAuthRequired => "client authentication required",
             Self::Busy => "server busy",
             Self::Unsupported => "unsupported version, pattern or AEAD",
+            Self::TicketRefused => "resumption ticket refused",
         })
     }
 }
@@ -155,6 +167,9 @@ pub mod ext {
     pub const ADDRESS_TOKEN: u16 = 2;
     /// Application protocol of the early data, e.g. `http/1.1`.
     pub const ALPN: u16 = 3;
+    /// Resumption: empty in a first flight (send me a ticket); in a Reply,
+    /// the ticket grant (docs/PROTOCOL.md §12).
+    pub const RESUMPTION: u16 = 4;
     /// Padding; its value is ignored.
     pub const PADDING: u16 = 0xFFFF;
 }
@@ -182,6 +197,12 @@ impl Extensions {
             .iter()
             .find(|(t, _)| *t == ty)
             .map(|(_, v)| v.as_slice())
+    }
+
+    /// Remove an extension and return its value.
+    pub fn take(&mut self, ty: u16) -> Option<Vec<u8>> {
+        let i = self.0.iter().position(|(t, _)| *t == ty)?;
+        Some(self.0.remove(i).1)
     }
 
     /// All extensions in order.
@@ -241,7 +262,7 @@ pub struct FirstFlightHeader {
     pub pattern: Pattern,
     /// AEAD id (see [`crate::record::Aead`]); kept raw so unknown ids can be refused with a reason.
     pub aead: u8,
-    /// The key record's id.
+    /// The key record's id (a resumed flight: its ticket's key id).
     pub key_id: u32,
 }
 
@@ -265,6 +286,8 @@ pub enum Frame<'a> {
     FirstFlight {
         /// Clear header.
         header: FirstFlightHeader,
+        /// The resumption ticket of a resumed flight (empty otherwise).
+        ticket: &'a [u8],
         /// The Noise message.
         noise: &'a [u8],
     },
@@ -328,6 +351,15 @@ pub fn read_frame(
             let pattern = Pattern::from_u8(p).ok_or(InvalidMessage::InvalidField("pattern"))?;
             let aead = try_read!(r.u8());
             let key_id = try_read!(r.u32());
+            let ticket: &[u8] = if pattern == Pattern::Resumed {
+                let t = try_read!(r.vec_u16());
+                if resume::ticket_key_id(t) != Some(key_id) {
+                    return Err(InvalidMessage::InvalidField("resumption ticket"));
+                }
+                t
+            } else {
+                &[]
+            };
             let noise = try_read!(r.vec_u16());
             Ok(Some((
                 Frame::FirstFlight {
@@ -337,6 +369,7 @@ pub fn read_frame(
                         aead,
                         key_id,
                     },
+                    ticket,
                     noise,
                 },
                 r.position(),

@@ -8,11 +8,14 @@
 
 use core::fmt;
 use core::time::Duration;
+use std::net::IpAddr;
 
+use super::resume::{encode_grant, KeyBinding, SiteBinding, TicketContents, TicketError};
 use super::{
-    encode_reject, noise_err, noise_name, prologue, Channel, Extensions, FirstFlightHeader, Frame,
-    Pattern, RejectReason, Transport, FRAME_REPLY, MAX_EXTENSIONS_LEN,
+    encode_reject, ext, noise_err, noise_name, prologue, Channel, Extensions, FirstFlightHeader,
+    Frame, Pattern, RejectReason, Transport, FRAME_REPLY, MAX_EXTENSIONS_LEN,
 };
+use crate::admission::TokenKeyRing;
 use crate::codec::{Put, Reader};
 use crate::crypto::{noise_params, SecureRandom, X25519KeyPair, ZrttResolver};
 use crate::error::{Error, HandshakeError, ReplayError};
@@ -28,9 +31,10 @@ pub struct ServerKey {
     keypair: X25519KeyPair,
     record_hash: [u8; 32],
     /// The hash of the record this key was published with before it was
-    /// re-signed with the same terms, and until when (Unix seconds) it is
-    /// accepted ([`ServerConfig::keep_previous_records`]).
-    previous_record_hash: Option<([u8; 32], u64)>,
+    /// re-signed with the same terms, the certificate hash it bore, and
+    /// until when (Unix seconds) it is accepted
+    /// ([`ServerConfig::keep_previous_records`]).
+    previous_record_hash: Option<([u8; 32], [u8; 32], u64)>,
 }
 
 impl ServerKey {
@@ -59,8 +63,24 @@ impl ServerKey {
     fn previous_at(&self, now: UnixTime) -> Option<&[u8; 32]> {
         self.previous_record_hash
             .as_ref()
-            .filter(|(_, until)| now.as_secs() < *until)
-            .map(|(h, _)| h)
+            .filter(|(_, _, until)| now.as_secs() < *until)
+            .map(|(h, _, _)| h)
+    }
+
+    /// The certificate hash of the previous record kept at `now`.
+    fn previous_cert_at(&self, now: UnixTime) -> Option<&[u8; 32]> {
+        self.previous_record_hash
+            .as_ref()
+            .filter(|(_, _, until)| now.as_secs() < *until)
+            .map(|(_, c, _)| c)
+    }
+
+    /// What a ticket issued under this key binds (its replay domain).
+    fn key_binding(&self) -> KeyBinding {
+        KeyBinding {
+            key_id: self.record.body.key_id,
+            public_key: *self.keypair.public(),
+        }
     }
 }
 
@@ -80,6 +100,10 @@ pub struct ServerConfig {
     /// 12 s: the replay filter's default `max_age` plus 2 s; a wider grace
     /// admits no extra legitimate client, only lengthens key retention).
     pub key_validity_grace: Duration,
+    /// The token keys whose ticket keys seal and open resumption tickets
+    /// (docs/PROTOCOL.md §12); `None`: no tickets issued, resumed flights
+    /// refused (Reject 9).
+    pub resumption: Option<TokenKeyRing>,
 }
 
 impl ServerConfig {
@@ -96,6 +120,7 @@ impl ServerConfig {
         Ok(Self {
             keys,
             key_validity_grace: Duration::from_secs(12),
+            resumption: None,
         })
     }
 
@@ -134,10 +159,10 @@ impl ServerConfig {
             if o.record_hash == k.record_hash {
                 k.previous_record_hash = o
                     .previous_record_hash
-                    .filter(|(_, until)| now.as_secs() < *until);
+                    .filter(|(_, _, until)| now.as_secs() < *until);
             } else if same_terms(&o.record.body, &k.record.body) {
                 let until = now.as_secs().saturating_add(keep_for.as_secs());
-                k.previous_record_hash = Some((o.record_hash, until));
+                k.previous_record_hash = Some((o.record_hash, o.record.body.cert_sha256, until));
             }
         }
     }
@@ -153,9 +178,10 @@ impl ServerConfig {
 
     fn reject(&self, reason: RejectReason, error: Error, now: UnixTime) -> Refusal {
         let records = match reason {
-            RejectReason::UnknownKey | RejectReason::KeyExpired | RejectReason::Unsupported => {
-                self.retry_records(now)
-            }
+            RejectReason::UnknownKey
+            | RejectReason::KeyExpired
+            | RejectReason::Unsupported
+            | RejectReason::TicketRefused => self.retry_records(now),
             _ => Vec::new(),
         };
         Refusal {
@@ -199,10 +225,17 @@ impl ServerConfig {
         replay: &mut dyn ReplayFilter,
         rng: &dyn SecureRandom,
     ) -> Result<Accepted, Refusal> {
-        let (header, noise_msg) = match frame {
-            Frame::FirstFlight { header, noise } => (*header, *noise),
+        let (header, ticket, noise_msg) = match frame {
+            Frame::FirstFlight {
+                header,
+                ticket,
+                noise,
+            } => (*header, *ticket, *noise),
             _ => return Err(Refusal::silent(HandshakeError::UnexpectedFrame.into())),
         };
+        if header.pattern == Pattern::Resumed {
+            return self.accept_resumed(header, ticket, noise_msg, transport, now, replay, rng);
+        }
         let Some(key) = self
             .keys
             .iter()
@@ -243,6 +276,72 @@ impl ServerConfig {
                 now,
             ));
         }
+        let ephemeral = self.precheck(&header, noise_msg, body, replay, now)?;
+
+        // The record the flight was built on: the current one, else the
+        // one this key was published with before a re-signing.
+        // NK's reply is `e, ee`: the reply's ephemeral key takes part in one
+        // DH only, so ring may generate and use it (IK's `e, ee, se` needs it
+        // twice, which ring's single-use keys do not allow).
+        let decrypt = |record_hash: &[u8; 32]| -> Result<(snow::HandshakeState, Vec<u8>), Error> {
+            let resolver = Box::new(match header.pattern {
+                Pattern::Nk => ZrttResolver::single_use_ephemeral(rng, Some(&key.keypair))?,
+                Pattern::Ik | Pattern::Resumed => ZrttResolver::new(rng, Some(&key.keypair))?,
+            });
+            let mut noise = noise_params(&noise_name(header.pattern, aead)).and_then(|p| {
+                snow::Builder::with_resolver(p, resolver)
+                    .prologue(&prologue(record_hash, transport, &header))
+                    .and_then(|b| b.local_private_key(key.keypair.private()))
+                    .and_then(|b| b.build_responder())
+                    .map_err(noise_err)
+            })?;
+            let mut payload = vec![0u8; noise_msg.len()];
+            let n = noise
+                .read_message(noise_msg, &mut payload)
+                .map_err(noise_err)?;
+            payload.truncate(n);
+            Ok((noise, payload))
+        };
+        let (noise, payload, on_previous_record) =
+            match (decrypt(&key.record_hash), key.previous_at(now)) {
+                (Ok((n, p)), _) => (n, p, false),
+                (Err(_), Some(previous)) => {
+                    let (n, p) = decrypt(previous).map_err(Refusal::silent)?;
+                    (n, p, true)
+                }
+                (Err(e), None) => return Err(Refusal::silent(e)),
+            };
+
+        let mut accepted = self.finish(header, ephemeral, noise, &payload, body, replay, now)?;
+        accepted.on_previous_record = on_previous_record;
+        if accepted.extensions.get(ext::RESUMPTION).is_some() {
+            // Bound to the record the client built on (the previous one
+            // after a re-signing: the client still holds it).
+            let cert_sha256 = match on_previous_record {
+                true => key.previous_cert_at(now).copied(),
+                false => None,
+            };
+            accepted.grant_binding = Some((
+                SiteBinding {
+                    name: body.name.clone(),
+                    cert_sha256: cert_sha256.unwrap_or(body.cert_sha256),
+                },
+                key.key_binding(),
+            ));
+        }
+        Ok(accepted)
+    }
+
+    /// Size bound and replay pre-check, before any crypto; returns the
+    /// client ephemeral key.
+    fn precheck(
+        &self,
+        header: &FirstFlightHeader,
+        noise_msg: &[u8],
+        body: &crate::record::RecordBody,
+        replay: &mut dyn ReplayFilter,
+        now: UnixTime,
+    ) -> Result<[u8; 32], Refusal> {
         // Size bound before any crypto: payload = ts + extensions + early data.
         let max_payload = 8 + 2 + MAX_EXTENSIONS_LEN + body.max_early_data_bytes as usize;
         let overhead = header.pattern.first_message_overhead();
@@ -271,42 +370,23 @@ impl ServerConfig {
         if replay.seen(header.key_id, &ephemeral) {
             return Err(self.reject(RejectReason::Replay, ReplayError::Replayed.into(), now));
         }
+        Ok(ephemeral)
+    }
 
-        // The record the flight was built on: the current one, else the
-        // one this key was published with before a re-signing.
-        // NK's reply is `e, ee`: the reply's ephemeral key takes part in one
-        // DH only, so ring may generate and use it (IK's `e, ee, se` needs it
-        // twice, which ring's single-use keys do not allow).
-        let decrypt = |record_hash: &[u8; 32]| -> Result<(snow::HandshakeState, Vec<u8>), Error> {
-            let resolver = Box::new(match header.pattern {
-                Pattern::Nk => ZrttResolver::single_use_ephemeral(rng, Some(&key.keypair))?,
-                Pattern::Ik => ZrttResolver::new(rng, Some(&key.keypair))?,
-            });
-            let mut noise = noise_params(&noise_name(header.pattern, aead)).and_then(|p| {
-                snow::Builder::with_resolver(p, resolver)
-                    .prologue(&prologue(record_hash, transport, &header))
-                    .and_then(|b| b.local_private_key(key.keypair.private()))
-                    .and_then(|b| b.build_responder())
-                    .map_err(noise_err)
-            })?;
-            let mut payload = vec![0u8; noise_msg.len()];
-            let n = noise
-                .read_message(noise_msg, &mut payload)
-                .map_err(noise_err)?;
-            payload.truncate(n);
-            Ok((noise, payload))
-        };
-        let (noise, payload, on_previous_record) =
-            match (decrypt(&key.record_hash), key.previous_at(now)) {
-                (Ok((n, p)), _) => (n, p, false),
-                (Err(_), Some(previous)) => {
-                    let (n, p) = decrypt(previous).map_err(Refusal::silent)?;
-                    (n, p, true)
-                }
-                (Err(e), None) => return Err(Refusal::silent(e)),
-            };
-
-        let mut r = Reader::new(&payload);
+    /// After decryption: parse the payload, check the exact early-data
+    /// limit, then the replay filter's window and insertion.
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        &self,
+        header: FirstFlightHeader,
+        ephemeral: [u8; 32],
+        noise: snow::HandshakeState,
+        payload: &[u8],
+        body: &crate::record::RecordBody,
+        replay: &mut dyn ReplayFilter,
+        now: UnixTime,
+    ) -> Result<Accepted, Refusal> {
+        let mut r = Reader::new(payload);
         let parsed = r.u64().and_then(|ts| Ok((ts, Extensions::decode(&mut r)?)));
         let (ts_ms, extensions) = parsed.map_err(|e| Refusal::silent(e.into()))?;
         let early_data = r.rest().to_vec();
@@ -333,10 +413,166 @@ impl ServerConfig {
             timestamp,
             extensions,
             early_data,
-            on_previous_record,
+            on_previous_record: false,
+            resumed: None,
+            grant_binding: None,
             noise,
         })
     }
+
+    /// A resumed flight (Noise `NNpsk0`, docs/PROTOCOL.md §6 and §12): the
+    /// ticket in place of the key record, then the same checks.
+    #[allow(clippy::too_many_arguments)]
+    fn accept_resumed(
+        &self,
+        header: FirstFlightHeader,
+        ticket: &[u8],
+        noise_msg: &[u8],
+        transport: Transport,
+        now: UnixTime,
+        replay: &mut dyn ReplayFilter,
+        rng: &dyn SecureRandom,
+    ) -> Result<Accepted, Refusal> {
+        let refuse = |e: TicketError| {
+            self.reject(
+                RejectReason::TicketRefused,
+                HandshakeError::TicketRefused(e).into(),
+                now,
+            )
+        };
+        let ring = self
+            .resumption
+            .as_ref()
+            .ok_or_else(|| refuse(TicketError::Off))?;
+        let token_keys = ring.keys();
+        let ticket_key = token_keys
+            .ticket_key(header.key_id)
+            .ok_or_else(|| refuse(TicketError::UnknownKey))?;
+        let contents = ticket_key.open(ticket).map_err(refuse)?;
+        if contents.expired(now) {
+            return Err(refuse(TicketError::Expired));
+        }
+        let grace = self.key_validity_grace.as_secs();
+        let secs = now.as_secs();
+        // Only the holder of the semi-static key the ticket was issued
+        // under accepts it: holders of one key share one replay filter
+        // (PROTOCOL.md §7), so the flight is accepted once in the fleet
+        // (§12.3). The key must still be live here (a retired key: Reject
+        // 9, and the client falls back to NK/IK at once).
+        let key = self
+            .keys
+            .iter()
+            .find(|k| {
+                let b = &k.record.body;
+                k.key_binding() == contents.key
+                    && secs.saturating_add(grace) >= b.not_before
+                    && secs < b.not_after.saturating_add(grace)
+            })
+            .ok_or_else(|| refuse(TicketError::WrongKey))?;
+        // The site: the key's record for that name under the ticket's
+        // certificate, or the one it bore before a re-signing while that
+        // is kept (a certificate renewal, keep_previous_records).
+        let body = &key.record.body;
+        let cert_ok = body.cert_sha256 == contents.binding.cert_sha256
+            || key.previous_cert_at(now) == Some(&contents.binding.cert_sha256);
+        if !body.name.eq_ignore_ascii_case(&contents.binding.name) || !cert_ok {
+            return Err(refuse(TicketError::WrongSite));
+        }
+        let aead = match Aead::from_u8(header.aead) {
+            Some(a) if body.aeads.contains(&a) => a,
+            _ => {
+                return Err(self.reject(
+                    RejectReason::Unsupported,
+                    HandshakeError::UnsupportedAead(header.aead).into(),
+                    now,
+                ))
+            }
+        };
+        if body.flags.client_auth_required() {
+            return Err(self.reject(
+                RejectReason::ClientAuthRequired,
+                HandshakeError::ClientAuthRequired.into(),
+                now,
+            ));
+        }
+        let ephemeral = self.precheck(&header, noise_msg, body, replay, now)?;
+        // NNpsk0's reply is `e, ee`: the reply's ephemeral key takes part in
+        // one DH only, so ring may generate and use it (as for NK).
+        let resolver =
+            Box::new(ZrttResolver::single_use_ephemeral(rng, None).map_err(Refusal::silent)?);
+        let ticket_hash = crate::record::sha256(ticket);
+        let mut noise = noise_params(&noise_name(Pattern::Resumed, aead))
+            .and_then(|p| {
+                snow::Builder::with_resolver(p, resolver)
+                    .prologue(&prologue(&ticket_hash, transport, &header))
+                    .and_then(|b| b.psk(0, &contents.psk))
+                    .and_then(|b| b.build_responder())
+                    .map_err(noise_err)
+            })
+            .map_err(Refusal::silent)?;
+        let mut payload = vec![0u8; noise_msg.len()];
+        let n = noise
+            .read_message(noise_msg, &mut payload)
+            .map_err(|e| Refusal::silent(noise_err(e)))?;
+        payload.truncate(n);
+        let mut accepted = self.finish(header, ephemeral, noise, &payload, body, replay, now)?;
+        if accepted.extensions.get(ext::RESUMPTION).is_some() {
+            accepted.grant_binding = Some((contents.binding.clone(), contents.key));
+        }
+        accepted.resumed = Some(Resumed {
+            key: contents.key,
+            binding: contents.binding,
+            address: contents.address,
+            issued_secs: contents.issued_secs,
+        });
+        Ok(accepted)
+    }
+
+    /// The resumption grant (reply extension 4) for `accepted`, when it
+    /// asked for one ([`Accepted::ticket_requested`]) and this server
+    /// resumes: a fresh `psk` and a ticket sealed under the current token
+    /// key's ticket key, bound to the site and to `peer` (the connection's
+    /// source address), living as long as that key's tokens.
+    pub fn grant_ticket(
+        &self,
+        accepted: &Accepted,
+        peer: IpAddr,
+        now: UnixTime,
+        rng: &dyn SecureRandom,
+    ) -> Result<Option<Vec<u8>>, Error> {
+        let (Some(ring), Some((binding, key))) = (&self.resumption, &accepted.grant_binding) else {
+            return Ok(None);
+        };
+        let keys = ring.keys();
+        let current = keys.current();
+        let mut psk = zeroize::Zeroizing::new([0u8; 32]);
+        rng.fill(&mut psk[..])?;
+        let contents = TicketContents {
+            psk,
+            issued_secs: now.as_secs(),
+            lifetime_secs: u32::try_from(current.lifetime().as_secs()).unwrap_or(u32::MAX),
+            binding: binding.clone(),
+            key: *key,
+            address: crate::admission::canonical_ip(peer),
+        };
+        let ticket = current.ticket_key().seal(&contents, rng)?;
+        Ok(Some(encode_grant(&contents, &ticket)))
+    }
+}
+
+/// Where a resumed flight's ticket came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resumed {
+    /// The site the ticket is bound to (the server's current record for it
+    /// has this name and certificate hash, or had it before a re-signing).
+    pub binding: SiteBinding,
+    /// The semi-static key it was issued under (held by this server).
+    pub key: KeyBinding,
+    /// The client's source address when the ticket was issued (a proof of
+    /// address when it equals this connection's: docs/PROTOCOL.md §12.5).
+    pub address: IpAddr,
+    /// When the ticket was issued (Unix seconds).
+    pub issued_secs: u64,
 }
 
 /// Why a first flight was refused, and what (if anything) to answer.
@@ -371,6 +607,11 @@ pub struct Accepted {
     /// The flight was built on the key's previous record (a re-signed key,
     /// [`ServerConfig::keep_previous_records`]), not its current one.
     pub on_previous_record: bool,
+    /// Set for a resumed flight (Noise `NNpsk0`, docs/PROTOCOL.md §12).
+    pub resumed: Option<Resumed>,
+    /// The site and semi-static key a granted ticket would be bound to,
+    /// when one was asked for.
+    grant_binding: Option<(SiteBinding, KeyBinding)>,
     noise: snow::HandshakeState,
 }
 
@@ -385,11 +626,18 @@ impl fmt::Debug for Accepted {
             .field("timestamp", &self.timestamp)
             .field("extensions", &self.extensions)
             .field("early_data_len", &self.early_data.len())
+            .field("resumed", &self.resumed)
             .finish_non_exhaustive()
     }
 }
 
 impl Accepted {
+    /// Whether the client asked for a resumption ticket
+    /// ([`ServerConfig::grant_ticket`] makes it).
+    pub fn ticket_requested(&self) -> bool {
+        self.grant_binding.is_some()
+    }
+
     /// Write the reply carrying `extensions` and the first `data` of the
     /// response (as much as fits; the rest goes through the channel).
     /// Returns the channel and the reply frame.
@@ -397,7 +645,12 @@ impl Accepted {
         let mut payload = Vec::with_capacity(2 + extensions.encoded_len() + data.len());
         extensions.encode(&mut payload)?;
         payload.extend_from_slice(data);
-        self.reply_with_payload(&payload)
+        let sealed = self.reply_with_payload(&payload);
+        if extensions.get(ext::RESUMPTION).is_some() {
+            // A resumption grant holds a psk: wiped once sealed.
+            zeroize::Zeroize::zeroize(&mut payload);
+        }
+        sealed
     }
 
     /// The Noise part of [`Self::reply`]: encrypt `payload` (extensions and
@@ -408,7 +661,7 @@ impl Accepted {
         payload: &[u8],
     ) -> Result<(Channel, Vec<u8>), Error> {
         let overhead = match self.header.pattern {
-            Pattern::Nk | Pattern::Ik => 32 + 16,
+            Pattern::Nk | Pattern::Ik | Pattern::Resumed => 32 + 16,
         };
         if payload.len() + overhead > super::MAX_NOISE_MESSAGE {
             return Err(Error::ApiMisuse("reply data too large for one message"));

@@ -256,6 +256,8 @@ pub fn rng(seed: u8) -> SeededRandomForTestingOnly {
 }
 
 mod fuzz;
+mod fuzz_resume;
 mod seeds;
 pub use fuzz::*;
+pub use fuzz_resume::*;
 pub use seeds::*;

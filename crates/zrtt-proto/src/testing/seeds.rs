@@ -92,6 +92,26 @@ pub fn fuzz_seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
             2, 0, 198, 18, 0, 1, 0, 198, 18, 0, 1, 0, 0, 0, 0, 5, 0, 0, 0, 9,
         ],
     ));
+    // Resumption tickets: stored, granted, plaintext, a resumed flight.
+    let ticket = fuzz_ticket();
+    let mut s = vec![0u8];
+    s.extend_from_slice(&ticket.encode());
+    out.push(("ticket", "stored", s));
+    let mut s = vec![0u8];
+    s.extend_from_slice(ticket.ticket());
+    out.push(("ticket", "presented", s));
+    let mut s = vec![1u8];
+    s.extend_from_slice(&[3; 12]);
+    s.extend_from_slice(&[5; 32]);
+    s.extend_from_slice(&now.as_secs().to_be_bytes());
+    s.extend_from_slice(&3600u32.to_be_bytes());
+    s.extend_from_slice(&[6; 32]);
+    s.push(NAME.len() as u8);
+    s.extend_from_slice(NAME.as_bytes());
+    s.extend_from_slice(&[4, 198, 18, 0, 1]);
+    out.push(("ticket", "plaintext", s));
+    out.push(("ticket", "flight", vec![2]));
+    out.push(("ticket", "flight_edited", vec![2, 0, 12, 1]));
     // Provenance.
     let mut p = vec![0u8];
     p.extend_from_slice(&pv);

@@ -13,6 +13,7 @@ const ENTRIES: &[(&str, Entry)] = &[
     ("client_reply", testing::client_reply),
     ("channel", testing::channel),
     ("token", testing::token),
+    ("ticket", testing::ticket),
     ("provenance", testing::provenance),
     ("der_validity", testing::der_validity),
     ("verifier_wire", testing::verifier_wire),

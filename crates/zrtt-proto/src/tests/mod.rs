@@ -8,5 +8,6 @@ mod accept_lock;
 mod fuzz;
 mod handshake;
 mod records;
+mod resume;
 mod vectors;
 mod verifier_records;

@@ -94,6 +94,72 @@ fn compute() -> Vec<(&'static str, String)> {
         .unwrap();
     v.push(("ik_reply", hex(&reply)));
 
+    // Resumption (§12): token key SHA-256("zrtt vector token key"), its
+    // ticket key; an NK flight asking for a ticket (client rng(5), server
+    // rng(6)), the grant to 198.51.100.7 (rng(7)), then the resumed flight
+    // (rng(8)) and its reply (rng(9)).
+    let token_secret = crate::record::sha256(b"zrtt vector token key");
+    let prk = ring::hkdf::Salt::new(ring::hkdf::HKDF_SHA256, &[]).extract(&token_secret);
+    let mut ticket_key = [0u8; 32];
+    prk.expand(
+        &[crate::handshake::resume::TICKET_KEY_LABEL],
+        ring::hkdf::HKDF_SHA256,
+    )
+    .unwrap()
+    .fill(&mut ticket_key)
+    .unwrap();
+    v.push(("resumption_ticket_key", hex(&ticket_key)));
+    let mut resuming = testing::vector_server();
+    resuming.resumption = Some(crate::admission::TokenKeyRing::new(
+        crate::admission::TokenKeys::single(crate::admission::TokenKey::new(
+            &token_secret,
+            std::time::Duration::from_secs(3600),
+        )),
+    ));
+    let mut params = ClientParams::default();
+    params.request_ticket();
+    let (client, flight) =
+        ClientHandshake::start(&verified, &params, REQUEST, now, &rng(5)).unwrap();
+    let (frame, _) = read_frame(&flight, Expect::FirstFlight).unwrap().unwrap();
+    let accepted = resuming
+        .accept(&frame, Transport::Tcp, now, &mut filter, &rng(6))
+        .unwrap();
+    let peer: std::net::IpAddr = "198.51.100.7".parse().unwrap();
+    let grant = resuming
+        .grant_ticket(&accepted, peer, now, &rng(7))
+        .unwrap()
+        .unwrap();
+    v.push(("resumption_grant", hex(&grant)));
+    let mut exts = Extensions::new();
+    exts.set(ext::RESUMPTION, grant);
+    let (_, reply) = accepted.reply(&exts, RESPONSE).unwrap();
+    let (frame, _) = read_frame(&reply, Expect::ReplyOrReject).unwrap().unwrap();
+    let ticket = client.handle_reply(&frame).unwrap().ticket.unwrap();
+    let (client, flight) = ClientHandshake::resume(
+        &verified,
+        ticket,
+        &ClientParams::default(),
+        REQUEST,
+        now,
+        &rng(8),
+    )
+    .unwrap();
+    v.push(("resumed_first_flight", hex(&flight)));
+    let (frame, _) = read_frame(&flight, Expect::FirstFlight).unwrap().unwrap();
+    let accepted = resuming
+        .accept(&frame, Transport::Tcp, now, &mut filter, &rng(9))
+        .unwrap();
+    assert_eq!(accepted.early_data, REQUEST);
+    assert_eq!(accepted.resumed.as_ref().unwrap().address, peer);
+    let (_, reply) = accepted.reply(&Extensions::new(), RESPONSE).unwrap();
+    v.push(("resumed_reply", hex(&reply)));
+    let (frame, _) = read_frame(&reply, Expect::ReplyOrReject).unwrap().unwrap();
+    assert_eq!(client.handle_reply(&frame).unwrap().data, RESPONSE);
+    v.push((
+        "reject_ticket_refused",
+        hex(&encode_reject(RejectReason::TicketRefused, &[])),
+    ));
+
     v.push((
         "reject_unknown_key",
         hex(&encode_reject(

@@ -121,6 +121,11 @@ pub struct GatewayArgs {
     /// only with another proof).
     #[arg(long)]
     no_tokens: bool,
+    /// Grant no zrtt resumption tickets and refuse resumed flights (Reject
+    /// 9; docs/PROTOCOL.md §12). Tickets are sealed with keys derived from
+    /// the token keys, so --no-tokens turns resumption off too.
+    #[arg(long)]
+    no_resumption: bool,
     /// Lifetime of issued tokens.
     #[arg(long, default_value = "1h", value_parser = util::parse_duration)]
     token_lifetime: Duration,
@@ -521,6 +526,15 @@ pub fn run(mut a: GatewayArgs) -> Result<ExitCode> {
     };
     cfg.replay = replay.filter.clone();
     cfg.admission = admission;
+    cfg.resumption = !a.no_resumption;
+    if cfg.resumption && a.token_key.is_some() && cfg.admission.tokens.is_some() {
+        // docs/PROTOCOL.md §12.6: a --token-key never rotates, so neither
+        // does the ticket key derived from it: whoever reads that file can
+        // open every ticket issued under it, past or future.
+        tracing::warn!(
+            "resumption tickets are sealed with a key derived from --token-key, which never rotates: a copy of that file opens every ticket (and its psk) it ever sealed; prefer --keystore (rotating token keys) or --no-resumption"
+        );
+    }
     cfg.server_names = names;
     cfg.sites = other_sites;
     // The sites follow their --site values; their health settings go over

@@ -77,6 +77,8 @@ impl Refresher {
                         // A re-signed record (a certificate renewal):
                         // flights on the previous one still decrypt.
                         cfg.keep_previous_records(&keys, util::now(), keep_for);
+                        // Resumption tickets: the same token keys as before.
+                        cfg.resumption = keys.resumption.clone();
                         *keys = cfg;
                         drop(keys);
                         if let (Some(ring), Some(t)) = (&store_tokens, tokens) {
