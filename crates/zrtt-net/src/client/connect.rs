@@ -51,6 +51,7 @@ use zrtt_proto::record::VerifiedKeyRecord;
 use super::config::{ClientConfig, EarlyDataPolicy};
 use super::paths::PathMemory;
 use super::race::{late_after, switch_to_tls, Race};
+pub(super) use super::tls_path::{tls_handshake, tls_send, TlsReady};
 use crate::error::{Error, Result};
 use crate::stream::ChannelStream;
 use crate::sys::{self, state};
@@ -717,107 +718,6 @@ async fn attempt_zrtt(
         resumed: is_resumed,
     };
     Ok(Attempt::Done(Conn::Zrtt(Box::new(stream)), info))
-}
-
-/// A TLS connection and the times to its TCP and TLS handshakes.
-pub(super) struct TlsReady {
-    tls: TlsStream<TcpStream>,
-    time_connect: Duration,
-    time_appconnect: Duration,
-}
-
-impl TlsReady {
-    /// The RTT the kernel measured on the TLS connection's socket.
-    pub(super) fn rtt(&self) -> Duration {
-        let (tcp, _) = self.tls.get_ref();
-        tfo::stream_info(tcp)
-            .map(|i| Duration::from_micros(u64::from(i.rtt_us)))
-            .unwrap_or_default()
-    }
-}
-
-/// TCP connect and TLS 1.3 handshake on the same port, offering the ALPN
-/// of `protocol` (HTTP/2: only `h2`, on a copy of the configuration).
-pub(super) async fn tls_handshake(
-    cfg: &ClientConfig,
-    target: &Target,
-    protocol: AppProtocol,
-    t0: Instant,
-) -> Result<TlsReady> {
-    let tcp = tokio::time::timeout(cfg.connect_timeout, TcpStream::connect(target.addr))
-        .await
-        .map_err(|_| Error::Timeout("connect"))?
-        .map_err(Error::io("connect"))?;
-    tcp.set_nodelay(true).map_err(Error::io("TCP_NODELAY"))?;
-    let time_connect = t0.elapsed();
-    let name = pki_types::ServerName::try_from(target.host.clone())
-        .map_err(|_| Error::Config(format!("{:?} is not a valid server name", target.host)))?;
-    let tls_cfg = match protocol {
-        AppProtocol::Http1 => cfg.tls.clone(),
-        AppProtocol::Http2 => {
-            let mut c = (*cfg.tls).clone();
-            c.alpn_protocols = vec![b"h2".to_vec()];
-            std::sync::Arc::new(c)
-        }
-    };
-    let connector = tokio_rustls::TlsConnector::from(tls_cfg);
-    let tls = tokio::time::timeout(cfg.connect_timeout, connector.connect(name, tcp))
-        .await
-        .map_err(|_| Error::Timeout("TLS handshake"))?
-        .map_err(|e| match e.downcast::<rustls::Error>() {
-            Ok(t) => Error::Tls(t),
-            Err(io) => Error::io("TLS handshake")(io),
-        })?;
-    Ok(TlsReady {
-        tls,
-        time_connect,
-        time_appconnect: t0.elapsed(),
-    })
-}
-
-/// Send `request` on a ready TLS connection that must speak `protocol`.
-pub(super) async fn tls_send(
-    ready: TlsReady,
-    protocol: AppProtocol,
-    request: &[u8],
-) -> Result<(Conn, ConnInfo)> {
-    let TlsReady {
-        mut tls,
-        time_connect,
-        time_appconnect,
-    } = ready;
-    if protocol == AppProtocol::Http2 && tls.get_ref().1.alpn_protocol() != Some(b"h2") {
-        return Err(Error::Protocol(
-            "the TLS server did not agree to HTTP/2 (ALPN h2)",
-        ));
-    }
-    tls.write_all(request)
-        .await
-        .map_err(Error::io("sending request"))?;
-    tls.flush().await.map_err(Error::io("sending request"))?;
-    let (tcp_ref, _) = tls.get_ref();
-    let rtt = tfo::stream_info(tcp_ref)
-        .map(|i| Duration::from_micros(u64::from(i.rtt_us)))
-        .unwrap_or_default();
-    let local_addr = tcp_ref.local_addr().ok();
-    let info = ConnInfo {
-        mode: Mode::TlsFallback,
-        notes: Vec::new(),
-        fallback: None,
-        connect_mode: ConnectMode::Plain,
-        syn_data_acked: false,
-        early_data: false,
-        retried_with_fresh_keys: false,
-        time_connect,
-        time_appconnect,
-        rtt,
-        round_trips: 3,
-        local_addr,
-        verifiers: Vec::new(),
-        protocol,
-        resumed: false,
-    };
-    Ok((Conn::Tls(Box::new(tls)), info))
 }
 
 /// Whether the socket under an established connection finished its TCP handshake.

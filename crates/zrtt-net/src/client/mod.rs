@@ -41,6 +41,7 @@ mod resolve;
 mod state;
 mod stream;
 mod ticket_file;
+mod tls_path;
 
 pub use config::{
     system_clock, system_roots, tls_client_config, ClientConfig, ClientConfigBuilder,
