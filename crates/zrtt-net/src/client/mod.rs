@@ -61,5 +61,5 @@ pub use reply_wait::{reply_overdue_at, MIN_OVERDUE_SLACK, OVERDUE_SLACK_RTTS};
 pub use resolve::{Resolve, ResolveFuture, SystemResolver};
 #[doc(hidden)]
 pub use state::fuzz_state_files;
-pub use state::{ProvenanceStore, TokenStore};
+pub use state::{ProvenanceStore, TokenStore, MAX_TICKETS_PER_SERVER};
 pub use stream::{ConnInfoHandle, ZrttStream};
