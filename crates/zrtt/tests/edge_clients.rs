@@ -190,44 +190,6 @@ fn h2load_completes_without_errors() {
     assert!(text.contains("Application protocol: h2"), "{text}");
 }
 
-/// An HTTP/1.1 backend answering `ok` and recording each request's first
-/// line and whether it carried `Early-Data: 1`.
-fn recording_backend() -> (
-    std::net::SocketAddr,
-    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
-) {
-    use std::io::{Read, Write};
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let seen2 = seen.clone();
-    std::thread::spawn(move || {
-        for s in l.incoming().flatten() {
-            let seen = seen2.clone();
-            std::thread::spawn(move || {
-                let mut s = s;
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                while let Ok(n) = s.read(&mut chunk) {
-                    if n == 0 {
-                        return;
-                    }
-                    buf.extend_from_slice(&chunk[..n]);
-                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-                        let first = head.lines().next().unwrap_or("").to_owned();
-                        let early = head.lines().any(|l| l.trim() == "early-data: 1");
-                        seen.lock().unwrap().push(format!("{first} early={early}"));
-                        buf.drain(..end + 4);
-                        let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
-                    }
-                }
-            });
-        }
-    });
-    (addr, seen)
-}
-
 #[test]
 fn openssl_0rtt_is_answered_once_and_a_replayed_ticket_gets_no_early_data() {
     if skip("openssl_0rtt_...", &["openssl"]) {

@@ -8,7 +8,6 @@ mod common;
 use common::*;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 const HOST: &str = "a.example";
 
@@ -41,36 +40,8 @@ fn gateway(dir: &Path, extra: &[&str]) -> (Guard, u16, String) {
         format!("127.0.0.1:{port}"),
         format!("127.0.0.1:{}", free_port()),
     );
-    let backend = backend().to_string();
-    let mut args = vec![
-        "gateway",
-        "--listen",
-        &gw,
-        "--backend",
-        &backend,
-        "--admin",
-        &admin,
-        "--key",
-        "k1.key",
-        "--record",
-        "k1.rec",
-        "--cert",
-        "cert.pem",
-        "--cert-key",
-        "cert.key",
-    ];
-    args.extend_from_slice(extra);
-    let child = Guard(
-        Command::new(env!("CARGO_BIN_EXE_zrtt"))
-            .args(args)
-            .current_dir(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    wait_listening(&gw);
-    wait_listening(&admin);
+    let flags = [KEY_FLAGS, extra].concat();
+    let child = spawn_gateway(dir, &gw, &backend().to_string(), &admin, &flags);
     (child, port, admin)
 }
 

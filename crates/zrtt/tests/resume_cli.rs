@@ -10,49 +10,19 @@ mod common;
 use common::*;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 const HOST: &str = "www.example.com";
 
 /// The test key's flags (`key_and_record`).
-const KEY: &[&str] = &[
-    "--key",
-    "k1.key",
-    "--record",
-    "k1.rec",
-    "--cert",
-    "cert.pem",
-    "--cert-key",
-    "cert.key",
-];
+const KEY: &[&str] = KEY_FLAGS;
 
 /// A gateway on `gw` (free ports when `None`) with `keys` (its key
 /// flags); its listen and admin addresses.
 fn gateway(dir: &Path, gw: Option<&str>, keys: &[&str]) -> (Guard, String, String) {
     let gw = gw.map_or_else(|| format!("127.0.0.1:{}", free_port()), str::to_owned);
     let admin = format!("127.0.0.1:{}", free_port());
-    let backend = backend().to_string();
-    let child = Guard(
-        Command::new(env!("CARGO_BIN_EXE_zrtt"))
-            .args([
-                "gateway",
-                "--listen",
-                &gw,
-                "--backend",
-                &backend,
-                "--admin",
-                &admin,
-            ])
-            .args(keys)
-            .current_dir(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    wait_listening(&gw);
-    wait_listening(&admin);
+    let child = spawn_gateway(dir, &gw, &backend().to_string(), &admin, keys);
     // The replay filter refuses flights stamped in the gateway's first seconds.
     std::thread::sleep(Duration::from_secs(3));
     (child, gw, admin)

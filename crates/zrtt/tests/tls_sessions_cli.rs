@@ -10,11 +10,10 @@
 mod common;
 use common::*;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const HOST: &str = "www.example.com";
@@ -113,40 +112,6 @@ fn tls_key_set(port: u16) -> std::collections::HashSet<String> {
         .filter(|l| !l.is_empty() && redis_cli(port, &["STRLEN", l]) != "0")
         .map(str::to_owned)
         .collect()
-}
-
-/// An HTTP/1.1 backend answering `ok`, recording each request's first
-/// line and whether it carried `Early-Data: 1`.
-fn recording_backend() -> (String, Arc<Mutex<Vec<String>>>) {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap().to_string();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let seen2 = seen.clone();
-    std::thread::spawn(move || {
-        for s in l.incoming().flatten() {
-            let seen = seen2.clone();
-            std::thread::spawn(move || {
-                let mut s = s;
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                while let Ok(n) = s.read(&mut chunk) {
-                    if n == 0 {
-                        return;
-                    }
-                    buf.extend_from_slice(&chunk[..n]);
-                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-                        let first = head.lines().next().unwrap_or("").to_owned();
-                        let early = head.lines().any(|l| l.trim() == "early-data: 1");
-                        seen.lock().unwrap().push(format!("{first} early={early}"));
-                        buf.drain(..end + 4);
-                        let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
-                    }
-                }
-            });
-        }
-    });
-    (addr, seen)
 }
 
 fn setup() -> tempfile::TempDir {
@@ -269,6 +234,7 @@ fn a_session_from_gateway_a_resumes_once_at_gateway_b_through_redis() {
     let dir = tmp.path();
     let (mut redis, port) = redis(dir);
     let (backend, seen) = recording_backend();
+    let backend = backend.to_string();
     let store = format!("redis://127.0.0.1:{port}");
     let flags = [
         "--replay-store",
@@ -363,6 +329,7 @@ fn a_lone_gateway_hands_its_sessions_to_its_next_start_once() {
     let tmp = setup();
     let dir = tmp.path();
     let (backend, seen) = recording_backend();
+    let backend = backend.to_string();
     let flags = [
         "--replay-state",
         "replay.state",
@@ -404,6 +371,7 @@ fn a_successor_taking_over_resumes_the_sessions_of_its_predecessor_once() {
     let tmp = setup();
     let dir = tmp.path();
     let (backend, seen) = recording_backend();
+    let backend = backend.to_string();
     let listen = format!("127.0.0.1:{}", free_port());
     let flags = [
         "--handover",

@@ -4,7 +4,8 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
-use std::process::{Child, Command, Output};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
 
 /// Whether `tool` is on the PATH.
 pub fn have(tool: &str) -> bool {
@@ -217,4 +218,75 @@ pub fn zrtt_get_retrying_busy(dir: &Path, port: u16, path: &str, write_out: &str
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
+}
+
+/// The flags of the test key `key_and_record` writes.
+pub const KEY_FLAGS: &[&str] = &[
+    "--key",
+    "k1.key",
+    "--record",
+    "k1.rec",
+    "--cert",
+    "cert.pem",
+    "--cert-key",
+    "cert.key",
+];
+
+/// `zrtt gateway --listen LISTEN --backend BACKEND --admin ADMIN` with
+/// `flags` in `dir`, once both addresses accept.
+pub fn spawn_gateway(
+    dir: &Path,
+    listen: &str,
+    backend: &str,
+    admin: &str,
+    flags: &[&str],
+) -> Guard {
+    let child = Guard(
+        Command::new(env!("CARGO_BIN_EXE_zrtt"))
+            .args(["gateway", "--listen", listen, "--backend", backend])
+            .args(["--admin", admin])
+            .args(flags)
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_listening(listen);
+    wait_listening(admin);
+    child
+}
+
+/// An HTTP/1.1 backend answering `ok` and recording each request's first
+/// line and whether it carried `Early-Data: 1` (`GET / early=true`).
+pub fn recording_backend() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let seen2 = seen.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let seen = seen2.clone();
+            std::thread::spawn(move || {
+                let mut s = s;
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while let Ok(n) = s.read(&mut chunk) {
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                        let first = head.lines().next().unwrap_or("").to_owned();
+                        let early = head.lines().any(|l| l.trim() == "early-data: 1");
+                        seen.lock().unwrap().push(format!("{first} early={early}"));
+                        buf.drain(..end + 4);
+                        let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
+                    }
+                }
+            });
+        }
+    });
+    (addr, seen)
 }
