@@ -444,3 +444,83 @@ async fn with_max_early_requests_0_an_early_get_waits_for_the_confirmation() {
     assert_eq!(*env.seen.lock().unwrap(), vec!["GET /x early=1".to_owned()]);
     env.stop().await;
 }
+
+/// A failure after the Reply to early data (here: garbage after it, so the
+/// channel cannot read on) is the caller's error: the server has the
+/// request, so it never goes again over TLS (docs/PROTOCOL.md §4.3). The
+/// fake server counts connections: a TLS fallback would be the second.
+#[tokio::test]
+async fn a_failure_after_the_reply_to_early_data_does_not_send_the_request_again() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use zrtt_proto::handshake::{Extensions, Transport};
+    use zrtt_proto::replay::{BloomReplayFilter, ReplayConfig};
+    let keys = vec![record("zrtt test key 1", 16384)];
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let early_seen = Arc::new(AtomicUsize::new(0));
+    let (counted, seen) = (connections.clone(), early_seen.clone());
+    let server = server_keys(&keys);
+    tokio::spawn(async move {
+        let rng = ring::rand::SystemRandom::new();
+        let start = system_clock().saturating_sub(Duration::from_secs(5));
+        let mut filter = BloomReplayFilter::new(ReplayConfig::default(), [9; 32], start);
+        loop {
+            let Ok((mut tcp, _)) = listener.accept().await else {
+                return;
+            };
+            if counted.fetch_add(1, Ordering::AcqRel) > 0 {
+                continue;
+            }
+            let mut buf = Vec::new();
+            let accepted = loop {
+                if let Ok(Some((f, _))) = read_frame(&buf, Expect::FirstFlight) {
+                    break server.accept(&f, Transport::Tcp, system_clock(), &mut filter, &rng);
+                }
+                let mut chunk = [0u8; 4096];
+                let n = tcp.read(&mut chunk).await.unwrap();
+                assert!(n > 0, "closed before the flight");
+                buf.extend_from_slice(&chunk[..n]);
+            };
+            let accepted = accepted.expect("flight accepted");
+            if !accepted.early_data.is_empty() {
+                seen.fetch_add(1, Ordering::AcqRel);
+            }
+            let (_, mut reply) = accepted.reply(&Extensions::new(), b"").unwrap();
+            // A whole transport record that does not open (not sealed
+            // with the channel's key).
+            reply.extend_from_slice(&[0x00, 0x20]);
+            reply.extend_from_slice(&[0xAB; 32]);
+            tcp.write_all(&reply).await.unwrap();
+            // Hold the connection without blocking the next accept.
+            tokio::spawn(async move {
+                let mut chunk = [0u8; 4096];
+                while tcp.read(&mut chunk).await.is_ok_and(|n| n > 0) {}
+            });
+        }
+    });
+    let cfg = client_config(keys.into_iter().map(|(r, _)| r).collect());
+    let target = zrtt_net::client::Target {
+        host: HOST.to_owned(),
+        addr,
+    };
+    let request = format!("GET /once HTTP/1.1\r\nHost: {HOST}\r\n\r\n");
+    let r = tokio::time::timeout(
+        PATIENCE,
+        zrtt_net::client::establish(&cfg, &target, request.as_bytes()),
+    )
+    .await
+    .expect("establish returns");
+    assert!(r.is_err(), "garbage after the Reply was accepted");
+    assert_eq!(
+        early_seen.load(Ordering::Acquire),
+        1,
+        "the GET rode the flight"
+    );
+    assert_eq!(
+        connections.load(Ordering::Acquire),
+        1,
+        "the request was sent again over TLS"
+    );
+}

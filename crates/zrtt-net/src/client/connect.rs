@@ -8,7 +8,12 @@
 //!    SYN-ACK within the race delay → once more without Fast Open;
 //! 2. a Reject carrying records that verify against the same certificate →
 //!    zrtt again at once, with the fresh key (once);
-//! 3. otherwise (no record, other refusals, no answer) → TLS 1.3 (rustls);
+//! 3. a resumed flight refused with Reject 9 → at once again with NK/IK,
+//!    never another ticket (the origin's other tickets of that ticket key
+//!    are dropped); a resumed flight closed without an answer (a server
+//!    that predates resumption) → once more without a ticket; HTTP/2
+//!    refused with Reject 8 → TLS with ALPN `h2`;
+//! 4. otherwise (no record, other refusals, no answer) → TLS 1.3 (rustls);
 //!    a flight that was taken but never answered within `reply_timeout`
 //!    (a path that passes the SYN and drops what follows) also makes the
 //!    path skip zrtt for a cool-down, as a lost race does.
@@ -32,7 +37,9 @@
 //! arrived zrtt is never abandoned. A request sent in a flight that is then
 //! abandoned was an idempotent one (early data is only GET, HEAD or OPTIONS
 //! without a body), so it is safe to send it again over TLS; any other
-//! request is sent only after the Reply, so it never goes twice.
+//! request is sent only after the Reply, so it never goes twice. A failure
+//! after the Reply to early data, or once part of the request went inside
+//! the channel, is the caller's error, never a TLS fallback.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -491,6 +498,18 @@ async fn zrtt_attempts(
     Ok((None, notes, spent, retried, why))
 }
 
+/// A failure once a Reply came: with early data the server has the
+/// request, so it is the caller's error ([`Attempt::Sent`]), never a TLS
+/// fallback that would send it again (docs/PROTOCOL.md §4.3); without, the
+/// request is still here and TLS may carry it.
+fn after_reply(early: bool, e: Error) -> Result<Attempt> {
+    if early {
+        Ok(Attempt::Sent(e))
+    } else {
+        Err(e)
+    }
+}
+
 /// The local address the kernel would use towards `dest` (no packet sent).
 fn local_ip_towards(dest: SocketAddr) -> Option<IpAddr> {
     let bind: SocketAddr = if dest.is_ipv4() {
@@ -639,7 +658,10 @@ async fn attempt_zrtt(
         Frame::Reject { reason, records } => {
             return Ok(Attempt::Rejected(reason, records.to_vec(), reply_rts))
         }
-        other => hs.handle_reply(&other)?,
+        other => match hs.handle_reply(&other) {
+            Ok(r) => r,
+            Err(e) => return after_reply(early, Error::from(e)),
+        },
     };
     if let (Some(store), Some(t)) = (tickets, reply.ticket) {
         store.put_ticket(&target.host, t);
@@ -651,15 +673,20 @@ async fn attempt_zrtt(
         let host = target.host.clone();
         stream.on_token(Box::new(move |t| store.put(&host, local.ip(), t)));
     }
-    stream
-        .process_buffered()
-        .map_err(Error::io("reading after the reply"))?;
+    if let Err(e) = stream.process_buffered() {
+        return after_reply(early, Error::io("reading after the reply")(e));
+    }
     if early {
         // Confirm at once that the flight was ours: a server may hold an
         // early request until then, and only then retry one its backend
         // answered 425 Too Early (docs/PROTOCOL.md §7).
-        stream.confirm().map_err(Error::io("confirming"))?;
-        stream.flush().await.map_err(Error::io("confirming"))?;
+        let confirmed = match stream.confirm() {
+            Ok(()) => stream.flush().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = confirmed {
+            return Ok(Attempt::Sent(Error::io("confirming")(e)));
+        }
     }
     if !rest.is_empty() {
         // The request (HTTP/2: what followed the early part) goes inside

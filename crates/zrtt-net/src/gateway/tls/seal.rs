@@ -7,7 +7,8 @@
 //! sealed = 0x02 || key_id (4) || salt (16, random)
 //!          || ChaCha20-Poly1305(issued_ms u64 || expires_ms u64 || state)
 //! aad    = "zrtt tls session v2" || key_id || context
-//! key    = HKDF-SHA256(token key, info "zrtt tls session seal" || salt)
+//! key    = HKDF-SHA256(salt "zrtt token key derive", IKM token key,
+//!                      info "zrtt tls session seal" || salt)
 //! nonce  = 0 (96 bits)
 //! ```
 //!
