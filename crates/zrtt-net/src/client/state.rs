@@ -14,7 +14,7 @@ use zrtt_proto::provenance::{decode_certificates, encode_certificates, Certifica
 use zrtt_proto::record::VerifiedKeyRecord;
 use zrtt_proto::UnixTime;
 
-use super::ticket_file::TicketFile;
+use super::ticket_file::{TicketFile, MAX_TOKENS};
 use crate::error::{Error, Result};
 use crate::verifier::fetch_certificate;
 use zeroize::Zeroizing;
@@ -88,6 +88,9 @@ impl TokenStore {
         }
         let k = X25519KeyPair::generate(rng)?;
         inner.statics.insert(server.to_owned(), k.clone());
+        if let Some(f) = &mut inner.file {
+            f.touch(server);
+        }
         Ok(k)
     }
 
@@ -103,8 +106,11 @@ impl TokenStore {
     /// Store a token `server` issued to us at `local`.
     pub fn put(&self, server: &str, local: IpAddr, token: Vec<u8>) {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if inner.tokens.len() >= 4096 {
+        if inner.tokens.len() >= MAX_TOKENS {
             inner.tokens.clear();
+        }
+        if let Some(f) = &mut inner.file {
+            f.touch(server);
         }
         inner
             .tokens
@@ -213,7 +219,9 @@ impl TokenStore {
     /// `ticket SERVER TICKET-HEX` (the ticket's stored form, its `psk`
     /// included). To the file it was loaded from: under the file's lock,
     /// the file's tickets minus those this store took or dropped, plus
-    /// those granted to it (another process's changes are kept).
+    /// those granted to it and never saved; static keys and tokens of the
+    /// servers it changed since its last save, the file's for the others
+    /// (another process's changes are kept; `ticket_file.rs`).
     pub fn save(&self, path: &std::path::Path) -> Result<()> {
         let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let inner = &mut *guard;
@@ -223,16 +231,17 @@ impl TokenStore {
                     0 => MAX_TICKETS_PER_SERVER,
                     n => n,
                 };
-                let (_lock, merged) = f.merged(&inner.tickets, max)?;
-                write_private(path, &render(inner, &merged), "writing the token state")?;
+                let m = f.merged(&inner.tickets, max)?;
+                let text = render(inner, &m.tickets, Some((f, m.others.as_str())));
+                write_private(path, &text, "writing the token state")?;
                 if let Some(f) = &mut inner.file {
-                    f.saved(&inner.tickets);
+                    f.saved(&inner.tickets, &m.tickets);
                 }
                 Ok(())
             }
             _ => write_private(
                 path,
-                &render(inner, &inner.tickets),
+                &render(inner, &inner.tickets, None),
                 "writing the token state",
             ),
         }
@@ -241,7 +250,7 @@ impl TokenStore {
     /// The text [`Self::save`] writes to a file it was not loaded from.
     fn render_text(&self) -> Zeroizing<String> {
         let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        render(&inner, &inner.tickets)
+        render(&inner, &inner.tickets, None)
     }
 
     /// Load a file written by [`Self::save`]; a missing file is an empty store.
@@ -294,26 +303,32 @@ impl TokenStore {
     }
 }
 
-/// The text [`TokenStore::save`] writes: `inner`'s keys and tokens, and
-/// `tickets`.
+/// The text [`TokenStore::save`] writes: `inner`'s keys and tokens (with
+/// `file`: only of the servers it changed, then the file's other lines),
+/// and `tickets`.
 fn render(
     inner: &StoreInner,
     tickets: &HashMap<String, Vec<ResumptionTicket>>,
+    file: Option<(&TicketFile, &str)>,
 ) -> Zeroizing<String> {
+    let mine = |server: &str| file.is_none_or(|(f, _)| f.changed(server));
     use std::fmt::Write as _;
     // It holds private keys: wiped once written.
     let mut s = Zeroizing::new(String::from(
         "# zrtt token state: static keys per server, tokens per server and local address\n",
     ));
-    for (server, key) in &inner.statics {
+    for (server, key) in inner.statics.iter().filter(|(s, _)| mine(s)) {
         let _ = writeln!(
             s,
             "static {server} {}",
             *Zeroizing::new(zrtt_proto::record::hex(key.private()))
         );
     }
-    for ((server, ip), token) in &inner.tokens {
+    for ((server, ip), token) in inner.tokens.iter().filter(|((s, _), _)| mine(s)) {
         let _ = writeln!(s, "token {server} {ip} {}", zrtt_proto::record::hex(token));
+    }
+    if let Some((_, others)) = file {
+        s.push_str(others);
     }
     for (server, list) in tickets {
         for t in list {
