@@ -117,7 +117,7 @@ pub(super) fn notes(o: &ThroughputOpts, cells: &[Cell]) -> Vec<String> {
             let get = |k: &str| g.get(k).copied().unwrap_or(0);
             let acc = get("zrtt_accepted").max(1) as f64;
             n.push(format!(
-                "Gateway counters, {} KB {} cell (warm-up included): {} flights accepted ({} resumed a ticket), {:.1}% answered early ({:.1}% while the socket was still SYN_RECV), {} gated, {} forced to gating by soft limits, {} busy, {} TLS connections.",
+                "Gateway counters, {} KB {} cell (warm-up included): {} flights accepted ({} resumed a ticket), {:.1}% answered early ({:.1}% while the socket was still SYN_RECV), {} gated, {} forced to gating by soft limits, {} busy (hard limits), {} refused Busy by the replay store, {} TLS connections.",
                 c.kb,
                 c.case.id(),
                 get("zrtt_accepted"),
@@ -127,6 +127,7 @@ pub(super) fn notes(o: &ThroughputOpts, cells: &[Cell]) -> Vec<String> {
                 get("zrtt_answered_gated"),
                 get("zrtt_forced_gating"),
                 get("zrtt_busy"),
+                get("replay_store_unavailable"),
                 get("tls_connections"),
             ));
         }
