@@ -68,6 +68,8 @@ pub(crate) struct Gateway {
     pub(crate) replay_state: Option<PathBuf>,
     /// `--root`: serve this directory's files instead of `BACKEND`.
     pub(crate) root: Option<PathBuf>,
+    /// `--replay-store`: the shared replay store's URL (docs/FLEET.md).
+    pub(crate) replay_store: Option<String>,
 }
 
 impl Gateway {
@@ -84,6 +86,7 @@ impl Gateway {
             log: None,
             replay_state: None,
             root: None,
+            replay_store: None,
         }
     }
 
@@ -135,6 +138,9 @@ impl Gateway {
         }
         if let Some(p) = &self.replay_state {
             flag("--replay-state", p.into());
+        }
+        if let Some(url) = &self.replay_store {
+            flag("--replay-store", url.into());
         }
         a
     }

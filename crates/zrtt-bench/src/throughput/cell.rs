@@ -26,6 +26,9 @@ pub(super) struct Cell {
     pub(super) server_us: f64,
     /// Gateway + its nginx backend (zrtt only).
     pub(super) with_backend_us: Option<f64>,
+    /// The Redis case's `redis-server` (on the load generator's CPU, not
+    /// in `server_us`).
+    pub(super) store_us: Option<f64>,
     /// Share of one core used by every server process of the case.
     pub(super) server_busy: f64,
     /// Share of one core used by the load generator thread.
@@ -57,6 +60,7 @@ impl Cell {
             latency: Summary::of(&[]),
             server_us: f64::NAN,
             with_backend_us: None,
+            store_us: None,
             server_busy: f64::NAN,
             loadgen_busy: f64::NAN,
             core_us: [f64::NAN; 2],
@@ -98,10 +102,14 @@ pub(super) fn build_cell(
             f64::NAN
         }
     };
-    // server_ticks: [nginx, gateway, static-file gateway].
-    let (nginx, gw, files) = (g.server_ticks[0], g.server_ticks[1], g.server_ticks[2]);
+    // server_ticks: [nginx, gateway, static-file gateway, Redis-store
+    // gateway, redis-server].
+    let t = |i: usize| g.server_ticks.get(i).copied().unwrap_or(0);
+    let (nginx, gw, files, redis_gw) = (t(0), t(1), t(2), t(3));
+    let with_backend = matches!(case, Case::Zrtt | Case::ZrttResumed | Case::ZrttRedis);
     let (own, all) = match case {
         Case::Zrtt | Case::ZrttResumed => (gw, gw + nginx),
+        Case::ZrttRedis => (redis_gw, redis_gw + nginx),
         Case::ZrttStatic | Case::TlsStatic | Case::TlsStaticResumed => (files, files),
         _ => (nginx, nginx),
     };
@@ -123,7 +131,8 @@ pub(super) fn build_cell(
         window_s: g.window_s,
         latency: Summary::of(&g.latencies_ms),
         server_us: per(own),
-        with_backend_us: matches!(case, Case::Zrtt | Case::ZrttResumed).then(|| per(all)),
+        with_backend_us: with_backend.then(|| per(all)),
+        store_us: (case == Case::ZrttRedis).then(|| per(t(4))),
         server_busy: busy(all),
         loadgen_busy: busy(g.client_ticks),
         core_us: [per(g.core_ticks[0]), per(g.core_ticks[1])],

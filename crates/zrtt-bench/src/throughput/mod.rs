@@ -4,7 +4,11 @@
 //! gateway` answering early in front of nginx plain HTTP, and a second
 //! gateway serving the same files itself (`--root`, static-file mode) to
 //! zrtt clients (answered early) and to TLS 1.3 clients (full handshakes),
-//! for responses of 1, 10 and 100 KB.
+//! for responses of 1, 10 and 100 KB. A third gateway, like the first but
+//! checking every first flight against a shared replay store in Redis
+//! (`--replay-store`, a `redis-server` on the host's loopback), is the
+//! Redis case, read against the first (issue 14: at least 90% of its new
+//! connections per core-second).
 //!
 //! The servers run pinned to CPU 0 (`taskset -c 0`), the load generator (one
 //! thread with a tokio current-thread runtime, inside the namespace) pinned
@@ -33,6 +37,7 @@ mod cpu;
 mod loadgen;
 mod notes;
 mod report;
+mod store;
 
 use crate::proc::{self, WorkDir};
 use crate::progress::Progress;
@@ -56,6 +61,9 @@ const GW_PORT: u16 = 4433;
 /// The gateway in static-file mode (`--root`): zrtt and TLS.
 const GW_STATIC_PORT: u16 = 4434;
 const ADMIN_PORT: u16 = 9090;
+/// The gateway with its replay store in Redis, and its admin port.
+const GW_REDIS_PORT: u16 = 4435;
+const ADMIN_REDIS_PORT: u16 = 9091;
 /// A request that takes longer than this counts as failed.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Error messages kept per cell.
@@ -106,13 +114,17 @@ enum Case {
     TlsStatic,
     /// The same gateway, TLS 1.3 clients resuming (its session tickets).
     TlsStaticResumed,
+    /// As `Zrtt`, the gateway checking every flight against a replay store
+    /// in Redis (`--replay-store`).
+    ZrttRedis,
 }
 
 /// The cases measured at fixed rates.
-const RATE_CASES: [Case; 5] = [
+const RATE_CASES: [Case; 6] = [
     Case::TlsFull,
     Case::TlsResumed,
     Case::Zrtt,
+    Case::ZrttRedis,
     Case::ZrttResumed,
     Case::ZrttStatic,
 ];
@@ -120,11 +132,12 @@ const RATE_CASES: [Case; 5] = [
 /// Workers of a fixed-rate cell (at least).
 const RATE_WORKERS: usize = 64;
 
-const CASES: [Case; 8] = [
+const CASES: [Case; 9] = [
     Case::Http,
     Case::TlsFull,
     Case::TlsResumed,
     Case::Zrtt,
+    Case::ZrttRedis,
     Case::ZrttResumed,
     Case::ZrttStatic,
     Case::TlsStatic,
@@ -142,6 +155,7 @@ impl Case {
             Case::ZrttStatic => "zrtt-gateway-static",
             Case::TlsStatic => "gateway-static-tls13-full",
             Case::TlsStaticResumed => "gateway-static-tls13-resumed",
+            Case::ZrttRedis => "zrtt-gateway-redis-store",
         }
     }
 
@@ -155,6 +169,7 @@ impl Case {
             Case::ZrttStatic => "zrtt gateway --root (answered early), no backend",
             Case::TlsStatic => "gateway --root, TLS 1.3 full handshake",
             Case::TlsStaticResumed => "gateway --root, TLS 1.3 resumed (ticket)",
+            Case::ZrttRedis => "zrtt, replay store in Redis (answered early) + nginx backend",
         }
     }
 
@@ -165,6 +180,16 @@ impl Case {
             Case::TlsResumed => TLS_RESUMED_PORT,
             Case::Zrtt | Case::ZrttResumed => GW_PORT,
             Case::ZrttStatic | Case::TlsStatic | Case::TlsStaticResumed => GW_STATIC_PORT,
+            Case::ZrttRedis => GW_REDIS_PORT,
+        }
+    }
+
+    /// The gateway's admin port, for the cases whose counters are kept.
+    fn admin(self) -> Option<u16> {
+        match self {
+            Case::Zrtt | Case::ZrttResumed => Some(ADMIN_PORT),
+            Case::ZrttRedis => Some(ADMIN_REDIS_PORT),
+            _ => None,
         }
     }
 
@@ -208,7 +233,7 @@ pub fn run(bench: &Bench, o: &ThroughputOpts) -> Result<Report> {
     if o.rates.iter().any(|r| !r.is_finite() || *r <= 0.0) {
         bail!("rates are positive numbers of new connections per second");
     }
-    proc::require_tools(&["nginx", "taskset", "getconf"])?;
+    proc::require_tools(&["nginx", "taskset", "getconf", "redis-server", "redis-cli"])?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     if cores < 2 {
         bail!("throughput pins the servers to CPU 0 and the load to CPU 1: needs 2 cores, have {cores}");
@@ -229,6 +254,8 @@ pub fn run(bench: &Bench, o: &ThroughputOpts) -> Result<Report> {
     // connects reuse TIME_WAIT ports.
     proc::sysctl(&lab, &[HOST], "net.ipv4.ip_local_port_range", "1024 65535")?;
     proc::sysctl(&lab, &[HOST], "net.ipv4.tcp_tw_reuse", "1")?;
+    // Before the gateways: the Redis case's gateway connects at start.
+    let store = store::Store::start(&lab, &dir.join("redis"))?;
     // The backend listener is the plain HTTP case. Keep-alive stays on so
     // that the gateway's backend connections are pooled; clients send
     // `Connection: close`, so each of their requests gets its own connection.
@@ -254,11 +281,21 @@ pub fn run(bench: &Bench, o: &ThroughputOpts) -> Result<Report> {
             root: Some(site.www.clone()),
             ..Gateway::new(loopback(GW_STATIC_PORT))
         })
+        .gateway(Gateway {
+            trust: Some(std::net::Ipv4Addr::LOCALHOST),
+            admin: Some(loopback(ADMIN_REDIS_PORT)),
+            replay_store: Some(store::Store::url()),
+            ..Gateway::new(loopback(GW_REDIS_PORT))
+        })
         .pinned_to(SERVER_CPU)
         .start(&lab, HOST)?;
     let nginx_pid = servers.nginx_pid.context("nginx did not start")?;
     let gw_pid = *servers.gateway_pids.first().context("no gateway")?;
     let static_pid = *servers.gateway_pids.get(1).context("no static gateway")?;
+    let redis_gw_pid = *servers
+        .gateway_pids
+        .get(2)
+        .context("no Redis-store gateway")?;
     check_server(nginx_pid, "nginx")?;
     let exe_name = bench
         .zrtt
@@ -267,6 +304,7 @@ pub fn run(bench: &Bench, o: &ThroughputOpts) -> Result<Report> {
         .unwrap_or_default();
     check_server(gw_pid, &exe_name)?;
     check_server(static_pid, &exe_name)?;
+    check_server(redis_gw_pid, &exe_name)?;
     servers.settle();
 
     let cert = site.cert_der()?;
@@ -324,17 +362,19 @@ pub fn run(bench: &Bench, o: &ThroughputOpts) -> Result<Report> {
                         name: name.clone(),
                     }
                 }
-                Case::Zrtt | Case::ZrttResumed | Case::ZrttStatic => Client::Zrtt {
-                    cfg: if case == Case::ZrttResumed {
-                        rcfg.clone()
-                    } else {
-                        zcfg.clone()
-                    },
-                    target: Target {
-                        host: NAME.into(),
-                        addr: loopback(case.port()),
-                    },
-                },
+                Case::Zrtt | Case::ZrttResumed | Case::ZrttStatic | Case::ZrttRedis => {
+                    Client::Zrtt {
+                        cfg: if case == Case::ZrttResumed {
+                            rcfg.clone()
+                        } else {
+                            zcfg.clone()
+                        },
+                        target: Target {
+                            host: NAME.into(),
+                            addr: loopback(case.port()),
+                        },
+                    }
+                }
             };
             let job = Job {
                 client,
@@ -347,30 +387,25 @@ pub fn run(bench: &Bench, o: &ThroughputOpts) -> Result<Report> {
                 body_len: kb * 1024,
                 tls_info: OnceLock::new(),
             };
-            let before =
-                matches!(case, Case::Zrtt | Case::ZrttResumed).then(|| scrape_metrics(&lab));
+            let before = case.admin().map(|port| scrape_metrics(&lab, port));
             // At a fixed rate, enough workers that a slow answer does not
             // hold the next start back.
             let conc = match rate {
                 Some(_) => o.concurrency.max(RATE_WORKERS),
                 None => o.concurrency,
             };
-            let pids = vec![nginx_pid, gw_pid, static_pid];
+            let pids = vec![nginx_pid, gw_pid, static_pid, redis_gw_pid, store.pid];
             let out = lab
                 .spawn_in_host(HOST, move || {
                     generate(job, conc, rate, warmup, measure, pids)
                 })
                 .and_then(|t| t.join());
-            let gateway = match (before, case) {
-                (Some(Ok(b)), Case::Zrtt | Case::ZrttResumed) => {
-                    scrape_metrics(&lab).ok().map(|a| {
-                        a.iter()
-                            .map(|(k, v)| {
-                                (k.clone(), v.saturating_sub(b.get(k).copied().unwrap_or(0)))
-                            })
-                            .collect()
-                    })
-                }
+            let gateway = match (before, case.admin()) {
+                (Some(Ok(b)), Some(port)) => scrape_metrics(&lab, port).ok().map(|a| {
+                    a.iter()
+                        .map(|(k, v)| (k.clone(), v.saturating_sub(b.get(k).copied().unwrap_or(0))))
+                        .collect()
+                }),
                 _ => None,
             };
             let mut cell = match out {
@@ -394,7 +429,12 @@ pub fn run(bench: &Bench, o: &ThroughputOpts) -> Result<Report> {
             }
         }
     }
+    let store_keys = store
+        .cli(&lab, &["DBSIZE"])
+        .ok()
+        .and_then(|s| s.parse().ok());
     drop(servers);
+    drop(store);
     lab.down()?;
     if !cells.iter().any(Cell::usable) {
         let why: Vec<String> = cells
@@ -413,14 +453,13 @@ pub fn run(bench: &Bench, o: &ThroughputOpts) -> Result<Report> {
             .collect();
         bail!("no cell completed a request: {}", why.join("; "));
     }
-    Ok(report::report(o, &cells, &rated, tck, warmup))
+    Ok(report::report(o, &cells, &rated, tck, warmup, store_keys))
 }
 
-/// The gateway's counters, read from its admin port inside the lab host.
-fn scrape_metrics(lab: &Lab) -> Result<BTreeMap<String, u64>> {
+/// A gateway's counters, read from its admin port inside the lab host.
+fn scrape_metrics(lab: &Lab, port: u16) -> Result<BTreeMap<String, u64>> {
     let text = lab.in_host(HOST, || -> std::io::Result<String> {
-        let mut s =
-            std::net::TcpStream::connect_timeout(&loopback(ADMIN_PORT), Duration::from_secs(2))?;
+        let mut s = std::net::TcpStream::connect_timeout(&loopback(port), Duration::from_secs(2))?;
         s.set_read_timeout(Some(Duration::from_secs(2)))?;
         s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")?;
         let mut out = String::new();
@@ -431,17 +470,19 @@ fn scrape_metrics(lab: &Lab) -> Result<BTreeMap<String, u64>> {
 }
 
 /// The gateway's admin page (`zrtt_gateway_<name>_total <value>` lines,
-/// OpenMetrics, possibly after an HTTP head) as a map by `<name>`.
+/// OpenMetrics, possibly after an HTTP head) as a map by `<name>`; a
+/// histogram's `zrtt_gateway_<name>_count` (observations, e.g. replay
+/// store checks) as `<name>_count`.
 fn parse_metrics(text: &str) -> BTreeMap<String, u64> {
     text.lines()
         .filter_map(|l| {
             let (k, v) = l.trim().split_once(' ')?;
-            Some((
-                k.strip_prefix("zrtt_gateway_")?
-                    .strip_suffix("_total")?
-                    .to_string(),
-                v.trim().parse().ok()?,
-            ))
+            let k = k.strip_prefix("zrtt_gateway_")?;
+            let k = match k.strip_suffix("_total") {
+                Some(name) => name,
+                None => k.ends_with("_count").then_some(k)?,
+            };
+            Some((k.to_string(), v.trim().parse().ok()?))
         })
         .collect()
 }
@@ -453,10 +494,11 @@ mod tests {
     #[test]
     fn metrics_parse() {
         let m = parse_metrics(
-            "HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\n# TYPE zrtt_gateway_requests counter\nzrtt_gateway_requests_total 12\nzrtt_gateway_tls_connections_total 0\nother 3\n# EOF\n",
+            "HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\n# TYPE zrtt_gateway_requests counter\nzrtt_gateway_requests_total 12\nzrtt_gateway_tls_connections_total 0\nother 3\nzrtt_gateway_replay_store_check_seconds_count 7\nzrtt_gateway_replay_store_check_seconds_sum 0.01\n# EOF\n",
         );
         assert_eq!(m.get("requests"), Some(&12));
         assert_eq!(m.get("tls_connections"), Some(&0));
-        assert_eq!(m.len(), 2);
+        assert_eq!(m.get("replay_store_check_seconds_count"), Some(&7));
+        assert_eq!(m.len(), 3);
     }
 }

@@ -110,15 +110,14 @@ pub(super) fn notes(o: &ThroughputOpts, cells: &[Cell]) -> Vec<String> {
             ));
         }
     }
-    for c in cells
-        .iter()
-        .filter(|c| matches!(c.case, Case::Zrtt | Case::ZrttResumed) && c.usable())
-    {
+    for c in cells.iter().filter(|c| {
+        matches!(c.case, Case::Zrtt | Case::ZrttResumed | Case::ZrttRedis) && c.usable()
+    }) {
         if let Some(g) = &c.gateway {
             let get = |k: &str| g.get(k).copied().unwrap_or(0);
             let acc = get("zrtt_accepted").max(1) as f64;
             n.push(format!(
-                "Gateway counters, {} KB {} cell (warm-up included): {} flights accepted ({} resumed a ticket), {:.1}% answered early ({:.1}% while the socket was still SYN_RECV), {} gated, {} forced to gating by soft limits, {} busy, {} TLS connections.",
+                "Gateway counters, {} KB {} cell (warm-up included): {} flights accepted ({} resumed a ticket), {:.1}% answered early ({:.1}% while the socket was still SYN_RECV), {} gated, {} forced to gating by soft limits, {} busy (hard limits), {} refused Busy by the replay store, {} TLS connections.",
                 c.kb,
                 c.case.id(),
                 get("zrtt_accepted"),
@@ -128,6 +127,7 @@ pub(super) fn notes(o: &ThroughputOpts, cells: &[Cell]) -> Vec<String> {
                 get("zrtt_answered_gated"),
                 get("zrtt_forced_gating"),
                 get("zrtt_busy"),
+                get("replay_store_unavailable"),
                 get("tls_connections"),
             ));
         }
@@ -202,6 +202,40 @@ pub(super) fn notes(o: &ThroughputOpts, cells: &[Cell]) -> Vec<String> {
         n.push(format!("Failures: {}.", failed.join("; ")));
     }
     n
+}
+
+/// Per Redis-case cell (saturation and fixed rates): did the store check
+/// every flight the gateway accepted, and did it refuse any (`Busy`: no
+/// answer within the gateway's `--replay-store-timeout`)? From the
+/// gateway's counters over the cell, warm-up included.
+pub(super) fn store_notes(cells: &[Cell], rated: &[Cell]) -> Vec<String> {
+    cells
+        .iter()
+        .chain(rated)
+        .filter(|c| c.case == Case::ZrttRedis)
+        .map(|c| {
+            let at = c
+                .rate
+                .map_or(format!("{} KB, saturation", c.kb), |r| format!("{} KB at {r:.0}/s", c.kb));
+            let Some(g) = &c.gateway else {
+                return format!("Replay store in Redis, {at}: the gateway's counters could not be read; whether the store checked every flight is unknown.");
+            };
+            let get = |k: &str| g.get(k).copied().unwrap_or(0);
+            let (checks, accepted) = (get("replay_store_check_seconds_count"), get("zrtt_accepted"));
+            let (replays, busy) = (get("replay_store_replays"), get("replay_store_unavailable"));
+            let verdict = if checks == accepted + replays + busy && busy == 0 && accepted > 0 {
+                "the store checked every flight and refused none".to_string()
+            } else if busy > 0 {
+                format!("THE STORE REFUSED {busy} FLIGHTS BUSY (no answer in time: the clients saw Reject Busy, counted as failed requests)")
+            } else {
+                "the counts do not match: not every accepted flight was checked".to_string()
+            };
+            format!(
+                "Replay store in Redis, {at}: {checks} store checks for {accepted} flights accepted, {replays} replays, {busy} refused Busy: {verdict}; redis-server's own CPU {} µs per request (on CPU {CLIENT_CPU}, not in the gateway's figure).",
+                c.store_us.map_or("–".into(), |u| format!("{u:.1}")),
+            )
+        })
+        .collect()
 }
 
 /// HTTPCrypt's claim (about 3.3x nginx TLS's new encrypted requests per

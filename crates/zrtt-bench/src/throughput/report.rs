@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::cell::Cell;
-use super::notes::notes;
+use super::notes::{notes, store_notes};
 use super::{Case, ThroughputOpts, CASES, CLIENT_CPU, SERVER_CPU};
 use crate::report::{round3, Axis, Chart, Report, Series, Table};
 
@@ -50,6 +50,7 @@ pub(super) fn report(
     rated: &[Cell],
     tck: u64,
     warmup: Duration,
+    store_keys: Option<u64>,
 ) -> Report {
     let mut r = Report::new(
         "throughput",
@@ -143,6 +144,14 @@ pub(super) fn report(
                 (Some(f), None) => num(c.server_us / f.server_us, 2),
                 (None, _) => "–".into(),
             };
+            // The Redis case beside the in-process filter (issue 14).
+            let cpu_ratio = match (case, cell(cells, Case::Zrtt, kb)) {
+                (Case::ZrttRedis, Some(z)) => format!(
+                    "{cpu_ratio}; ÷ in-process filter {}",
+                    num(c.server_us / z.server_us, 2)
+                ),
+                _ => cpu_ratio,
+            };
             t.row(vec![
                 case.label().to_string(),
                 num(c.rps(), 0),
@@ -209,6 +218,9 @@ pub(super) fn report(
                 r.with_backend_us.unwrap_or(f64::NAN) / z.with_backend_us.unwrap_or(f64::NAN),
             ),
         ]);
+    }
+    if let Some(row) = store_vs_filter(cells, rated) {
+        p.row(row);
     }
     if let (Some(z), Some(f)) = (
         cell(cells, Case::ZrttStatic, 1),
@@ -340,6 +352,7 @@ pub(super) fn report(
     });
 
     r.notes = notes(o, cells);
+    r.notes.extend(store_notes(cells, rated));
     let reference: Vec<Value> = CASES
         .iter()
         .filter(|&&c| c.reference_us(1).is_some())
@@ -367,6 +380,7 @@ pub(super) fn report(
             "requests_per_sec": jnum(c.rps()), "latency_ms": c.latency.to_json(),
             "server_us_per_request": jnum(c.server_us),
             "server_with_backend_us_per_request": c.with_backend_us.map(jnum),
+            "replay_store_us_per_request": c.store_us.map(jnum),
             "server_core_busy": jnum(c.server_busy), "loadgen_core_busy": jnum(c.loadgen_busy),
             "cpu0_busy": jnum(c.cpu0_busy),
             "cpu0_all_us_per_request": jnum(c.core_us[0]), "cpu1_all_us_per_request": jnum(c.core_us[1]),
@@ -380,8 +394,10 @@ pub(super) fn report(
             "requests_per_sec": jnum(c.rps()), "latency_ms": c.latency.to_json(),
             "server_us_per_request": jnum(c.server_us),
             "server_with_backend_us_per_request": c.with_backend_us.map(jnum),
-            "server_core_busy": jnum(c.server_busy),
+            "replay_store_us_per_request": c.store_us.map(jnum),
+            "server_core_busy": jnum(c.server_busy), "gateway_counters": c.gateway,
         })).collect::<Vec<_>>(),
+        "replay_store_keys_at_end": store_keys,
     });
     r
 }
@@ -413,10 +429,17 @@ fn rate_table(o: &ThroughputOpts, rated: &[Cell]) -> Table {
                     // The gateway's figure includes its backend.
                     let us = c.with_backend_us.unwrap_or(c.server_us);
                     row.push(num(c.rps(), 0));
-                    row.push(match at(Case::TlsFull, r) {
+                    let mut s = match at(Case::TlsFull, r) {
                         Some(f) => format!("{} ({})", num(us, 1), num(us / f.server_us, 2)),
                         None => num(us, 1),
-                    });
+                    };
+                    if let (Case::ZrttRedis, Some(z)) = (case, at(Case::Zrtt, r)) {
+                        s.push_str(&format!(
+                            "; gateway alone ÷ in-process filter {}",
+                            num(c.server_us / z.server_us, 2)
+                        ));
+                    }
+                    row.push(s);
                 }
                 None => {
                     row.push("failed".into());
@@ -427,6 +450,39 @@ fn rate_table(o: &ThroughputOpts, rated: &[Cell]) -> Table {
         t.row(row);
     }
     t
+}
+
+/// The Redis case against the in-process filter at the smallest size:
+/// new connections per core-second of the gateway (issue 14's target,
+/// at least 90%), at saturation and at each fixed rate.
+fn store_vs_filter(cells: &[Cell], rated: &[Cell]) -> Option<Vec<String>> {
+    let pairs = cells
+        .iter()
+        .chain(rated)
+        .filter(|c| c.case == Case::ZrttRedis && c.usable())
+        .filter_map(|r| {
+            let z = cells
+                .iter()
+                .chain(rated)
+                .find(|z| z.case == Case::Zrtt && z.kb == r.kb && z.rate == r.rate && z.usable())?;
+            let at = r.rate.map_or(format!("{} KB, saturation", r.kb), |x| {
+                format!("{} KB at {x:.0}/s", r.kb)
+            });
+            Some(format!(
+                "{at}: {:.0} vs {:.0} ({:.0}%)",
+                1e6 / r.server_us,
+                1e6 / z.server_us,
+                100.0 * z.server_us / r.server_us
+            ))
+        })
+        .collect::<Vec<_>>();
+    (!pairs.is_empty()).then(|| {
+        vec![
+            "zrtt with its replay store in Redis vs the in-process filter: new connections per core-second of the gateway (issue 14 target >= 90%)".into(),
+            "(no paper figure)".into(),
+            pairs.join("; "),
+        ]
+    })
 }
 
 #[cfg(test)]
