@@ -37,9 +37,8 @@
 //! arrived zrtt is never abandoned. A request sent in a flight that is then
 //! abandoned was an idempotent one (early data is only GET, HEAD or OPTIONS
 //! without a body), so it is safe to send it again over TLS; any other
-//! request is sent only after the Reply, so it never goes twice. A failure
-//! after the Reply to early data, or once part of the request went inside
-//! the channel, is the caller's error, never a TLS fallback.
+//! request is sent only after the Reply, so it never goes twice; a failure
+//! after that Reply or inside the channel is the caller's, never TLS's.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -498,10 +497,8 @@ async fn zrtt_attempts(
     Ok((None, notes, spent, retried, why))
 }
 
-/// A failure once a Reply came: with early data the server has the
-/// request, so it is the caller's error ([`Attempt::Sent`]), never a TLS
-/// fallback that would send it again (docs/PROTOCOL.md §4.3); without, the
-/// request is still here and TLS may carry it.
+/// A failure once a Reply came: with early data the server has the request,
+/// so no TLS fallback may send it again (docs/PROTOCOL.md §4.3).
 fn after_reply(early: bool, e: Error) -> Result<Attempt> {
     if early {
         Ok(Attempt::Sent(e))
