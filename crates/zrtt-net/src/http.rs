@@ -68,6 +68,11 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 pub fn text_response(status: StatusCode, msg: impl Into<String>) -> Response<Body> {
     let mut body = msg.into();
     body.push('\n');
+    // Stated, not left to the body's size hint: wrappers on the way to
+    // hyper may hide it, and a chunked answer makes a client that sent
+    // `Connection: close` wait for the close, which an early answer sends
+    // only once the TCP handshake completes (one more round trip).
+    let len = HeaderValue::from(body.len());
     let mut r = Response::new(
         Full::new(Bytes::from(body))
             .map_err(|never| match never {})
@@ -78,6 +83,7 @@ pub fn text_response(status: StatusCode, msg: impl Into<String>) -> Response<Bod
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
+    r.headers_mut().insert(header::CONTENT_LENGTH, len);
     r
 }
 
@@ -110,5 +116,7 @@ mod tests {
             r.headers()[header::CONTENT_TYPE],
             "text/plain; charset=utf-8"
         );
+        // "no backend\n": its length stated, never chunked.
+        assert_eq!(r.headers()[header::CONTENT_LENGTH], "11");
     }
 }

@@ -333,10 +333,32 @@ async fn backend_down_gives_502_inside_channel() {
     })
     .await;
     let cfg = Arc::new(client_config(env.records.clone()));
-    let (resp, info) = fetch(cfg, env.addr, vec![get("/")]).await.unwrap();
+    let (resp, info) = fetch(cfg.clone(), env.addr, vec![get("/")]).await.unwrap();
     assert_eq!(resp[0].0, 502);
     assert_ne!(info.mode, Mode::TlsFallback);
     assert_eq!(env.metric("backend_errors"), 1);
+    // Its length is stated: a chunked 502 made a client that sent
+    // `Connection: close` wait for the close, one more round trip for an
+    // early answer (the close waits for the TCP handshake).
+    let mut s = zrtt_net::client::ZrttStream::new(
+        cfg,
+        zrtt_net::client::Target {
+            host: HOST.into(),
+            addr: env.addr,
+        },
+    );
+    let req = format!("GET / HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    s.flush().await.unwrap();
+    let mut head = Vec::new();
+    tokio::time::timeout(Duration::from_secs(15), s.read_to_end(&mut head))
+        .await
+        .expect("the answer ends")
+        .unwrap();
+    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 502"), "{head}");
+    assert!(head.contains("\r\ncontent-length: "), "{head}");
+    assert!(!head.contains("transfer-encoding"), "{head}");
     env.stop().await;
 }
 
