@@ -68,8 +68,8 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 pub fn text_response(status: StatusCode, msg: impl Into<String>) -> Response<Body> {
     let mut body = msg.into();
     body.push('\n');
-    // Stated, not left to the body's size hint: wrappers on the way to
-    // hyper may hide it, and a chunked answer makes a client that sent
+    // Stated, not only left to the body's size hint (gateway::body::OnFrame
+    // keeps that visible): a chunked answer makes a client that sent
     // `Connection: close` wait for the close, which an early answer sends
     // only once the TCP handshake completes (one more round trip).
     let len = HeaderValue::from(body.len());

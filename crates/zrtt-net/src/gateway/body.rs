@@ -281,6 +281,56 @@ impl HttpBody for Holding {
     }
 }
 
+/// A response body that calls `on_frame` for each frame hyper takes and
+/// keeps what the closure captured until the body is dropped. Unlike
+/// `BodyExt::map_frame` it passes on the size hint and the end of the
+/// body: a hidden size makes hyper chunk an HTTP/1.1 answer, and a client
+/// that sent `Connection: close` then waits for the close.
+pub(super) struct OnFrame {
+    inner: Body,
+    on_frame: Box<dyn Fn() + Send + Sync>,
+}
+
+impl OnFrame {
+    /// `resp` with its body watched by `on_frame`.
+    pub(super) fn wrap(
+        resp: hyper::Response<Body>,
+        on_frame: impl Fn() + Send + Sync + 'static,
+    ) -> hyper::Response<Body> {
+        resp.map(|inner| {
+            Self {
+                inner,
+                on_frame: Box::new(on_frame),
+            }
+            .boxed()
+        })
+    }
+}
+
+impl HttpBody for OnFrame {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let frame = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(_))) = &frame {
+            (self.on_frame)();
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

@@ -210,18 +210,11 @@ impl StreamWatch {
         self: &Arc<Self>,
         resp: hyper::Response<super::Body>,
     ) -> hyper::Response<super::Body> {
-        use http_body_util::BodyExt;
         self.activity.touch();
         self.open.fetch_add(1, Ordering::AcqRel);
         self.armed.notify_one();
         let guard = InResponse(self.clone());
-        resp.map(|b| {
-            b.map_frame(move |f| {
-                guard.0.activity.touch();
-                f
-            })
-            .boxed()
-        })
+        super::body::OnFrame::wrap(resp, move || guard.0.activity.touch())
     }
 
     /// Resolves once a response is out and no frame of it was taken for

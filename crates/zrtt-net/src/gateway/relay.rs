@@ -27,7 +27,7 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
-use super::body::{BodyFault, Holding, RequestBody};
+use super::body::{BodyFault, Holding, OnFrame, RequestBody};
 use super::early_answer::EarlyCtl;
 use super::early_rules::safe_early;
 // The TLS path reads one HTTP/1.1 request's early data by the same rule.
@@ -150,12 +150,9 @@ pub(super) async fn serve_http<S>(
             if let Some(w) = idle::StreamWatch::current().or_else(|| conn_watch.clone()) {
                 resp = w.watch(resp);
             }
-            let resp = resp.map(|b| {
-                b.map_frame(move |f| {
-                    let _counted = &in_flight;
-                    f
-                })
-                .boxed()
+            // Counted in flight until the body is dropped.
+            let resp = OnFrame::wrap(resp, move || {
+                let _counted = &in_flight;
             });
             if !ctx.answered.swap(true, Ordering::AcqRel) {
                 let labels = super::metrics::AnswerLabels {
