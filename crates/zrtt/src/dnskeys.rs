@@ -43,6 +43,14 @@ pub struct ClientFlags {
     /// Keep no token state between runs (every visit is a first visit).
     #[arg(long)]
     no_state: bool,
+    /// The DNS shortcut (docs/DNS.md §8): a GET or HEAD without a body to
+    /// a host whose key record is held but whose address is not known also
+    /// goes inside a DNS query (TXT under `zq.<host>`), answered by the
+    /// gateway's SDNS through the resolver; raced against the plain lookup
+    /// and connection, whichever answers first. The backend may then run
+    /// the request twice (both marked `Early-Data: 1`).
+    #[arg(long)]
+    dns_shortcut: bool,
     /// Ask for and use no zrtt resumption tickets (docs/PROTOCOL.md §12;
     /// with token state, tickets are kept there and each used once).
     #[arg(long)]
@@ -85,6 +93,11 @@ impl ClientFlags {
         Ok(Some(dir.join("tokens")))
     }
 
+    /// `--dns-shortcut`.
+    pub fn dns_shortcut(&self) -> bool {
+        self.dns_shortcut
+    }
+
     /// `--no-state`: keep nothing between runs.
     pub fn no_state(&self) -> bool {
         self.no_state
@@ -106,6 +119,7 @@ impl ClientFlags {
         cfg.fast_open = !self.no_fast_open;
         cfg.resume = !self.no_resume;
         cfg.tls_fallback = !self.zrtt_only;
+        cfg.dns_shortcut = self.dns_shortcut;
         if self.no_early_data {
             cfg.early_data = zrtt_net::client::EarlyDataPolicy::Never;
         }

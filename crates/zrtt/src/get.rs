@@ -18,7 +18,7 @@ use zrtt_net::client::{
 };
 
 use crate::dnskeys::{parse_dns_server, ClientFlags};
-use crate::get_send::{h2_request, Sender};
+use crate::get_send::{h2_request, shortcut_lookup, Sender};
 use crate::{keys, util};
 
 /// Exit codes (curl's numbers where curl has one).
@@ -339,8 +339,11 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
         }
         .map(|ip| SocketAddr::new(*ip, port));
     }
+    // --dns-shortcut with --record: the address lookup races the shortcut.
+    let shortcut = a.flags.dns_shortcut() && !use_dns && !a.records.is_empty() && addr.is_none();
     let addr = match addr {
         Some(a) => a,
+        None if shortcut => SocketAddr::from(([0, 0, 0, 0], port)),
         None => match tokio::net::lookup_host((host.as_str(), port)).await {
             Ok(mut it) => match it.next() {
                 Some(a) => a,
@@ -480,7 +483,11 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
         for n in &dns_notes {
             eprintln!("* {n}");
         }
-        eprintln!("* connecting to {host} ({addr})");
+        let to = match shortcut {
+            true => "address lookup raced by the DNS shortcut".to_owned(),
+            false => addr.to_string(),
+        };
+        eprintln!("* connecting to {host} ({to})");
         eprintln!("> {} {} HTTP/1.1", req.method(), req.uri());
         for (n, v) in req.headers() {
             eprintln!("> {n}: {}", v.to_str().unwrap_or("<binary>"));
@@ -492,8 +499,14 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
         host: host.clone(),
         addr,
     };
-    let stream = match pending_keys {
-        Some(rest) => ZrttStream::with_pending_keys(
+    let cert = a.cert.as_ref().and_then(|p| util::load_cert(p).ok()).map(|c| c.to_vec());
+    let lookup = shortcut.then(|| shortcut_lookup(a.dns_server, &host, port, cert));
+    let stream = match (pending_keys, lookup) {
+        (_, Some(l)) => {
+            let l = l.map_err(|e| Failure(6, format!("--dns-shortcut: {e}")))?;
+            ZrttStream::with_shortcut(Arc::new(cfg), host.clone(), port, l)
+        }
+        (Some(rest), None) => ZrttStream::with_pending_keys(
             Arc::new(cfg),
             target,
             Box::pin(async move {
@@ -502,7 +515,7 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
                 }
             }),
         ),
-        None => ZrttStream::new(Arc::new(cfg), target),
+        (None, None) => ZrttStream::new(Arc::new(cfg), target),
     };
     let info_handle = stream.info();
     let t_start = t0.elapsed();

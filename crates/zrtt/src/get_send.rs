@@ -1,10 +1,14 @@
 //! `zrtt get`'s one request over a [`ZrttStream`], with the HTTP version
 //! the stream chose (HTTP/2 inside zrtt where the key record offers it).
 
+use std::net::SocketAddr;
+use std::sync::Arc;
+
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use zrtt_net::client::ZrttStream;
+use zrtt_dns::resolver::{Resolver, ResolverConfig, Trust};
+use zrtt_net::client::{ShortcutLookup, ZrttStream};
 
 /// The request sender of the protocol the stream speaks.
 pub(crate) enum Sender {
@@ -59,4 +63,42 @@ pub(crate) fn h2_request(
     }
     parts.version = hyper::Version::HTTP_2;
     hyper::Request::from_parts(parts, body)
+}
+
+/// `--dns-shortcut` with `--record`: the resolver (`server`, else
+/// /etc/resolv.conf) the shortcut's TXT query goes through, and the plain
+/// address lookup through it, started now (its HTTPS, A and AAAA questions;
+/// no TLSA, `cert` being pinned).
+pub(crate) fn shortcut_lookup(
+    server: Option<SocketAddr>,
+    host: &str,
+    port: u16,
+    cert: Option<Vec<u8>>,
+) -> Result<ShortcutLookup, String> {
+    let cfg = match server {
+        Some(s) => ResolverConfig::new(s),
+        None => ResolverConfig::system().map_err(|e| e.to_string())?,
+    };
+    let dns = Arc::new(Resolver::new(cfg, Trust::none()));
+    if let Some(c) = cert {
+        dns.pin_cert(host, c);
+    }
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let (resolver, name) = (dns.clone(), host.to_owned());
+    // Bounded by the resolver's timeouts; ends with the runtime anyway.
+    tokio::spawn(async move {
+        let now = zrtt_net::client::system_clock();
+        let on_addresses = move |found: Vec<std::net::IpAddr>| drop(tx.send(found));
+        if let Err(e) = resolver.resolve_addresses_first(&name, now, on_addresses).await {
+            tracing::debug!("address lookup: {e}");
+        }
+    });
+    let host = host.to_owned();
+    let addr = Box::pin(async move {
+        let found = rx.await.unwrap_or_default();
+        found.first().map(|ip| SocketAddr::new(*ip, port)).ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::NotFound, format!("{host}: no address"))
+        })
+    });
+    Ok(ShortcutLookup { dns, addr })
 }

@@ -336,6 +336,24 @@ impl Resolver {
         out
     }
 
+    /// One question through the configured servers, never cached: the
+    /// answer as it came (NOERROR or NXDOMAIN; SERVFAIL, REFUSED and other
+    /// codes from every server are errors), over the same exchange as every
+    /// lookup. For answers good for one use only, such as the DNS
+    /// shortcut's unique names (docs/DNS.md §8).
+    pub async fn query_uncached(
+        &self,
+        name: &str,
+        t: RecordType,
+    ) -> Result<hickory_proto::op::Message, ResolveError> {
+        let n = fqdn(name).map_err(|e| bad_name(name, e))?;
+        let (answer, _) = exchange::query(&self.cfg, &n, t).await;
+        answer.map_err(|error| ResolveError::Lookup {
+            host: name.to_owned(),
+            error,
+        })
+    }
+
     /// Drop everything cached.
     pub fn clear_cache(&self) {
         self.cache.clear();

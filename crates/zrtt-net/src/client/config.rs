@@ -91,6 +91,13 @@ pub struct ClientConfig {
     /// Fall back to TLS 1.3 on the same port when zrtt is not possible
     /// (default on). Off turns those connections into errors.
     pub tls_fallback: bool,
+    /// The DNS shortcut (default off; docs/DNS.md §8, ASAP §3): a GET or
+    /// HEAD without a body to a host whose key record is held but whose
+    /// address is not known yet goes inside a DNS query too, raced against
+    /// the plain lookup and connection ([`ZrttStream::with_shortcut`](super::ZrttStream::with_shortcut)).
+    /// Such a request may then run twice on the backend (both copies marked
+    /// `Early-Data: 1`), as with the TLS race.
+    pub dns_shortcut: bool,
     /// Bound on TCP connects and TLS handshakes (and, by default, on a
     /// [`ZrttConnector`](super::ZrttConnector)'s name resolution).
     pub connect_timeout: Duration,
@@ -116,6 +123,7 @@ impl std::fmt::Debug for ClientConfig {
             .field("early_data", &self.early_data)
             .field("http2", &self.http2)
             .field("tls_fallback", &self.tls_fallback)
+            .field("dns_shortcut", &self.dns_shortcut)
             .field("tokens", &self.tokens.is_some())
             .finish_non_exhaustive()
     }
@@ -142,6 +150,7 @@ impl ClientConfig {
             resume: self.resume,
             http2,
             tls_fallback: self.tls_fallback,
+            dns_shortcut: self.dns_shortcut,
             connect_timeout: self.connect_timeout,
             syn_timeout: self.syn_timeout,
             reply_timeout: self.reply_timeout,
@@ -174,7 +183,8 @@ impl std::fmt::Debug for ClientConfigBuilder {
 impl ClientConfigBuilder {
     /// Use `tls` for the fallback as it is (its ALPN should be `http/1.1`).
     /// The one place the defaults are defined: Fast Open on, idempotent
-    /// early data, HTTP/1.1 only, TLS fallback on, no tokens, no provenance, 10 s connect
+    /// early data, HTTP/1.1 only, TLS fallback on, DNS shortcut off, no
+    /// tokens, no provenance, 10 s connect
     /// and reply bounds, races after at most 1 s, the system clock and ring's
     /// system random number generator.
     pub fn with_tls_config(self, tls: Arc<rustls::ClientConfig>) -> ClientConfig {
@@ -189,6 +199,7 @@ impl ClientConfigBuilder {
             early_data: EarlyDataPolicy::IdempotentOnly,
             http2: Http2Policy::Never,
             tls_fallback: true,
+            dns_shortcut: false,
             connect_timeout: Duration::from_secs(10),
             syn_timeout: Duration::from_secs(1),
             reply_timeout: Duration::from_secs(10),

@@ -66,28 +66,7 @@ use crate::tfo::{self, ConnectMode};
 /// What [`Error::Timeout`] names when no zrtt reply came in time.
 const REPLY_TIMEOUT: &str = "zrtt reply";
 
-/// How a connection ended up.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Mode {
-    /// zrtt, answered before the TCP handshake completed (about 1 RTT).
-    ZrttEarly,
-    /// zrtt, answered after the TCP handshake completed (about 2 RTT).
-    ZrttGated,
-    /// TLS 1.3 on the same port.
-    TlsFallback,
-}
-
-impl Mode {
-    /// Short name as `zrtt get -w %{zrtt_mode}` prints it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::ZrttEarly => "0rtt-early",
-            Mode::ZrttGated => "0rtt-gated",
-            Mode::TlsFallback => "tls-fallback",
-        }
-    }
-}
+pub use super::mode::Mode;
 
 /// Why a connection went to TLS instead of zrtt ([`ConnInfo::fallback`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -207,6 +186,10 @@ pub enum Conn {
     Zrtt(Box<ChannelStream<TcpStream>>),
     /// TLS 1.3.
     Tls(Box<TlsStream<TcpStream>>),
+    /// A whole response that came without a channel (the DNS shortcut:
+    /// [`Mode::DnsShortcut`], [`Mode::ShortcutFetch`]); reads give it, then
+    /// end of stream; writes are dropped.
+    Answer(Box<super::shortcut::AnswerStream>),
 }
 
 impl std::fmt::Debug for Conn {
@@ -214,6 +197,7 @@ impl std::fmt::Debug for Conn {
         match self {
             Conn::Zrtt(c) => c.fmt(f),
             Conn::Tls(_) => f.write_str("Conn::Tls"),
+            Conn::Answer(_) => f.write_str("Conn::Answer"),
         }
     }
 }

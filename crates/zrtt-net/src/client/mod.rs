@@ -17,6 +17,9 @@
 //!   (`race.rs`: when TLS takes the request);
 //! - [`establish_when_keys`] (`key_race.rs`): TLS started on the address
 //!   while the key records are still coming, whichever is ready first;
+//! - [`ZrttStream::with_shortcut`] (`shortcut.rs`): the DNS shortcut, the
+//!   request inside a DNS query raced against the plain path (off by
+//!   default, [`ClientConfig::dns_shortcut`]);
 //! - [`PathMemory`] (`paths.rs`): per-destination RTTs and failures;
 //! - [`reply_overdue_at`] (`reply_wait.rs`): when a zrtt Reply is overdue
 //!   once the raced TLS handshake has completed;
@@ -34,10 +37,12 @@ mod connector;
 mod dns;
 mod key_race;
 mod keys;
+mod mode;
 mod paths;
 mod race;
 mod reply_wait;
 mod resolve;
+mod shortcut;
 mod state;
 mod stream;
 mod ticket_file;
@@ -59,6 +64,7 @@ pub use keys::{CertKeySource, KeySource, PrefetchFuture};
 pub use paths::{PathMemory, OVERDUE_STRIKES};
 pub use reply_wait::{reply_overdue_at, MIN_OVERDUE_SLACK, OVERDUE_SLACK_RTTS};
 pub use resolve::{Resolve, ResolveFuture, SystemResolver};
+pub use shortcut::{compact_request, AnswerStream, ShortcutLookup, DROPPED_HEADERS};
 #[doc(hidden)]
 pub use state::fuzz_state_files;
 pub use state::{ProvenanceStore, TokenStore, MAX_TICKETS_PER_SERVER};

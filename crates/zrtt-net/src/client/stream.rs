@@ -29,6 +29,7 @@ use super::config::{ClientConfig, Http2Policy};
 use super::connect::{establish_as, AppProtocol, Conn, ConnInfo, Target};
 use super::key_race::establish_when_keys_as;
 use super::keys::PrefetchFuture;
+use super::shortcut::{establish_shortcut, ShortcutLookup};
 use crate::error::Result;
 
 type Establishing = Pin<Box<dyn Future<Output = Result<(Conn, ConnInfo)>> + Send>>;
@@ -41,6 +42,8 @@ enum StreamState {
         target: Target,
         buf: Vec<u8>,
         keys: Option<PrefetchFuture>,
+        /// The DNS shortcut's lookup: the address is not known yet.
+        shortcut: Option<ShortcutLookup>,
         /// HTTP/2: fires [`H2_CORK_TIMEOUT`] after the first corked flush.
         cork: Option<Pin<Box<tokio::time::Sleep>>>,
     },
@@ -106,6 +109,7 @@ impl ZrttStream {
                 target,
                 buf: Vec::new(),
                 keys: None,
+                shortcut: None,
                 cork: None,
             },
             info: Arc::new(Mutex::new(None)),
@@ -120,6 +124,28 @@ impl ZrttStream {
         let mut s = Self::new(cfg, target);
         if let StreamState::Buffering { keys: k, .. } = &mut s.state {
             *k = Some(keys);
+        }
+        s
+    }
+
+    /// A stream to `host` on `port` whose address `lookup` is still
+    /// finding: at the first flush the request also goes inside a DNS query
+    /// if it may (the DNS shortcut, docs/DNS.md §8: a GET or HEAD without a
+    /// body, [`ClientConfig::dns_shortcut`] on, a key record held), raced
+    /// against the plain path, which starts as soon as the address is
+    /// known; otherwise the plain path once it is. A request answered by the
+    /// shortcut reads as its whole response, then the end of the stream.
+    pub fn with_shortcut(
+        cfg: Arc<ClientConfig>,
+        host: String,
+        port: u16,
+        lookup: ShortcutLookup,
+    ) -> Self {
+        // The address is the lookup's; the target keeps only the port.
+        let addr = std::net::SocketAddr::from(([0, 0, 0, 0], port));
+        let mut s = Self::new(cfg, Target { host, addr });
+        if let StreamState::Buffering { shortcut, .. } = &mut s.state {
+            *shortcut = Some(lookup);
         }
         s
     }
@@ -160,6 +186,7 @@ impl ZrttStream {
             target,
             buf,
             keys,
+            shortcut,
             ..
         } = &mut self.state
         {
@@ -167,11 +194,16 @@ impl ZrttStream {
             let target = target.clone();
             let request = std::mem::take(buf);
             let p = self.protocol;
-            self.state = StreamState::Connecting(match keys.take() {
-                Some(keys) => Box::pin(async move {
+            self.state = StreamState::Connecting(match (keys.take(), shortcut.take()) {
+                (_, Some(lookup)) => Box::pin(async move {
+                    establish_shortcut(&cfg, &target, p, &request, lookup).await
+                }),
+                (Some(keys), None) => Box::pin(async move {
                     establish_when_keys_as(&cfg, &target, p, &request, keys).await
                 }),
-                None => Box::pin(async move { establish_as(&cfg, &target, p, &request).await }),
+                (None, None) => {
+                    Box::pin(async move { establish_as(&cfg, &target, p, &request).await })
+                }
             });
         }
     }
@@ -213,6 +245,7 @@ macro_rules! conn_call {
         match $conn {
             Conn::Zrtt(s) => Pin::new(s.as_mut()).$method($cx $(, $arg)*),
             Conn::Tls(s) => Pin::new(s.as_mut()).$method($cx $(, $arg)*),
+            Conn::Answer(s) => Pin::new(s.as_mut()).$method($cx $(, $arg)*),
         }
     };
 }

@@ -36,6 +36,8 @@ fn mode_name(m: Mode) -> &'static str {
         Mode::ZrttEarly => "zrtt_early",
         Mode::ZrttGated => "zrtt_gated",
         Mode::TlsFallback => "tls_fallback",
+        Mode::DnsShortcut => "dns_shortcut",
+        Mode::ShortcutFetch => "shortcut_fetch",
     }
 }
 

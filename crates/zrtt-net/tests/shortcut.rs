@@ -1,0 +1,358 @@
+//! The DNS shortcut's client race (docs/DNS.md §8) against a fake SDNS on
+//! loopback: a UDP socket that answers the shortcut's TXT query from the
+//! core's server half (`ServerConfig::accept` + `Accepted::shortcut_answer`)
+//! and the host's A query with 127.0.0.1, in an order the test chooses.
+//! Plain-path answers come from the real gateway of `common`.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod common;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use http_body_util::{BodyExt, Full};
+use hyper::Request;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, UdpSocket};
+use zrtt_dns::proto::op::{Message, MessageType, OpCode, ResponseCode};
+use zrtt_dns::proto::rr::rdata::{A, TXT};
+use zrtt_dns::proto::rr::{Name, RData, Record, RecordType};
+use zrtt_dns::resolver::{Resolver, ResolverConfig, Trust};
+use zrtt_net::client::{system_clock, ConnInfo, Mode, ShortcutLookup, ZrttStream};
+use zrtt_proto::crypto::X25519KeyPair;
+use zrtt_proto::handshake::{read_frame, Expect, ServerConfig, Transport};
+use zrtt_proto::record::KeyRecord;
+use zrtt_proto::replay::{BloomReplayFilter, ReplayConfig};
+use zrtt_proto::shortcut::{self, NameMatch, TxtAnswer};
+
+/// What the fake SDNS answers to the shortcut's TXT query.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sdns {
+    Answer,
+    Fetch,
+    NxDomain,
+    Refused,
+    Silent,
+}
+
+/// The response a shortcut flight gets.
+const RESPONSE: &[u8] =
+    b"HTTP/1.1 200 OK\r\ncontent-length: 8\r\nconnection: close\r\n\r\nshortcut";
+
+struct Fake {
+    dns: SocketAddr,
+    /// TXT queries seen.
+    txt_queries: Arc<Mutex<usize>>,
+    /// The flights (TCP form) decoded from TXT query names.
+    flights: Arc<Mutex<Vec<Vec<u8>>>>,
+    /// Opens the A answer (held until then).
+    release_a: Arc<tokio::sync::Notify>,
+}
+
+fn replay() -> BloomReplayFilter {
+    BloomReplayFilter::new(
+        ReplayConfig {
+            capacity: 1 << 10,
+            ..ReplayConfig::default()
+        },
+        [7; 32],
+        system_clock().saturating_sub(Duration::from_secs(5)),
+    )
+}
+
+/// The answer stream for a flight (TCP form), made by the core's server half.
+fn answer_stream(server: &ServerConfig, flight: &[u8]) -> Vec<u8> {
+    let (frame, _) = read_frame(flight, Expect::FirstFlight).unwrap().unwrap();
+    let rng = ring::rand::SystemRandom::new();
+    let accepted = server
+        .accept(&frame, Transport::Shortcut, system_clock(), &mut replay(), &rng)
+        .map_err(|_| "refused")
+        .unwrap();
+    let req = accepted.shortcut_request().unwrap();
+    assert_eq!(req.target(), "/x");
+    accepted.shortcut_answer(RESPONSE).unwrap()
+}
+
+/// A fake SDNS: TXT under zq.HOST as `mode` says; A for HOST with
+/// 127.0.0.1 once `release_a` is notified (or at once with `a_first`).
+async fn start_sdns(mode: Sdns, server: Arc<ServerConfig>, a_first: bool) -> Fake {
+    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let fake = Fake {
+        dns: sock.local_addr().unwrap(),
+        txt_queries: Arc::default(),
+        flights: Arc::default(),
+        release_a: Arc::new(tokio::sync::Notify::new()),
+    };
+    if a_first {
+        fake.release_a.notify_one();
+    }
+    let sock = Arc::new(sock);
+    let (txt_queries, flights, release) = (
+        fake.txt_queries.clone(),
+        fake.flights.clone(),
+        fake.release_a.clone(),
+    );
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 4096];
+        loop {
+            let Ok((n, from)) = sock.recv_from(&mut buf).await else {
+                return;
+            };
+            let q = Message::from_vec(&buf[..n]).unwrap();
+            let query = q.queries[0].clone();
+            let qname = query.name().to_ascii();
+            let mut resp = Message::response(q.metadata.id, OpCode::Query);
+            resp.metadata.message_type = MessageType::Response;
+            resp.add_query(query.clone());
+            if query.query_type() == RecordType::A {
+                let (sock, release) = (sock.clone(), release.clone());
+                resp.add_answer(Record::from_rdata(
+                    query.name().clone(),
+                    60,
+                    RData::A(A(Ipv4Addr::LOCALHOST)),
+                ));
+                tokio::spawn(async move {
+                    release.notified().await;
+                    release.notify_one();
+                    let _ = sock.send_to(&resp.to_vec().unwrap(), from).await;
+                });
+                continue;
+            }
+            *txt_queries.lock().unwrap() += 1;
+            let NameMatch::Flight(flight) = shortcut::parse_query_name(&qname, HOST) else {
+                panic!("not a flight name: {qname}");
+            };
+            flights.lock().unwrap().push(flight.clone());
+            let answer = match mode {
+                Sdns::Silent => continue,
+                Sdns::NxDomain | Sdns::Refused => {
+                    resp.metadata.response_code = if mode == Sdns::NxDomain {
+                        ResponseCode::NXDomain
+                    } else {
+                        ResponseCode::Refused
+                    };
+                    None
+                }
+                Sdns::Answer => Some(TxtAnswer::Answer(answer_stream(&server, &flight))),
+                Sdns::Fetch => Some(TxtAnswer::Fetch),
+            };
+            if let Some(a) = answer {
+                let strings = a.to_strings();
+                let txt = TXT::from_bytes(strings.iter().map(|s| &s[..]).collect());
+                resp.add_answer(Record::from_rdata(query.name().clone(), 0, RData::TXT(txt)));
+            }
+            sock.send_to(&resp.to_vec().unwrap(), from).await.unwrap();
+            // The A answer only after the TXT one.
+            release.notify_one();
+        }
+    });
+    fake
+}
+
+fn keys() -> Vec<(KeyRecord, X25519KeyPair)> {
+    vec![record("shortcut", 16 * 1024)]
+}
+
+/// A client config with the shortcut on, holding the records of `keys`.
+fn client(keys: &[(KeyRecord, X25519KeyPair)]) -> Arc<zrtt_net::client::ClientConfig> {
+    let mut cfg = client_config(keys.iter().map(|(r, _)| r.clone()).collect());
+    cfg.dns_shortcut = true;
+    Arc::new(cfg)
+}
+
+/// The resolver of the fake SDNS, and the plain address lookup through it.
+fn lookup(fake: &Fake, port: u16) -> ShortcutLookup {
+    let mut rc = ResolverConfig::new(fake.dns);
+    rc.timeout = Duration::from_millis(300);
+    rc.udp_attempts = 1;
+    let dns = Arc::new(Resolver::new(rc, Trust::none()));
+    let r = dns.clone();
+    let addr = Box::pin(async move {
+        let m = r
+            .query_uncached(HOST, RecordType::A)
+            .await
+            .map_err(std::io::Error::other)?;
+        m.answers
+            .iter()
+            .find_map(|rr| match &rr.data {
+                RData::A(a) => Some(SocketAddr::from((a.0, port))),
+                _ => None,
+            })
+            .ok_or_else(|| std::io::Error::other("no A"))
+    });
+    ShortcutLookup { dns, addr }
+}
+
+/// One request over a shortcut stream: status, body, info.
+async fn send(
+    cfg: Arc<zrtt_net::client::ClientConfig>,
+    lookup: ShortcutLookup,
+    port: u16,
+    req: Request<Full<Bytes>>,
+) -> (u16, String, ConnInfo) {
+    let stream = ZrttStream::with_shortcut(cfg, HOST.into(), port, lookup);
+    let info = stream.info();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    let conn = tokio::spawn(conn);
+    let resp = tokio::time::timeout(Duration::from_secs(10), sender.send_request(req))
+        .await
+        .unwrap()
+        .unwrap();
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    drop(sender);
+    let _ = tokio::time::timeout(Duration::from_secs(2), conn).await;
+    let info = info.lock().unwrap().clone().unwrap();
+    (status, String::from_utf8_lossy(&body).into_owned(), info)
+}
+
+#[tokio::test]
+async fn answer_in_dns_needs_no_connection() {
+    let keys = keys();
+    let server = Arc::new(server_keys(&keys));
+    let fake = start_sdns(Sdns::Answer, server, false).await;
+    // The A answer comes after the TXT one; any connection here is a failure.
+    let site = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = site.local_addr().unwrap().port();
+    let (status, body, info) = send(client(&keys), lookup(&fake, port), port, get("/x")).await;
+    assert_eq!((status, body.as_str()), (200, "shortcut"), "{info:?}");
+    assert_eq!(info.mode, Mode::DnsShortcut, "{info:?}");
+    assert_eq!(info.mode.as_str(), "dns-shortcut");
+    assert_eq!(*fake.txt_queries.lock().unwrap(), 1);
+    let accepted = tokio::time::timeout(Duration::from_millis(200), site.accept()).await;
+    assert!(accepted.is_err(), "the plain path connected");
+}
+
+#[tokio::test]
+async fn fetch_sends_the_same_flight_over_tcp() {
+    let keys = keys();
+    let server = Arc::new(server_keys(&keys));
+    let fake = start_sdns(Sdns::Fetch, server.clone(), false).await;
+    // The fake gateway: reads one flight, answers it from the core, closes.
+    let site = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = site.local_addr().unwrap().port();
+    let got = tokio::spawn(async move {
+        let (mut tcp, _) = site.accept().await.unwrap();
+        let mut buf = Vec::new();
+        let flight = loop {
+            let mut chunk = [0u8; 4096];
+            let n = tcp.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "closed before a whole flight");
+            buf.extend_from_slice(&chunk[..n]);
+            if let Some((_, used)) = read_frame(&buf, Expect::FirstFlight).unwrap() {
+                break buf[..used].to_vec();
+            }
+        };
+        tcp.write_all(&answer_stream(&server, &flight))
+            .await
+            .unwrap();
+        tcp.shutdown().await.unwrap();
+        flight
+    });
+    let (status, body, info) = send(client(&keys), lookup(&fake, port), port, get("/x")).await;
+    assert_eq!((status, body.as_str()), (200, "shortcut"), "{info:?}");
+    assert_eq!(info.mode, Mode::ShortcutFetch, "{info:?}");
+    let tcp_flight = got.await.unwrap();
+    let dns_flights = fake.flights.lock().unwrap().clone();
+    assert_eq!(dns_flights, vec![tcp_flight.clone()]);
+    assert_eq!(
+        shortcut::flight_hash(&tcp_flight).unwrap(),
+        shortcut::flight_hash(&dns_flights[0]).unwrap()
+    );
+}
+
+/// The shortcut fails as `mode` says: the plain path's answer (the real
+/// gateway, the flight early) comes back, and the request ran once.
+async fn plain_after(mode: Sdns) {
+    let keys = keys();
+    let env = start_gateway(GatewayOpts {
+        keys: keys.clone(),
+        ..Default::default()
+    })
+    .await;
+    let fake = start_sdns(mode, Arc::new(server_keys(&keys)), mode == Sdns::Silent).await;
+    let port = env.addr.port();
+    let (status, body, info) = send(client(&keys), lookup(&fake, port), port, get("/x")).await;
+    assert_eq!(status, 200, "{mode:?} {info:?}");
+    assert!(body.starts_with("GET /x early="), "{mode:?} {body} {info:?}");
+    assert!(
+        matches!(info.mode, Mode::ZrttEarly | Mode::ZrttGated),
+        "{mode:?} {info:?}"
+    );
+    assert_eq!(*fake.txt_queries.lock().unwrap(), 1, "{mode:?}");
+    assert!(
+        info.notes.iter().any(|n| n.contains("DNS shortcut") || n.contains("address after")),
+        "{mode:?} {info:?}"
+    );
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn nxdomain_goes_the_plain_path() {
+    plain_after(Sdns::NxDomain).await;
+}
+
+#[tokio::test]
+async fn refused_goes_the_plain_path() {
+    plain_after(Sdns::Refused).await;
+}
+
+#[tokio::test]
+async fn silent_sdns_goes_the_plain_path() {
+    plain_after(Sdns::Silent).await;
+}
+
+#[tokio::test]
+async fn post_never_takes_the_shortcut() {
+    let keys = keys();
+    let env = start_gateway(GatewayOpts {
+        keys: keys.clone(),
+        ..Default::default()
+    })
+    .await;
+    let fake = start_sdns(Sdns::Answer, Arc::new(server_keys(&keys)), true).await;
+    let port = env.addr.port();
+    let post = Request::builder()
+        .method("POST")
+        .uri("/x")
+        .header("host", HOST)
+        .body(Full::new(Bytes::from_static(b"abc")))
+        .unwrap();
+    let (status, body, info) = send(client(&keys), lookup(&fake, port), port, post).await;
+    assert_eq!(status, 200, "{info:?}");
+    assert!(body.starts_with("POST /x ") && body.ends_with("body=3"), "{body}");
+    assert_eq!(*fake.txt_queries.lock().unwrap(), 0);
+    assert!(
+        info.notes.iter().any(|n| n.contains("not used: only GET and HEAD")),
+        "{info:?}"
+    );
+    env.stop().await;
+}
+
+#[test]
+fn compact_requests() {
+    use zrtt_net::client::compact_request;
+    let ok = compact_request(b"GET /a?b=c HTTP/1.1\r\nhost: h\r\naccept: */*\r\n\r\n", HOST);
+    assert_eq!(ok.unwrap().target(), "/a?b=c");
+    let head = compact_request(b"HEAD / HTTP/1.1\r\nhost: h\r\n\r\n", HOST).unwrap();
+    assert_eq!(head.method(), zrtt_proto::shortcut::Method::Head);
+    for bad in [
+        &b"POST / HTTP/1.1\r\nhost: h\r\n\r\n"[..],
+        b"GET / HTTP/1.1\r\ncookie: a=b\r\n\r\n",
+        b"GET / HTTP/1.1\r\nhost: h\r\n\r\nbody",
+        b"GET / HTTP/1.1\r\nhost: h\r\n",
+    ] {
+        assert!(compact_request(bad, HOST).is_err(), "{bad:?}");
+    }
+    let long = format!(
+        "GET /{} HTTP/1.1\r\n\r\n",
+        "a".repeat(shortcut::max_target_len(HOST))
+    );
+    assert!(compact_request(long.as_bytes(), HOST).is_err());
+}
