@@ -20,7 +20,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket};
 use zrtt_dns::proto::op::{Message, MessageType, OpCode, ResponseCode};
 use zrtt_dns::proto::rr::rdata::{A, TXT};
-use zrtt_dns::proto::rr::{Name, RData, Record, RecordType};
+use zrtt_dns::proto::rr::{RData, Record, RecordType};
 use zrtt_dns::resolver::{Resolver, ResolverConfig, Trust};
 use zrtt_net::client::{system_clock, ConnInfo, Mode, ShortcutLookup, ZrttStream};
 use zrtt_proto::crypto::X25519KeyPair;

@@ -86,15 +86,21 @@ pub fn compact_request(
 ) -> std::result::Result<CompactRequest, &'static str> {
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut req = httparse::Request::new(&mut headers);
-    match req.parse(request) {
-        Ok(httparse::Status::Complete(n)) if n == request.len() => {}
-        _ => return Err("not one complete request head without a body"),
-    }
+    let Ok(httparse::Status::Complete(head)) = req.parse(request) else {
+        return Err("not a complete request head");
+    };
     let method = match req.method {
         Some("GET") => Method::Get,
         Some("HEAD") => Method::Head,
         _ => return Err("only GET and HEAD"),
     };
+    let no_body = |h: &httparse::Header<'_>| {
+        !(h.name.eq_ignore_ascii_case("transfer-encoding")
+            || (h.name.eq_ignore_ascii_case("content-length") && h.value.trim_ascii() != b"0"))
+    };
+    if head != request.len() || !req.headers.iter().all(no_body) {
+        return Err("a request body");
+    }
     let dropped = |name: &str| DROPPED_HEADERS.iter().any(|d| name.eq_ignore_ascii_case(d));
     if !req.headers.iter().all(|h| dropped(h.name)) {
         return Err("a header the compact request cannot carry");
@@ -181,7 +187,6 @@ async fn ask(dns: &Resolver, qname: &str) -> Txt {
         Ok(TxtAnswer::Answer(stream)) => Txt::Answer(stream),
         Ok(TxtAnswer::Fetch) => Txt::Fetch,
         Ok(TxtAnswer::Reject(_)) => Txt::Nothing("REJECT".into()),
-        Ok(_) => Txt::Nothing("an unknown answer kind".into()),
         Err(e) => Txt::Nothing(format!("malformed answer: {e}")),
     }
 }
