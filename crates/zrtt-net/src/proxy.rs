@@ -138,6 +138,9 @@ pub struct ProxyConfig {
     /// Sidecar ports: each local address serves one HTTPS origin over zrtt
     /// (crate::sidecar).
     pub maps: Vec<SidecarMap>,
+    /// The resolver for the DNS shortcut's queries (with
+    /// `client.dns_shortcut`; none: the shortcut is not used).
+    pub shortcut_dns: Option<Arc<zrtt_dns::resolver::Resolver>>,
 }
 
 impl std::fmt::Debug for ProxyConfig {
@@ -168,6 +171,7 @@ impl ProxyConfig {
             max_connections: Self::DEFAULT_MAX_CONNECTIONS,
             pool_max_idle_per_origin: Self::DEFAULT_MAX_IDLE_PER_ORIGIN,
             maps: Vec::new(),
+            shortcut_dns: None,
         }
     }
 }
@@ -287,16 +291,17 @@ impl Proxy {
                 own,
             });
         let zrtt_client = |client: Arc<ClientConfig>| {
+            let mut c = ZrttConnector::builder(client)
+                .resolver(cfg.resolver.clone())
+                .resolve_timeout(t.connect);
+            if let Some(dns) = &cfg.shortcut_dns {
+                c = c.shortcut_dns(dns.clone());
+            }
             Client::builder(TokioExecutor::new())
                 .pool_idle_timeout(t.pool_idle)
                 .pool_max_idle_per_host(cfg.pool_max_idle_per_origin)
                 .pool_timer(TokioTimer::new())
-                .build(
-                    ZrttConnector::builder(client)
-                        .resolver(cfg.resolver.clone())
-                        .resolve_timeout(t.connect)
-                        .build(),
-                )
+                .build(c.build())
         };
         let zrtt = zrtt_client(cfg.client.clone());
         let zrtt_h1 = (cfg.client.http2 != Http2Policy::Never)
@@ -482,12 +487,21 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBo
     let keys = shared.cfg.client.keys.clone();
     let clock = shared.cfg.client.clock;
     let started = std::time::Instant::now();
-    let prefetched =
-        tokio::time::timeout(shared.cfg.timeouts.connect, keys.prefetch(&host, clock())).await;
-    let lookup_host = host.clone();
-    let zrtt = tokio::task::spawn_blocking(move || keys.lookup(&lookup_host, clock()).is_some())
-        .await
-        .unwrap_or(false);
+    let held = |keys: Arc<dyn crate::client::KeySource>, host: String| async move {
+        tokio::task::spawn_blocking(move || keys.lookup(&host, clock()).is_some())
+            .await
+            .unwrap_or(false)
+    };
+    // With the DNS shortcut, a key already held does not wait for the
+    // lookup: the connector races it (client::ZrttStream::with_shortcut).
+    let shortcut = shortcut_ok(&shared, &req) && held(keys.clone(), host.clone()).await;
+    let prefetched = match shortcut {
+        true => Ok(()),
+        false => {
+            tokio::time::timeout(shared.cfg.timeouts.connect, keys.prefetch(&host, clock())).await
+        }
+    };
+    let zrtt = shortcut || held(keys, host.clone()).await;
     let outcome = match (zrtt, prefetched) {
         (true, _) => "verified",
         (false, Ok(())) => "none",
@@ -553,6 +567,14 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBo
             )
         }
     }
+}
+
+/// Whether `req` could take the DNS shortcut (the shortcut on, with a
+/// resolver; GET or HEAD): then a key held is enough to choose zrtt.
+fn shortcut_ok(shared: &Shared, req: &Request<Incoming>) -> bool {
+    shared.cfg.client.dns_shortcut
+        && shared.cfg.shortcut_dns.is_some()
+        && matches!(*req.method(), Method::GET | Method::HEAD)
 }
 
 async fn tunnel(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBody> {

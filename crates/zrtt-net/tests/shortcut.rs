@@ -69,7 +69,13 @@ fn answer_stream(server: &ServerConfig, flight: &[u8]) -> Vec<u8> {
     let (frame, _) = read_frame(flight, Expect::FirstFlight).unwrap().unwrap();
     let rng = ring::rand::SystemRandom::new();
     let accepted = server
-        .accept(&frame, Transport::Shortcut, system_clock(), &mut replay(), &rng)
+        .accept(
+            &frame,
+            Transport::Shortcut,
+            system_clock(),
+            &mut replay(),
+            &rng,
+        )
         .map_err(|_| "refused")
         .unwrap();
     let req = accepted.shortcut_request().unwrap();
@@ -280,14 +286,19 @@ async fn plain_after(mode: Sdns) {
     let port = env.addr.port();
     let (status, body, info) = send(client(&keys), lookup(&fake, port), port, get("/x")).await;
     assert_eq!(status, 200, "{mode:?} {info:?}");
-    assert!(body.starts_with("GET /x early="), "{mode:?} {body} {info:?}");
+    assert!(
+        body.starts_with("GET /x early="),
+        "{mode:?} {body} {info:?}"
+    );
     assert!(
         matches!(info.mode, Mode::ZrttEarly | Mode::ZrttGated),
         "{mode:?} {info:?}"
     );
     assert_eq!(*fake.txt_queries.lock().unwrap(), 1, "{mode:?}");
     assert!(
-        info.notes.iter().any(|n| n.contains("DNS shortcut") || n.contains("address after")),
+        info.notes
+            .iter()
+            .any(|n| n.contains("DNS shortcut") || n.contains("address after")),
         "{mode:?} {info:?}"
     );
     env.stop().await;
@@ -326,10 +337,15 @@ async fn post_never_takes_the_shortcut() {
         .unwrap();
     let (status, body, info) = send(client(&keys), lookup(&fake, port), port, post).await;
     assert_eq!(status, 200, "{info:?}");
-    assert!(body.starts_with("POST /x ") && body.ends_with("body=3"), "{body}");
+    assert!(
+        body.starts_with("POST /x ") && body.ends_with("body=3"),
+        "{body}"
+    );
     assert_eq!(*fake.txt_queries.lock().unwrap(), 0);
     assert!(
-        info.notes.iter().any(|n| n.contains("not used: only GET and HEAD")),
+        info.notes
+            .iter()
+            .any(|n| n.contains("not used: only GET and HEAD")),
         "{info:?}"
     );
     env.stop().await;
@@ -338,7 +354,10 @@ async fn post_never_takes_the_shortcut() {
 #[test]
 fn compact_requests() {
     use zrtt_net::client::compact_request;
-    let ok = compact_request(b"GET /a?b=c HTTP/1.1\r\nhost: h\r\naccept: */*\r\n\r\n", HOST);
+    let ok = compact_request(
+        b"GET /a?b=c HTTP/1.1\r\nhost: h\r\naccept: */*\r\n\r\n",
+        HOST,
+    );
     assert_eq!(ok.unwrap().target(), "/a?b=c");
     let head = compact_request(b"HEAD / HTTP/1.1\r\nhost: h\r\n\r\n", HOST).unwrap();
     assert_eq!(head.method(), zrtt_proto::shortcut::Method::Head);

@@ -499,7 +499,11 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
         host: host.clone(),
         addr,
     };
-    let cert = a.cert.as_ref().and_then(|p| util::load_cert(p).ok()).map(|c| c.to_vec());
+    let cert = a
+        .cert
+        .as_ref()
+        .and_then(|p| util::load_cert(p).ok())
+        .map(|c| c.to_vec());
     let lookup = shortcut.then(|| shortcut_lookup(a.dns_server, &host, port, cert));
     let stream = match (pending_keys, lookup) {
         (_, Some(l)) => {

@@ -89,16 +89,22 @@ pub(crate) fn shortcut_lookup(
     tokio::spawn(async move {
         let now = zrtt_net::client::system_clock();
         let on_addresses = move |found: Vec<std::net::IpAddr>| drop(tx.send(found));
-        if let Err(e) = resolver.resolve_addresses_first(&name, now, on_addresses).await {
+        if let Err(e) = resolver
+            .resolve_addresses_first(&name, now, on_addresses)
+            .await
+        {
             tracing::debug!("address lookup: {e}");
         }
     });
     let host = host.to_owned();
     let addr = Box::pin(async move {
         let found = rx.await.unwrap_or_default();
-        found.first().map(|ip| SocketAddr::new(*ip, port)).ok_or_else(|| {
-            std::io::Error::new(std::io::ErrorKind::NotFound, format!("{host}: no address"))
-        })
+        found
+            .first()
+            .map(|ip| SocketAddr::new(*ip, port))
+            .ok_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::NotFound, format!("{host}: no address"))
+            })
     });
     Ok(ShortcutLookup { dns, addr })
 }

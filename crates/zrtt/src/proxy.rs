@@ -163,7 +163,21 @@ pub fn run(a: ProxyArgs) -> Result<ExitCode> {
     for p in &a.zrtt_ports {
         ports.add_spec(p)?;
     }
+    // --dns-shortcut: its queries through the key lookup's resolver, else
+    // through --dns-server or /etc/resolv.conf.
+    let shortcut_dns = match (&dns, a.flags.dns_shortcut()) {
+        (_, false) => None,
+        (Some(d), true) => Some(d.resolver().clone()),
+        (None, true) => Some(Arc::new(Resolver::new(
+            match a.dns_server {
+                Some(s) => ResolverConfig::new(s),
+                None => ResolverConfig::system()?,
+            },
+            Trust::none(),
+        ))),
+    };
     let mut cfg = ProxyConfig::new(Arc::new(client));
+    cfg.shortcut_dns = shortcut_dns;
     cfg.resolver = resolver;
     cfg.zrtt_ports = ports;
     cfg.max_connections = a.max_connections;

@@ -277,6 +277,18 @@ impl Resolver {
     /// callers such as a `zrtt_net::client::KeySource` adapter, after a
     /// [`Self::resolve`].
     pub fn resolve_cached(&self, host: &str, now: UnixTime) -> Option<Resolved> {
+        self.cached(host, now, true)
+    }
+
+    /// Like [`Self::resolve_cached`], but the addresses may have expired
+    /// (they live minutes, key records hours): the keys held for `host`,
+    /// with whatever addresses are still cached. For the DNS shortcut,
+    /// which needs a key and no address (docs/DNS.md §8).
+    pub fn keys_cached(&self, host: &str, now: UnixTime) -> Option<Resolved> {
+        self.cached(host, now, false)
+    }
+
+    fn cached(&self, host: &str, now: UnixTime, with_addresses: bool) -> Option<Resolved> {
         let t0 = Instant::now();
         let host_n = record::normalize_name(host);
         let pinned = self.pinned(&host_n);
@@ -286,8 +298,14 @@ impl Resolver {
         let get = |n: &Name, t| self.cache.get(n, t, now_s, 0).map(Ok);
         let mut g = Gathered {
             https: Some(get(&fqdn, RecordType::HTTPS)?),
-            a: Some(get(&fqdn, RecordType::A)?),
-            aaaa: Some(get(&fqdn, RecordType::AAAA)?),
+            a: match with_addresses {
+                true => Some(get(&fqdn, RecordType::A)?),
+                false => get(&fqdn, RecordType::A),
+            },
+            aaaa: match with_addresses {
+                true => Some(get(&fqdn, RecordType::AAAA)?),
+                false => get(&fqdn, RecordType::AAAA),
+            },
             tlsa: match pinned {
                 Some(_) => None,
                 None => Some(get(&fqdn, RecordType::TLSA)?),

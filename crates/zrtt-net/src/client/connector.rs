@@ -51,6 +51,7 @@ pub struct ZrttConnector {
     config: Arc<ClientConfig>,
     resolver: Arc<dyn Resolve>,
     resolve_timeout: Duration,
+    shortcut_dns: Option<Arc<zrtt_dns::resolver::Resolver>>,
 }
 
 impl std::fmt::Debug for ZrttConnector {
@@ -74,6 +75,7 @@ impl ZrttConnector {
             resolve_timeout: config.connect_timeout,
             config,
             resolver: Arc::new(SystemResolver::new()),
+            shortcut_dns: None,
         }
     }
 }
@@ -85,6 +87,7 @@ pub struct ZrttConnectorBuilder {
     config: Arc<ClientConfig>,
     resolver: Arc<dyn Resolve>,
     resolve_timeout: Duration,
+    shortcut_dns: Option<Arc<zrtt_dns::resolver::Resolver>>,
 }
 
 impl std::fmt::Debug for ZrttConnectorBuilder {
@@ -111,12 +114,22 @@ impl ZrttConnectorBuilder {
         self
     }
 
+    /// With [`ClientConfig::dns_shortcut`] on: the resolver the DNS
+    /// shortcut's TXT queries go through (typically the
+    /// [`DnsKeySource`](super::DnsKeySource)'s). Without one the shortcut
+    /// is not used.
+    pub fn shortcut_dns(mut self, dns: Arc<zrtt_dns::resolver::Resolver>) -> Self {
+        self.shortcut_dns = Some(dns);
+        self
+    }
+
     /// The connector.
     pub fn build(self) -> ZrttConnector {
         ZrttConnector {
             config: self.config,
             resolver: self.resolver,
             resolve_timeout: self.resolve_timeout,
+            shortcut_dns: self.shortcut_dns,
         }
     }
 }
@@ -168,6 +181,9 @@ impl tower_service::Service<Uri> for ZrttConnector {
             }
             let (host, port) = host_port(&uri, 443)?;
             let cfg = &this.config;
+            if let Some(stream) = this.shortcut(&host, port) {
+                return Ok(TokioIo::new(stream));
+            }
             // Keys and address in parallel; keys still missing once the
             // address is known (and KEY_RACE_GRACE later) race TLS.
             let mut keys = Box::pin(tokio::time::timeout(
@@ -211,6 +227,37 @@ impl tower_service::Service<Uri> for ZrttConnector {
                 )
             }))
         })
+    }
+}
+
+impl ZrttConnector {
+    /// A stream that races the DNS shortcut against the plain lookup (the
+    /// key source's prefetch, then the resolver) when the shortcut is on,
+    /// has a resolver, and a key record for `host` is held; the stream
+    /// decides at the first request whether it may take it.
+    fn shortcut(&self, host: &str, port: u16) -> Option<ZrttStream> {
+        let cfg = &self.config;
+        let dns = self.shortcut_dns.clone().filter(|_| cfg.dns_shortcut)?;
+        cfg.keys.lookup(host, (cfg.clock)())?;
+        let prefetch = cfg.keys.prefetch(host, (cfg.clock)());
+        let resolve = self.resolver.resolve(host, port);
+        let bound = self.resolve_timeout;
+        let addr = Box::pin(async move {
+            let lookup = async move {
+                prefetch.await;
+                resolve.await
+            };
+            tokio::time::timeout(bound, lookup)
+                .await
+                .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "address lookup"))?
+        });
+        let lookup = super::ShortcutLookup { dns, addr };
+        Some(ZrttStream::with_shortcut(
+            cfg.clone(),
+            host.to_owned(),
+            port,
+            lookup,
+        ))
     }
 }
 

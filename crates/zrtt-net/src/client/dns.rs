@@ -46,8 +46,10 @@ impl DnsKeySource {
 
 impl KeySource for DnsKeySource {
     fn lookup(&self, host: &str, now: UnixTime) -> Option<VerifiedKeyRecord> {
+        // The keys held, even when the address has expired (the DNS
+        // shortcut's case: a key record lives hours, an address minutes).
         self.resolver
-            .resolve_cached(host, now)?
+            .keys_cached(host, now)?
             .keys
             .into_iter()
             .next()

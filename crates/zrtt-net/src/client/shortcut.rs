@@ -346,7 +346,9 @@ pub(super) async fn establish_shortcut(
     let host = target.host.as_str();
     let port = target.addr.port();
     let mut notes = Vec::new();
-    let plain = |ip: SocketAddr| plain_path_to(cfg, host, SocketAddr::new(ip.ip(), port), protocol, request);
+    let plain = |ip: SocketAddr| {
+        plain_path_to(cfg, host, SocketAddr::new(ip.ip(), port), protocol, request)
+    };
     let with_notes = |r: Result<(Conn, ConnInfo)>, notes: Vec<String>| {
         r.map(|(conn, mut info)| {
             info.notes.splice(0..0, notes);

@@ -194,17 +194,18 @@ impl ZrttStream {
             let target = target.clone();
             let request = std::mem::take(buf);
             let p = self.protocol;
-            self.state = StreamState::Connecting(match (keys.take(), shortcut.take()) {
-                (_, Some(lookup)) => Box::pin(async move {
-                    establish_shortcut(&cfg, &target, p, &request, lookup).await
-                }),
-                (Some(keys), None) => Box::pin(async move {
-                    establish_when_keys_as(&cfg, &target, p, &request, keys).await
-                }),
-                (None, None) => {
-                    Box::pin(async move { establish_as(&cfg, &target, p, &request).await })
-                }
-            });
+            self.state =
+                StreamState::Connecting(match (keys.take(), shortcut.take()) {
+                    (_, Some(lookup)) => Box::pin(async move {
+                        establish_shortcut(&cfg, &target, p, &request, lookup).await
+                    }),
+                    (Some(keys), None) => Box::pin(async move {
+                        establish_when_keys_as(&cfg, &target, p, &request, keys).await
+                    }),
+                    (None, None) => {
+                        Box::pin(async move { establish_as(&cfg, &target, p, &request).await })
+                    }
+                });
         }
     }
 
