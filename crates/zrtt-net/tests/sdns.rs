@@ -1,0 +1,318 @@
+//! The gateway's SDNS and the TCP path of shortcut flights (docs/DNS.md
+//! §8), on loopback: a flight in a TXT query name is run once on a
+//! recording backend and answered in the DNS answer (or FETCH, then its
+//! TCP form on the gateway's port); other names NXDOMAIN; through a real
+//! unbound with QNAME minimisation on and off when it is installed.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
+use hickory_proto::rr::{Name, RData, RecordType};
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use zrtt_net::gateway::ShortcutConfig;
+use zrtt_proto::handshake::{read_frame, ClientHandshake, Expect, Frame, RejectReason};
+use zrtt_proto::record::KeyRecord;
+use zrtt_proto::shortcut::{self, CompactRequest, Method, TxtAnswer};
+
+/// What the recording backend saw: one line per request, `METHOD target`
+/// then its fields as `name: value`.
+type Seen = Arc<Mutex<Vec<String>>>;
+
+/// A backend that records each request's head; `/big` answers 5,000
+/// bytes, `/huge` 1.1 MiB, anything else a short text.
+async fn recording_backend() -> (SocketAddr, Seen) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen: Seen = Arc::default();
+    let seen2 = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let seen = seen2.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                    let seen = seen.clone();
+                    async move {
+                        let mut line = format!("{} {}", req.method(), req.uri());
+                        for (n, v) in req.headers() {
+                            line.push_str(&format!("\n{n}: {}", v.to_str().unwrap_or("?")));
+                        }
+                        seen.lock().unwrap().push(line);
+                        let body = match req.uri().path() {
+                            "/big" => "b".repeat(5000),
+                            "/huge" => "h".repeat(1_100_000),
+                            p => format!("hello from {p}"),
+                        };
+                        Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from(
+                            body,
+                        ))))
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tcp), svc)
+                    .await;
+            });
+        }
+    });
+    (addr, seen)
+}
+
+async fn start() -> (Env, Seen) {
+    let (backend, seen) = recording_backend().await;
+    let mut sc = ShortcutConfig::default();
+    sc.sdns = vec!["127.0.0.1:0".parse().unwrap()];
+    let env = start_gateway(GatewayOpts {
+        backend: Some(backend),
+        shortcut: Some(sc),
+        ..GatewayOpts::default()
+    })
+    .await;
+    (env, seen)
+}
+
+/// A shortcut flight for `target` to the record `rec` (HOST's).
+fn flight(rec: &KeyRecord, method: Method, target: &str) -> (ClientHandshake, Vec<u8>) {
+    let now = zrtt_net::client::system_clock();
+    let verified = rec.verify(&cert_der(), HOST, now).unwrap();
+    let req = CompactRequest::new(method, target).unwrap();
+    let rng = ring::rand::SystemRandom::new();
+    ClientHandshake::start_shortcut(&verified, &req, None, now, &rng).unwrap()
+}
+
+/// A TXT query for `name` as the client sends it (RD, EDNS 1232).
+fn query(name: &str, rtype: RecordType, id: u16) -> Vec<u8> {
+    let mut m = Message::new(id, MessageType::Query, OpCode::Query);
+    m.metadata.recursion_desired = true;
+    m.add_query(Query::query(Name::from_ascii(name).unwrap(), rtype));
+    let mut e = Edns::new();
+    e.set_max_payload(1232);
+    m.set_edns(e);
+    m.to_vec().unwrap()
+}
+
+/// Ask `server` over UDP; waits up to 10 s for the answer (a flight being
+/// made gets its answer when done, and copies get none).
+async fn ask_udp(server: SocketAddr, q: &[u8]) -> Vec<u8> {
+    let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    sock.send_to(q, server).await.unwrap();
+    let mut buf = vec![0u8; 65535];
+    let (n, _) = tokio::time::timeout(Duration::from_secs(10), sock.recv_from(&mut buf))
+        .await
+        .expect("no DNS answer")
+        .unwrap();
+    buf.truncate(n);
+    buf
+}
+
+/// Ask `server` over TCP (DNS over TCP).
+async fn ask_tcp(server: SocketAddr, q: &[u8]) -> Vec<u8> {
+    let mut tcp = tokio::net::TcpStream::connect(server).await.unwrap();
+    let mut out = (q.len() as u16).to_be_bytes().to_vec();
+    out.extend_from_slice(q);
+    tcp.write_all(&out).await.unwrap();
+    let len = tcp.read_u16().await.unwrap();
+    let mut buf = vec![0u8; usize::from(len)];
+    tcp.read_exact(&mut buf).await.unwrap();
+    buf
+}
+
+/// The shortcut answer a DNS answer carries.
+fn txt_answer(answer: &[u8]) -> TxtAnswer {
+    let m = Message::from_vec(answer).unwrap();
+    assert_eq!(m.metadata.response_code, ResponseCode::NoError, "{m:?}");
+    assert_eq!(m.answers.len(), 1, "{m:?}");
+    assert_eq!(m.answers[0].ttl, 0);
+    let RData::TXT(t) = &m.answers[0].data else {
+        panic!("not TXT: {m:?}")
+    };
+    TxtAnswer::from_strings(t.txt_data.iter().map(|s| &s[..])).unwrap()
+}
+
+fn reject_reason(frame: &[u8]) -> RejectReason {
+    match read_frame(frame, Expect::ReplyOrReject).unwrap().unwrap().0 {
+        Frame::Reject { reason, .. } => reason,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The HTTP response's body (after the empty line).
+fn body_of(response: &[u8]) -> &[u8] {
+    let at = response
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head");
+    &response[at + 4..]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_txt_query_runs_the_flight_once_and_answers_the_same_bytes() {
+    let (env, seen) = start().await;
+    let sdns = env.sdns[0];
+    let (hs, frame) = flight(&env.records[0], Method::Get, "/hello?x=1");
+    let name = shortcut::query_name(&frame, HOST).unwrap();
+    let q = query(&name, RecordType::TXT, 0x1234);
+    let first = ask_udp(sdns, &q).await;
+    assert!(first.len() <= 3 * q.len(), "{} > 3 x {}", first.len(), q.len());
+    let TxtAnswer::Answer(stream) = txt_answer(&first) else {
+        panic!("not ANSWER")
+    };
+    let response = hs.open_shortcut_answer(&stream).unwrap();
+    assert!(response.starts_with(b"HTTP/1.1 200 OK\r\n"));
+    let text = String::from_utf8_lossy(&response).to_lowercase();
+    assert!(text.contains("\r\nconnection: close\r\n"), "{text}");
+    assert!(text.contains("\r\ncontent-length: 17\r\n"), "{text}");
+    assert_eq!(body_of(&response), b"hello from /hello");
+    {
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        let line = seen[0].to_lowercase();
+        assert!(line.starts_with("get /hello?x=1"), "{line}");
+        assert!(line.contains("\nearly-data: 1"), "{line}");
+        assert!(line.contains("\nhost: www.example.com"), "{line}");
+        assert!(line.contains("\nforwarded: for=unknown;proto=https"), "{line}");
+    }
+    // A resolver's retry (or a replay): the same bytes, no second run.
+    let again = ask_udp(sdns, &q).await;
+    assert_eq!(again, first);
+    // Over DNS-over-TCP too.
+    let over_tcp = ask_tcp(sdns, &q).await;
+    assert_eq!(txt_answer(&over_tcp), TxtAnswer::Answer(stream));
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    assert_eq!(env.metric("shortcut_runs"), 1);
+    assert_eq!(env.metric("shortcut_cache_hits"), 2);
+    assert_eq!(env.metric("shortcut_answers"), 3);
+    env.stop().await;
+}
+
+/// The TCP form of a flight on the gateway's port: the answer stream, then EOF.
+async fn fetch_tcp(gateway: SocketAddr, frame: &[u8]) -> Vec<u8> {
+    let mut tcp = tokio::net::TcpStream::connect(gateway).await.unwrap();
+    tcp.write_all(frame).await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut out))
+        .await
+        .expect("answer stream")
+        .unwrap();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_answer_is_fetched_over_tcp_with_the_same_flight() {
+    let (env, seen) = start().await;
+    let (hs, frame) = flight(&env.records[0], Method::Get, "/big");
+    let name = shortcut::query_name(&frame, HOST).unwrap();
+    let q = query(&name, RecordType::TXT, 7);
+    let a = ask_udp(env.sdns[0], &q).await;
+    assert!(a.len() <= 3 * q.len());
+    assert_eq!(txt_answer(&a), TxtAnswer::Fetch);
+    let stream = fetch_tcp(env.addr, &frame).await;
+    let response = hs.open_shortcut_answer(&stream).unwrap();
+    assert_eq!(body_of(&response), "b".repeat(5000).as_bytes());
+    assert_eq!(seen.lock().unwrap().len(), 1, "the backend ran it once");
+    assert_eq!(env.metric("shortcut_fetch"), 1);
+    assert_eq!(env.metric("shortcut_tcp_answers"), 1);
+    assert_eq!(env.metric("shortcut_cache_hits"), 1);
+    // A flight that comes over TCP first runs there, with the client's address.
+    let (hs, frame) = flight(&env.records[0], Method::Head, "/first-tcp");
+    let stream = fetch_tcp(env.addr, &frame).await;
+    let response = hs.open_shortcut_answer(&stream).unwrap();
+    assert!(response.starts_with(b"HTTP/1.1 200 OK\r\n"));
+    assert!(body_of(&response).is_empty(), "HEAD");
+    let seen = seen.lock().unwrap();
+    let line = seen[1].to_lowercase();
+    assert!(line.starts_with("head /first-tcp"), "{line}");
+    assert!(line.contains("\nforwarded: for=127.0.0.1;proto=https"), "{line}");
+    assert!(line.contains("\nearly-data: 1"), "{line}");
+    drop(seen);
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_names_nxdomain_apex_soa_ns_outside_refused() {
+    let (env, seen) = start().await;
+    let sdns = env.sdns[0];
+    let (_, frame) = flight(&env.records[0], Method::Get, "/x");
+    let name = shortcut::query_name(&frame, HOST).unwrap();
+    let rcode = |a: &[u8]| Message::from_vec(a).unwrap().metadata.response_code;
+    // QNAME minimisation's probes: one label, then two, under the zone.
+    let labels: Vec<&str> = name.split('.').collect();
+    let n = labels.len();
+    for k in 1..n - 4 {
+        let partial = labels[n - 4 - k..].join(".");
+        let a = ask_udp(sdns, &query(&partial, RecordType::A, 1)).await;
+        assert_eq!(rcode(&a), ResponseCode::NXDomain, "{partial}");
+        let m = Message::from_vec(&a).unwrap();
+        assert!(matches!(m.authorities[0].data, RData::SOA(_)), "{m:?}");
+        assert_eq!(m.authorities[0].ttl, shortcut::NEGATIVE_TTL);
+    }
+    // The whole name, another type.
+    let a = ask_udp(sdns, &query(&name, RecordType::A, 2)).await;
+    assert_eq!(rcode(&a), ResponseCode::NXDomain);
+    // dns-0x20: the case of the name does not matter, and comes back as sent.
+    let mixed: String = name
+        .chars()
+        .enumerate()
+        .map(|(i, c)| if i % 2 == 0 { c.to_ascii_uppercase() } else { c })
+        .collect();
+    let a = ask_udp(sdns, &query(&mixed, RecordType::TXT, 3)).await;
+    let m = Message::from_vec(&a).unwrap();
+    assert_eq!(m.queries[0].name().to_ascii().trim_end_matches('.'), mixed);
+    assert!(matches!(txt_answer(&a), TxtAnswer::Answer(_)));
+    let a = ask_udp(sdns, &query("zq.www.example.com.", RecordType::SOA, 4)).await;
+    let m = Message::from_vec(&a).unwrap();
+    assert_eq!(m.metadata.response_code, ResponseCode::NoError);
+    assert!(matches!(m.answers[0].data, RData::SOA(_)));
+    let a = ask_udp(sdns, &query("zq.www.example.com.", RecordType::NS, 5)).await;
+    let m = Message::from_vec(&a).unwrap();
+    assert!(
+        matches!(&m.answers[0].data, RData::NS(ns) if ns.0.to_ascii() == "ns.zq.www.example.com.")
+    );
+    assert!(matches!(m.additionals[0].data, RData::A(a) if a.0 == std::net::Ipv4Addr::LOCALHOST));
+    let a = ask_udp(sdns, &query("www.example.org.", RecordType::A, 6)).await;
+    assert_eq!(rcode(&a), ResponseCode::Refused);
+    assert_eq!(seen.lock().unwrap().len(), 1, "only the TXT query ran");
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_keys_and_huge_responses_are_rejected() {
+    let (env, seen) = start().await;
+    let sdns = env.sdns[0];
+    // A key this gateway does not hold: REJECT 1 (its records only if they fit).
+    let (other, _) = record("zrtt test key not served", 16384);
+    let (_, frame) = flight(&other, Method::Get, "/x");
+    let q = query(&shortcut::query_name(&frame, HOST).unwrap(), RecordType::TXT, 9);
+    let a = ask_udp(sdns, &q).await;
+    assert!(a.len() <= 3 * q.len());
+    let TxtAnswer::Reject(r) = txt_answer(&a) else {
+        panic!("not REJECT")
+    };
+    assert_eq!(reject_reason(&r), RejectReason::UnknownKey);
+    // Over 1 MiB: REJECT 7, the client takes the normal path.
+    let (_, frame) = flight(&env.records[0], Method::Get, "/huge");
+    let q = query(&shortcut::query_name(&frame, HOST).unwrap(), RecordType::TXT, 10);
+    let TxtAnswer::Reject(r) = txt_answer(&ask_udp(sdns, &q).await) else {
+        panic!("not REJECT")
+    };
+    assert_eq!(reject_reason(&r), RejectReason::Busy);
+    // The same flight again: the same refusal, no second run.
+    let TxtAnswer::Reject(r2) = txt_answer(&ask_udp(sdns, &q).await) else {
+        panic!("not REJECT")
+    };
+    assert_eq!(r, r2);
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    assert_eq!(env.metric("shortcut_too_large"), 1);
+    env.stop().await;
+}
