@@ -51,11 +51,11 @@ impl Default for ClientParams {
 pub struct ClientHandshake {
     noise: snow::HandshakeState,
     key_id: u32,
-    pattern: Pattern,
+    pub(super) pattern: Pattern,
     /// The site a ticket from the reply is good for (`None`: none asked).
     binding: Option<SiteBinding>,
     /// When the flight was built (a granted ticket's lifetime counts from here).
-    sent: UnixTime,
+    pub(super) sent: UnixTime,
 }
 
 impl fmt::Debug for ClientHandshake {
@@ -302,7 +302,7 @@ impl ClientHandshake {
 
 /// Timestamp, extensions and early data of a first flight, checked
 /// against `record`'s early-data limit and the Noise message limit.
-fn encode_payload(
+pub(super) fn encode_payload(
     record: &VerifiedKeyRecord,
     params: &ClientParams,
     pattern: Pattern,

@@ -9,5 +9,6 @@ mod fuzz;
 mod handshake;
 mod records;
 mod resume;
+mod shortcut;
 mod vectors;
 mod verifier_records;
