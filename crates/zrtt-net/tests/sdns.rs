@@ -316,3 +316,75 @@ async fn unknown_keys_and_huge_responses_are_rejected() {
     assert_eq!(env.metric("shortcut_too_large"), 1);
     env.stop().await;
 }
+
+/// A shortcut flight (pattern 0x04) whose early data is `early`, built
+/// with snow by hand: the client API only makes valid compact requests.
+fn raw_flight(rec: &KeyRecord, early: &[u8]) -> Vec<u8> {
+    use zrtt_proto::handshake::{prologue, FirstFlightHeader, Pattern, Transport};
+    let now = zrtt_net::client::system_clock();
+    let verified = rec.verify(&cert_der(), HOST, now).unwrap();
+    let body = verified.body();
+    let aead = body.aeads[0];
+    let header = FirstFlightHeader {
+        version: 1,
+        pattern: Pattern::Shortcut,
+        aead: aead as u8,
+        key_id: body.key_id,
+    };
+    let record_hash: [u8; 32] = ring::digest::digest(&ring::digest::SHA256, &rec.encode())
+        .as_ref()
+        .try_into()
+        .unwrap();
+    let params = format!("Noise_NK_25519_{}_SHA256", aead.noise_name())
+        .parse()
+        .unwrap();
+    let mut noise = snow::Builder::new(params)
+        .prologue(&prologue(&record_hash, Transport::Shortcut, &header))
+        .unwrap()
+        .remote_public_key(&body.public_key)
+        .unwrap()
+        .build_initiator()
+        .unwrap();
+    let mut payload = now.as_millis().to_be_bytes().to_vec();
+    payload.extend_from_slice(&[0, 0]);
+    payload.extend_from_slice(early);
+    let mut msg = vec![0u8; payload.len() + 64];
+    let n = noise.write_message(&payload, &mut msg).unwrap();
+    let mut frame = header.encode().to_vec();
+    frame.extend_from_slice(&(n as u16).to_be_bytes());
+    frame.extend_from_slice(&msg[..n]);
+    frame
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_methods_and_malformed_requests_are_rejected() {
+    let (env, seen) = start().await;
+    // The hand-made flight is sound: a valid compact request runs.
+    let mut get = vec![1u8];
+    get.extend_from_slice(b"/raw");
+    let frame = raw_flight(&env.records[0], &get);
+    let q = query(&shortcut::query_name(&frame, HOST).unwrap(), RecordType::TXT, 11);
+    assert!(matches!(txt_answer(&ask_udp(env.sdns[0], &q).await), TxtAnswer::Answer(_)));
+    for (i, early) in [
+        b"\x03/post".to_vec(),
+        b"\x01no-slash".to_vec(),
+        b"\x01/sp ace".to_vec(),
+        b"GET / HTTP/1.1\r\n\r\n".to_vec(),
+        vec![1u8],
+    ]
+    .iter()
+    .enumerate()
+    {
+        let frame = raw_flight(&env.records[0], early);
+        let q = query(&shortcut::query_name(&frame, HOST).unwrap(), RecordType::TXT, 12 + i as u16);
+        let TxtAnswer::Reject(r) = txt_answer(&ask_udp(env.sdns[0], &q).await) else {
+            panic!("not REJECT for {early:?}")
+        };
+        assert_eq!(reject_reason(&r), RejectReason::Unsupported);
+        // And its TCP form on the gateway's port: the Reject frame.
+        let got = fetch_tcp(env.addr, &frame).await;
+        assert_eq!(reject_reason(&got), RejectReason::Unsupported);
+    }
+    assert_eq!(seen.lock().unwrap().len(), 1, "only the GET ran");
+    env.stop().await;
+}

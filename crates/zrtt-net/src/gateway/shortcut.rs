@@ -308,9 +308,15 @@ async fn make(
         },
         Err(refusal) => {
             tracing::debug!("shortcut flight refused: {}", refusal.error);
-            return match refusal.reply {
-                Some(r) => Outcome::Answer(TxtAnswer::Reject(r)),
-                None => Outcome::NotFlight,
+            return match (refusal.reply, &refusal.error) {
+                (Some(r), _) => Outcome::Answer(TxtAnswer::Reject(r)),
+                // It authenticated, but its early data is not a compact
+                // request (a method other than GET or HEAD, a bad target):
+                // refused before the replay filter recorded it.
+                (None, zrtt_proto::Error::Shortcut(_)) => Outcome::Answer(TxtAnswer::Reject(
+                    encode_reject(RejectReason::Unsupported, &[]),
+                )),
+                (None, _) => Outcome::NotFlight,
             };
         }
     };
