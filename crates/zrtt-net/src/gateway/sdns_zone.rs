@@ -145,7 +145,7 @@ impl ZoneConfig {
 
     fn glue(&self, owner: &Name, qtype: RecordType) -> Vec<Record> {
         let mut out: Vec<Record> = Vec::new();
-        for ip in &self.glue {
+        for ip in self.glue.iter().filter(|ip| !ip.is_unspecified()) {
             let data = match (ip, qtype) {
                 (IpAddr::V4(a), RecordType::A) => RData::A(A(*a)),
                 (IpAddr::V6(a), RecordType::AAAA) => RData::AAAA(AAAA(*a)),

@@ -104,7 +104,7 @@ impl Shortcuts {
         Self {
             zone: ZoneConfig {
                 ns: cfg.sdns_ns.clone(),
-                glue: glue.into_iter().filter(|ip| !ip.is_unspecified()).collect(),
+                glue,
             },
             cache: Mutex::new(AnswerCache::new(
                 cfg.cache_entries,
