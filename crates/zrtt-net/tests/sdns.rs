@@ -164,7 +164,12 @@ async fn a_txt_query_runs_the_flight_once_and_answers_the_same_bytes() {
     let name = shortcut::query_name(&frame, HOST).unwrap();
     let q = query(&name, RecordType::TXT, 0x1234);
     let first = ask_udp(sdns, &q).await;
-    assert!(first.len() <= 3 * q.len(), "{} > 3 x {}", first.len(), q.len());
+    assert!(
+        first.len() <= 3 * q.len(),
+        "{} > 3 x {}",
+        first.len(),
+        q.len()
+    );
     let TxtAnswer::Answer(stream) = txt_answer(&first) else {
         panic!("not ANSWER")
     };
@@ -181,7 +186,10 @@ async fn a_txt_query_runs_the_flight_once_and_answers_the_same_bytes() {
         assert!(line.starts_with("get /hello?x=1"), "{line}");
         assert!(line.contains("\nearly-data: 1"), "{line}");
         assert!(line.contains("\nhost: www.example.com"), "{line}");
-        assert!(line.contains("\nforwarded: for=unknown;proto=https"), "{line}");
+        assert!(
+            line.contains("\nforwarded: for=unknown;proto=https"),
+            "{line}"
+        );
     }
     // A resolver's retry (or a replay): the same bytes, no second run.
     let again = ask_udp(sdns, &q).await;
@@ -233,7 +241,10 @@ async fn a_large_answer_is_fetched_over_tcp_with_the_same_flight() {
     let seen = seen.lock().unwrap();
     let line = seen[1].to_lowercase();
     assert!(line.starts_with("head /first-tcp"), "{line}");
-    assert!(line.contains("\nforwarded: for=127.0.0.1;proto=https"), "{line}");
+    assert!(
+        line.contains("\nforwarded: for=127.0.0.1;proto=https"),
+        "{line}"
+    );
     assert!(line.contains("\nearly-data: 1"), "{line}");
     drop(seen);
     env.stop().await;
@@ -264,7 +275,13 @@ async fn other_names_nxdomain_apex_soa_ns_outside_refused() {
     let mixed: String = name
         .chars()
         .enumerate()
-        .map(|(i, c)| if i % 2 == 0 { c.to_ascii_uppercase() } else { c })
+        .map(|(i, c)| {
+            if i % 2 == 0 {
+                c.to_ascii_uppercase()
+            } else {
+                c
+            }
+        })
         .collect();
     let a = ask_udp(sdns, &query(&mixed, RecordType::TXT, 3)).await;
     let m = Message::from_vec(&a).unwrap();
@@ -293,7 +310,11 @@ async fn unknown_keys_and_huge_responses_are_rejected() {
     // A key this gateway does not hold: REJECT 1 (its records only if they fit).
     let (other, _) = record("zrtt test key not served", 16384);
     let (_, frame) = flight(&other, Method::Get, "/x");
-    let q = query(&shortcut::query_name(&frame, HOST).unwrap(), RecordType::TXT, 9);
+    let q = query(
+        &shortcut::query_name(&frame, HOST).unwrap(),
+        RecordType::TXT,
+        9,
+    );
     let a = ask_udp(sdns, &q).await;
     assert!(a.len() <= 3 * q.len());
     let TxtAnswer::Reject(r) = txt_answer(&a) else {
@@ -302,7 +323,11 @@ async fn unknown_keys_and_huge_responses_are_rejected() {
     assert_eq!(reject_reason(&r), RejectReason::UnknownKey);
     // Over 1 MiB: REJECT 7, the client takes the normal path.
     let (_, frame) = flight(&env.records[0], Method::Get, "/huge");
-    let q = query(&shortcut::query_name(&frame, HOST).unwrap(), RecordType::TXT, 10);
+    let q = query(
+        &shortcut::query_name(&frame, HOST).unwrap(),
+        RecordType::TXT,
+        10,
+    );
     let TxtAnswer::Reject(r) = txt_answer(&ask_udp(sdns, &q).await) else {
         panic!("not REJECT")
     };
@@ -363,8 +388,15 @@ async fn other_methods_and_malformed_requests_are_rejected() {
     let mut get = vec![1u8];
     get.extend_from_slice(b"/raw");
     let frame = raw_flight(&env.records[0], &get);
-    let q = query(&shortcut::query_name(&frame, HOST).unwrap(), RecordType::TXT, 11);
-    assert!(matches!(txt_answer(&ask_udp(env.sdns[0], &q).await), TxtAnswer::Answer(_)));
+    let q = query(
+        &shortcut::query_name(&frame, HOST).unwrap(),
+        RecordType::TXT,
+        11,
+    );
+    assert!(matches!(
+        txt_answer(&ask_udp(env.sdns[0], &q).await),
+        TxtAnswer::Answer(_)
+    ));
     for (i, early) in [
         b"\x03/post".to_vec(),
         b"\x01no-slash".to_vec(),
@@ -376,7 +408,11 @@ async fn other_methods_and_malformed_requests_are_rejected() {
     .enumerate()
     {
         let frame = raw_flight(&env.records[0], early);
-        let q = query(&shortcut::query_name(&frame, HOST).unwrap(), RecordType::TXT, 12 + i as u16);
+        let q = query(
+            &shortcut::query_name(&frame, HOST).unwrap(),
+            RecordType::TXT,
+            12 + i as u16,
+        );
         let TxtAnswer::Reject(r) = txt_answer(&ask_udp(env.sdns[0], &q).await) else {
             panic!("not REJECT for {early:?}")
         };
@@ -386,5 +422,115 @@ async fn other_methods_and_malformed_requests_are_rejected() {
         assert_eq!(reject_reason(&got), RejectReason::Unsupported);
     }
     assert_eq!(seen.lock().unwrap().len(), 1, "only the GET ran");
+    env.stop().await;
+}
+
+/// Debian's unbound on loopback, a stub zone `zq.www.example.com` pointing
+/// at the SDNS; killed (its own PID) when dropped.
+struct Unbound {
+    child: std::process::Child,
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Unbound {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A port free for both UDP and TCP on 127.0.0.1 (at the time of asking).
+fn free_port() -> u16 {
+    loop {
+        let t = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = t.local_addr().unwrap().port();
+        if std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+const UNBOUND: &str = "/usr/sbin/unbound";
+
+async fn start_unbound(sdns: SocketAddr, qmin: bool) -> Unbound {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let port = free_port();
+    let conf = format!(
+        "server:\n  interface: 127.0.0.1@{port}\n  port: {port}\n  do-daemonize: no\n  chroot: \"\"\n  username: \"\"\n  directory: \"{d}\"\n  pidfile: \"{d}/unbound.pid\"\n  use-syslog: no\n  logfile: \"{d}/unbound.log\"\n  verbosity: 1\n  do-ip6: no\n  do-not-query-localhost: no\n  qname-minimisation: {q}\n  access-control: 127.0.0.0/8 allow\n  module-config: \"iterator\"\n  edns-buffer-size: 1232\nremote-control:\n  control-enable: no\nstub-zone:\n  name: \"zq.{HOST}\"\n  stub-addr: 127.0.0.1@{sp}\n",
+        q = if qmin { "yes" } else { "no" },
+        sp = sdns.port(),
+    );
+    let path = dir.path().join("unbound.conf");
+    std::fs::write(&path, conf).unwrap();
+    let child = std::process::Command::new(UNBOUND)
+        .arg("-c")
+        .arg(&path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let u = Unbound {
+        child,
+        addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        _dir: dir,
+    };
+    // Serving once it answers the zone's SOA through the stub (bounded).
+    let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let q = query(&format!("zq.{HOST}."), RecordType::SOA, 99);
+    let mut buf = vec![0u8; 4096];
+    for _ in 0..100 {
+        sock.send_to(&q, u.addr).await.unwrap();
+        if let Ok(Ok((n, _))) =
+            tokio::time::timeout(Duration::from_millis(200), sock.recv_from(&mut buf)).await
+        {
+            if Message::from_vec(&buf[..n])
+                .is_ok_and(|m| m.metadata.response_code == ResponseCode::NoError)
+            {
+                return u;
+            }
+        }
+    }
+    panic!("unbound did not answer on {}", u.addr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_answer_comes_through_unbound_with_and_without_qname_minimisation() {
+    if !std::path::Path::new(UNBOUND).exists() {
+        eprintln!("skipped: {UNBOUND} not installed (scripts/install-deps.sh)");
+        return;
+    }
+    let (env, seen) = start().await;
+    for (i, qmin) in [false, true].into_iter().enumerate() {
+        let unbound = start_unbound(env.sdns[0], qmin).await;
+        let nx_before = env.metric("sdns_nxdomain");
+        let target = format!("/through-unbound-{qmin}");
+        let (hs, frame) = flight(&env.records[0], Method::Get, &target);
+        let q = query(
+            &shortcut::query_name(&frame, HOST).unwrap(),
+            RecordType::TXT,
+            20,
+        );
+        let TxtAnswer::Answer(stream) = txt_answer(&ask_udp(unbound.addr, &q).await) else {
+            panic!("not ANSWER (qname-minimisation {qmin})")
+        };
+        let response = hs.open_shortcut_answer(&stream).unwrap();
+        assert_eq!(
+            body_of(&response),
+            format!("hello from {target}").as_bytes()
+        );
+        assert_eq!(seen.lock().unwrap().len(), i + 1, "run once");
+        let probes = env.metric("sdns_nxdomain") - nx_before;
+        eprintln!("qname-minimisation {qmin}: {probes} partial names answered NXDOMAIN");
+        if qmin {
+            assert!(
+                probes >= 1,
+                "a minimising resolver asks partial names first"
+            );
+        } else {
+            assert_eq!(probes, 0);
+        }
+    }
     env.stop().await;
 }

@@ -218,7 +218,9 @@ pub(super) fn flight_answer(query: &Message, answer: &TxtAnswer, budget: usize) 
     }
     let smaller = match answer {
         TxtAnswer::Answer(_) => Some((TxtAnswer::Fetch, Sent::Fetch)),
-        TxtAnswer::Reject(frame) => bare_reject(frame).map(|f| (TxtAnswer::Reject(f), Sent::Reject)),
+        TxtAnswer::Reject(frame) => {
+            bare_reject(frame).map(|f| (TxtAnswer::Reject(f), Sent::Reject))
+        }
         TxtAnswer::Fetch => None,
     };
     if let Some((a, sent)) = smaller {
@@ -296,7 +298,11 @@ mod tests {
         assert!(
             matches!(m.answers[0].data, RData::NS(ref n) if n.0.to_ascii() == "ns.zq.www.example.com.")
         );
-        assert_eq!(m.additionals.len(), 1, "one address, the unspecified one left out");
+        assert_eq!(
+            m.additionals.len(),
+            1,
+            "one address, the unspecified one left out"
+        );
         let m = reply(cfg().plan(&query("ns.zq.www.example.com.", RecordType::A), &sites));
         assert!(matches!(m.answers[0].data, RData::A(a) if a.0.to_string() == "192.0.2.53"));
         let m = reply(cfg().plan(&query("ns.zq.www.example.com.", RecordType::AAAA), &sites));

@@ -22,7 +22,9 @@ use std::time::{Duration, Instant};
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use zrtt_proto::handshake::{encode_reject, read_frame, Expect, Frame, Pattern, RejectReason, Transport};
+use zrtt_proto::handshake::{
+    encode_reject, read_frame, Expect, Frame, Pattern, RejectReason, Transport,
+};
 use zrtt_proto::replay::ReplayFilter;
 use zrtt_proto::shortcut::{self, AnswerCache, Lookup, TxtAnswer};
 
@@ -239,7 +241,10 @@ pub(super) async fn answer(
                 }
             }
         }
-        if tokio::time::timeout_at(deadline.into(), changed).await.is_err() {
+        if tokio::time::timeout_at(deadline.into(), changed)
+            .await
+            .is_err()
+        {
             return Outcome::NotFlight;
         }
     };

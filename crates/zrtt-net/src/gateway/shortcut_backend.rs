@@ -29,10 +29,7 @@ pub(super) enum Via {
         local: SocketAddr,
     },
     /// Its TCP form on the gateway's port, from the client itself.
-    Tcp {
-        peer: SocketAddr,
-        local: SocketAddr,
-    },
+    Tcp { peer: SocketAddr, local: SocketAddr },
 }
 
 impl Via {
@@ -132,14 +129,19 @@ pub(super) async fn run(
     let read = Limited::new(body, MAX_RESPONSE).collect();
     let body = match tokio::time::timeout(shared.cfg.timeouts.stream_idle, read).await {
         Ok(Ok(c)) => c.to_bytes(),
-        Ok(Err(e)) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+        Ok(Err(e))
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
             return Err(TooLarge);
         }
         Ok(Err(e)) => {
             tracing::debug!("shortcut response body: {e}");
             Metrics::inc(&m.backend_errors);
             return Ok(serialise(
-                &text_response(StatusCode::BAD_GATEWAY, "backend failed").into_parts().0,
+                &text_response(StatusCode::BAD_GATEWAY, "backend failed")
+                    .into_parts()
+                    .0,
                 b"backend failed\n",
                 false,
             ));
@@ -147,7 +149,9 @@ pub(super) async fn run(
         Err(_) => {
             Metrics::inc(&m.backend_timeouts);
             return Ok(serialise(
-                &text_response(StatusCode::GATEWAY_TIMEOUT, "").into_parts().0,
+                &text_response(StatusCode::GATEWAY_TIMEOUT, "")
+                    .into_parts()
+                    .0,
                 b"\n",
                 false,
             ));
