@@ -238,15 +238,13 @@ async fn a_large_answer_is_fetched_over_tcp_with_the_same_flight() {
     let response = hs.open_shortcut_answer(&stream).unwrap();
     assert!(response.starts_with(b"HTTP/1.1 200 OK\r\n"));
     assert!(body_of(&response).is_empty(), "HEAD");
-    let seen = seen.lock().unwrap();
-    let line = seen[1].to_lowercase();
+    let line = seen.lock().unwrap()[1].to_lowercase();
     assert!(line.starts_with("head /first-tcp"), "{line}");
     assert!(
         line.contains("\nforwarded: for=127.0.0.1;proto=https"),
         "{line}"
     );
     assert!(line.contains("\nearly-data: 1"), "{line}");
-    drop(seen);
     env.stop().await;
 }
 
