@@ -160,6 +160,10 @@ pub struct GatewayConfig {
     /// §12) when address tokens are on (`admission.tokens`: the ticket keys
     /// derive from the token keys). Default on.
     pub resumption: bool,
+    /// The DNS shortcut (docs/DNS.md §8): SDNS addresses, zones, answer
+    /// cache and limits. The gateway's port answers a shortcut flight's
+    /// TCP form whatever these say.
+    pub shortcut: super::ShortcutConfig,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -216,6 +220,7 @@ impl GatewayConfig {
             zrtt_http2: true,
             max_early_requests: DEFAULT_MAX_EARLY_REQUESTS,
             resumption: true,
+            shortcut: super::ShortcutConfig::default(),
         })
     }
 }

@@ -15,7 +15,7 @@ use zrtt_proto::admission::{
     canonical_ip, Decision, FlightEvidence, Proof, ProvenanceOutcome, Withheld,
 };
 use zrtt_proto::handshake::{
-    encode_reject, ext, read_frame, Expect, Extensions, RejectReason, Transport,
+    encode_reject, ext, read_frame, Expect, Extensions, Frame, Pattern, RejectReason, Transport,
 };
 use zrtt_proto::replay::ReplayFilter;
 use zrtt_proto::ReplayError;
@@ -111,7 +111,7 @@ fn record(m: &Metrics, d: &Decision, peer: SocketAddr) {
 /// local filter accepted; the refusal to send if the store saw it before
 /// (`Replay`) or cannot vouch for it (`Busy`: fail safe). The replay
 /// filter's lock is not held here.
-async fn check_store(
+pub(super) async fn check_store(
     shared: &Shared,
     accepted: &zrtt_proto::handshake::Accepted,
     now: zrtt_proto::UnixTime,
@@ -166,6 +166,12 @@ pub(super) async fn serve(
         Ok(Some((f, _))) => f,
         _ => return Err(Error::Protocol("first flight")),
     };
+    // A shortcut flight (docs/DNS.md §8) is never relayed as a channel:
+    // its answer stream, once the handshake completed, then close.
+    if matches!(&frame, Frame::FirstFlight { header, .. } if header.pattern == Pattern::Shortcut) {
+        super::shortcut::serve_tcp(shared, tcp, peer, gate_fd, slot, &buf[..used]).await;
+        return Ok(());
+    }
     let intake = shared.admission.intake(active, Instant::now());
     if intake.is_busy() {
         Metrics::inc(&m.zrtt_busy);

@@ -23,6 +23,8 @@ pub struct Gateway {
     listeners: Vec<TcpListener>,
     shared: Arc<Shared>,
     fast_open: bool,
+    /// The SDNS's sockets (`ShortcutConfig::sdns`), served by `run`.
+    sdns: Vec<super::sdns::SdnsSocket>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -117,6 +119,17 @@ impl Gateway {
             cfg.clock,
             cfg.rng.clone(),
         );
+        let sdns = cfg
+            .shortcut
+            .sdns
+            .iter()
+            .map(|a| super::sdns::bind(*a))
+            .collect::<Result<Vec<_>>>()?;
+        let glue = sdns
+            .iter()
+            .filter_map(|s| s.udp.local_addr().ok())
+            .map(|a| a.ip())
+            .collect();
         let metrics = Arc::new(Metrics::default());
         let timeouts = super::pool::PoolTimeouts {
             connect: cfg.timeouts.backend_connect,
@@ -144,6 +157,7 @@ impl Gateway {
             .unwrap_or_else(|p| p.into_inner())
             .resumption = cfg.admission.tokens.clone().filter(|_| cfg.resumption);
         let shared = Arc::new(Shared {
+            shortcuts: super::shortcut::Shortcuts::new(&cfg.shortcut, glue),
             admission: Arc::new(Admission::new(cfg.admission.clone(), Instant::now())),
             sites,
             cfg,
@@ -159,6 +173,7 @@ impl Gateway {
             listeners,
             shared,
             fast_open,
+            sdns,
         })
     }
 
@@ -167,6 +182,14 @@ impl Gateway {
         self.listeners[0]
             .local_addr()
             .map_err(Error::io("local address"))
+    }
+
+    /// The SDNS's bound addresses (UDP and TCP share each port).
+    pub fn sdns_addrs(&self) -> Vec<SocketAddr> {
+        self.sdns
+            .iter()
+            .filter_map(|s| s.udp.local_addr().ok())
+            .collect()
     }
 
     /// Whether the listener accepted the Fast Open options.
@@ -216,6 +239,9 @@ impl Gateway {
         let mut loops = JoinSet::new();
         for listener in self.listeners {
             loops.spawn(accept_loop(listener, self.shared.clone()));
+        }
+        for sock in self.sdns {
+            loops.spawn(super::sdns::serve(self.shared.clone(), sock));
         }
         checks.spawn(super::trim::run(self.shared.clone()));
         shutdown.await;

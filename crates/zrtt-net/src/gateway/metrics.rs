@@ -181,6 +181,38 @@ counters! {
     /// because the per-source or global cap on look-ups was reached: full
     /// handshakes.
     tls_sessions_lookups_limited,
+    /// DNS shortcut flights received (SDNS queries for a whole flight name,
+    /// and TCP forms on the gateway's port), copies included.
+    shortcut_flights,
+    /// Of those, answered from the answer cache (a resolver's retry, the
+    /// TCP fetch after FETCH, a replay): no second run.
+    shortcut_cache_hits,
+    /// Shortcut flights accepted whose request was run on a backend.
+    shortcut_runs,
+    /// SDNS answers carrying the whole answer stream (ANSWER).
+    shortcut_answers,
+    /// SDNS answers saying the answer does not fit (FETCH).
+    shortcut_fetch,
+    /// Shortcut flights refused with a Reject frame (REJECT in DNS, or on TCP).
+    shortcut_rejects,
+    /// SDNS queries refused because their source had too many shortcut
+    /// flights running (REFUSED).
+    shortcut_refused,
+    /// Shortcut responses over 1 MiB (REJECT busy: the client takes the
+    /// normal path).
+    shortcut_too_large,
+    /// Answer streams written on the gateway's port for a shortcut flight's TCP form.
+    shortcut_tcp_answers,
+    /// DNS queries the SDNS received (UDP and TCP).
+    sdns_queries,
+    /// SDNS answers NXDOMAIN (partial names, other types, flights that do not authenticate).
+    sdns_nxdomain,
+    /// SDNS answers REFUSED for names outside its zones.
+    sdns_refused,
+    /// SDNS answers truncated (TC) to fit a UDP budget.
+    sdns_truncated,
+    /// SDNS queries dropped (too many at once).
+    sdns_dropped,
 }
 
 /// How a connection's first answer went: `path` is `zrtt` or `tls`,

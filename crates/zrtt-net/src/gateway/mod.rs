@@ -35,6 +35,11 @@
 //!   a backend;
 //! - `upgrade`: upgraded connections (WebSocket) relayed both ways until
 //!   idle;
+//! - `shortcut`: the DNS shortcut's answer service (docs/DNS.md §8), shared
+//!   by the SDNS and the gateway's port: the answer cache looked up before
+//!   decryption, the flight accepted through the replay filter, its compact
+//!   request run by `shortcut_backend`; `sdns`: the SDNS's UDP and TCP
+//!   loops (`--sdns`), `sdns_zone`: what it answers (the zones `zq.S`);
 //! - [`replay_store`]: the replay store a fleet shares (Redis), checked
 //!   in `first_flight` after the local filter accepted a flight;
 //! - [`metrics`]: counters and histograms (served by [`crate::admin`]).
@@ -67,6 +72,10 @@ mod proxy_header;
 mod relay;
 pub mod replay_store;
 mod reply_timer;
+mod sdns;
+mod sdns_zone;
+mod shortcut;
+mod shortcut_backend;
 mod sites;
 mod static_files;
 mod tls;
@@ -121,6 +130,7 @@ pub fn fuzz_early_use(early: &[u8]) -> bool {
 pub use crate::admin::Readiness;
 pub use metrics::Metrics;
 pub use replay_store::{ReplayStore, ReplayStoreConfig, StoreAddress};
+pub use shortcut::{ShortcutConfig, DEFAULT_MAX_RUNNING_PER_SOURCE};
 pub use sites::Site;
 pub use static_files::StaticRoot;
 #[doc(hidden)]
@@ -144,6 +154,8 @@ struct Shared {
     shutdown: tokio::sync::watch::Sender<bool>,
     /// `true` while accepting is paused (listener::AcceptControl).
     paused: tokio::sync::watch::Sender<bool>,
+    /// The DNS shortcut's answer cache and zones (shortcut.rs).
+    shortcuts: shortcut::Shortcuts,
 }
 
 fn lock<T: ?Sized>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {

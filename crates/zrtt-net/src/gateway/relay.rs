@@ -301,7 +301,7 @@ const GATEWAY_FIELDS: [&str; 6] = [
 /// Remove hop-by-hop fields and [`GATEWAY_FIELDS`], then say who the
 /// client is: `Forwarded: for=...;proto=https` (RFC 7239) and the
 /// `X-Forwarded-For`/`X-Forwarded-Proto` most backends read.
-fn forwarding_fields(headers: &mut hyper::HeaderMap, peer: SocketAddr) {
+pub(super) fn forwarding_fields(headers: &mut hyper::HeaderMap, peer: SocketAddr) {
     strip_hop_by_hop(headers);
     for f in GATEWAY_FIELDS {
         headers.remove(f);

@@ -214,6 +214,8 @@ pub struct GatewayOpts {
     pub max_early_requests: Option<usize>,
     /// A replay filter shared with other gateways (their own if `None`).
     pub replay: Option<Arc<Mutex<dyn zrtt_proto::replay::ReplayFilter>>>,
+    /// The DNS shortcut's settings (tests/sdns.rs); `None`: the default's.
+    pub shortcut: Option<zrtt_net::gateway::ShortcutConfig>,
 }
 
 impl Default for GatewayOpts {
@@ -241,6 +243,7 @@ impl Default for GatewayOpts {
             zrtt_http2: true,
             max_early_requests: None,
             replay: None,
+            shortcut: None,
         }
     }
 }
@@ -250,6 +253,8 @@ pub struct Env {
     pub metrics: Arc<Metrics>,
     pub seen: Arc<Mutex<Vec<String>>>,
     pub records: Vec<KeyRecord>,
+    /// The SDNS's addresses (UDP and TCP each).
+    pub sdns: Vec<SocketAddr>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -337,8 +342,12 @@ pub async fn start_gateway(opts: GatewayOpts) -> Env {
     if let Some(d) = opts.destinations {
         cfg.admission.destinations = d;
     }
+    if let Some(s) = opts.shortcut {
+        cfg.shortcut = s;
+    }
     let gw = Gateway::bind(opts.addr, cfg).unwrap();
     let addr = gw.local_addr().unwrap();
+    let sdns = gw.sdns_addrs();
     let metrics = gw.metrics();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
@@ -353,6 +362,7 @@ pub async fn start_gateway(opts: GatewayOpts) -> Env {
         metrics,
         seen,
         records,
+        sdns,
         stop: Some(tx),
         task: Some(task),
     }

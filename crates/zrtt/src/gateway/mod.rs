@@ -216,6 +216,23 @@ pub struct GatewayArgs {
     /// net.ipv4.tcp_max_syn_backlog).
     #[arg(long, default_value_t = ListenOptions::default().backlog)]
     backlog: i32,
+    /// DNS shortcut (docs/DNS.md §8): answer DNS on this address, UDP and
+    /// TCP (repeatable), for each site S the zone `zq.S` that S's zone
+    /// delegates here: a TXT query whose name is a shortcut flight runs
+    /// its GET/HEAD on the backend and carries the answer back (or says
+    /// FETCH when it does not fit); other names get NXDOMAIN.
+    #[arg(long = "sdns", value_name = "ADDR")]
+    sdns: Vec<SocketAddr>,
+    /// The NS target of the shortcut zones (e.g. ns1.example.net, whose
+    /// addresses the operator publishes); default `ns.zq.S` in each zone,
+    /// answered with the --sdns addresses (give a concrete address, not
+    /// 0.0.0.0, for that glue).
+    #[arg(long, value_name = "NAME", requires = "sdns")]
+    sdns_ns: Option<String>,
+    /// Shortcut flights one resolver may have running at once on the
+    /// SDNS; beyond it REFUSED.
+    #[arg(long, default_value_t = zrtt_net::gateway::DEFAULT_MAX_RUNNING_PER_SOURCE)]
+    sdns_max_running: usize,
     /// Worker threads, and listening sockets on the port (SO_REUSEPORT, each
     /// with its own accept loop); default: the cores this process may use.
     #[arg(long)]
@@ -446,6 +463,9 @@ pub fn run(mut a: GatewayArgs) -> Result<ExitCode> {
     cfg.listen = listen;
     cfg.timeouts.gate = a.gate_timeout;
     cfg.access_log = a.access_log;
+    cfg.shortcut.sdns = a.sdns.clone();
+    cfg.shortcut.sdns_ns = a.sdns_ns.clone();
+    cfg.shortcut.max_running_per_source = a.sdns_max_running.max(1);
     cfg.timeouts.backend_response = a.backend_timeout;
     if cfg.timeouts.backend_response >= cfg.timeouts.stream_idle {
         tracing::warn!(
@@ -489,6 +509,9 @@ pub fn run(mut a: GatewayArgs) -> Result<ExitCode> {
         .await?;
         let admin_fd = admin.take_fd();
         println!("listening {}", gw.local_addr()?);
+        for sdns in gw.sdns_addrs() {
+            println!("sdns {sdns}");
+        }
         let provenance_refresher = verifier_policy.and_then(|(policy, dns)| {
             let dns = dns?;
             let mut rx = stop_rx.clone();
