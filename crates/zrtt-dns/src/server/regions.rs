@@ -153,7 +153,7 @@ impl View {
 /// Which of `views` answers a query from `src`: the one with the longest
 /// prefix containing it (the first listed on a tie); `None` for the
 /// default view.
-pub(super) fn pick<'a, T>(views: &'a [(Vec<IpNet>, T)], src: IpAddr) -> Option<&'a T> {
+pub(super) fn pick<T>(views: &[(Vec<IpNet>, T)], src: IpAddr) -> Option<&T> {
     let mut best: Option<(u8, &T)> = None;
     for (nets, v) in views {
         for n in nets {
