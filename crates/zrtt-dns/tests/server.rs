@@ -24,7 +24,7 @@ const T0: u64 = 1_800_000_000;
 const HOST: &str = "www.example.com";
 const TIMEOUT: Duration = Duration::from_secs(3);
 
-const ZONE: &str = "$ORIGIN example.com.\n$TTL 3600\n@ IN SOA ns1 hostmaster ( 2024010101 7200 900 1209600 300 )\n  IN NS ns1\nns1 IN A 192.0.2.1\nwww IN A 192.0.2.10\nwww IN AAAA 2001:db8::10\nwww IN TXT \"v=spf1 -all\"\n";
+const ZONE: &str = "$ORIGIN example.com.\n$TTL 3600\n@ IN SOA ns1 hostmaster ( 2024010101 7200 900 1209600 300 )\n  IN NS ns1\nns1 IN A 192.0.2.1\nwww IN A 192.0.2.10\nwww IN AAAA 2001:db8::10\nwww IN TXT \"v=spf1 -all\"\nzq.www 86400 IN NS ns.zq.www\nns.zq.www 86400 IN A 192.0.2.53\n";
 
 fn data(f: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -323,6 +323,7 @@ fn a_region_gets_its_own_addresses_and_hints_and_the_same_key_records() {
     let addrs = |m: &Message| -> Vec<String> {
         m.answers
             .iter()
+            .chain(&m.additionals)
             .filter_map(|r| match &r.data {
                 RData::A(a) => Some(a.0.to_string()),
                 RData::AAAA(a) => Some(a.0.to_string()),
@@ -337,17 +338,20 @@ fn a_region_gets_its_own_addresses_and_hints_and_the_same_key_records() {
     // The default view: the zone as written.
     let m = ask_from("127.0.0.1", s.addr, HOST, RecordType::A);
     assert_eq!(addrs(&m), vec!["192.0.2.10"]);
-    let m = ask_from("127.0.0.1", s.addr, "ns.zq.www.example.com", RecordType::A);
-    assert_eq!(m.metadata.response_code, ResponseCode::NXDomain);
+    // The shortcut zone's referral carries each view's glue.
+    let shortcut = "x.zq.www.example.com";
+    let m = ask_from("127.0.0.1", s.addr, shortcut, RecordType::TXT);
+    assert_eq!(addrs(&m), vec!["192.0.2.53"]);
     // The region: its addresses, no AAAA (only the families it lists), its
-    // glue name, and HTTPS hints that follow.
+    // glue, and HTTPS hints that follow.
     let m = ask_from("127.0.0.2", s.addr, HOST, RecordType::A);
     assert_eq!(addrs(&m), vec!["198.51.100.7"]);
     assert_eq!(m.answers[0].ttl, 3600, "the zone's TTL for the name");
     let m = ask_from("127.0.0.2", s.addr, HOST, RecordType::AAAA);
     assert!(addrs(&m).is_empty());
-    let m = ask_from("127.0.0.2", s.addr, "ns.zq.www.example.com", RecordType::A);
+    let m = ask_from("127.0.0.2", s.addr, shortcut, RecordType::TXT);
     assert_eq!(addrs(&m), vec!["198.51.100.8"]);
+    assert!(!m.metadata.authoritative);
     // Key records: the same in both views, and a rotation reaches both.
     s.clock.store(T0 + 2400, Ordering::SeqCst);
     let (_, _) = wait_for_keys(s.addr, 2);
@@ -386,4 +390,29 @@ fn a_region_gets_its_own_addresses_and_hints_and_the_same_key_records() {
         serial(&ask_from("127.0.0.1", s.addr, origin, RecordType::SOA)),
         serial(&ask_from("127.0.0.2", s.addr, origin, RecordType::SOA))
     );
+}
+
+#[test]
+fn names_below_a_delegation_get_a_referral_with_glue() {
+    let s = setup(false);
+    for (name, t) in [
+        ("a.b.zq.www.example.com", DnsTransport::Udp),
+        ("ns.zq.www.example.com", DnsTransport::Tcp),
+    ] {
+        let (m, _) = ask(s.addr, name, RecordType::TXT, t);
+        assert_eq!(m.metadata.response_code, ResponseCode::NoError, "{name}");
+        assert!(
+            !m.metadata.authoritative,
+            "a referral is not authoritative: {name}"
+        );
+        assert!(m.answers.is_empty(), "{name}");
+        let ns: Vec<String> = m.authorities.iter().map(|r| r.data.to_string()).collect();
+        assert_eq!(ns, vec!["ns.zq.www.example.com."], "{name}");
+        let glue: Vec<String> = m.additionals.iter().map(|r| r.data.to_string()).collect();
+        assert_eq!(glue, vec!["192.0.2.53"], "{name}");
+        assert_eq!(m.edns.as_ref().unwrap().max_payload(), 1232);
+    }
+    // Names beside the cut are the zone's own, answered authoritatively.
+    let (m, _) = ask(s.addr, HOST, RecordType::A, DnsTransport::Udp);
+    assert!(m.metadata.authoritative);
 }

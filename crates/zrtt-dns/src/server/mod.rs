@@ -63,6 +63,7 @@ pub enum ServerError {
 
 mod config;
 mod metrics;
+mod referral;
 mod regions;
 pub use config::{DnsConfig, HostConfig, VerifierConfig};
 pub use metrics::DnsMetrics;
@@ -267,18 +268,18 @@ impl ZoneState {
 
     /// A request handler serving this zone; it sees every later refresh.
     pub fn handler(&self) -> Handler {
-        let catalog_of = |h: &Arc<InMemoryZoneHandler>| {
+        let view_of = |h: &Arc<InMemoryZoneHandler>, zone: &Zone| {
             let mut catalog = Catalog::new();
             let h: Arc<dyn ZoneHandler> = h.clone();
             catalog.upsert(LowerName::new(&self.zone.origin), vec![h]);
-            catalog
+            (catalog, referral::Cuts::of(zone))
         };
         Handler {
-            catalog: catalog_of(&self.handler),
+            default: view_of(&self.handler, &self.zone),
             views: self
                 .views
                 .iter()
-                .map(|v| (v.nets.clone(), catalog_of(&v.handler)))
+                .map(|v| (v.nets.clone(), view_of(&v.handler, &v.zone)))
                 .collect(),
             transfer: self.transfer.clone(),
             metrics: self.metrics.clone(),
@@ -495,9 +496,10 @@ pub fn is_zrtt_txt(r: &Record) -> bool {
 /// The request handler: hickory's catalog, with UDP answers held to
 /// [`EDNS_PAYLOAD`].
 pub struct Handler {
-    catalog: Catalog,
-    /// Per-region catalogs, by source prefixes (regions.rs).
-    views: Vec<(Vec<ipnet::IpNet>, Catalog)>,
+    /// The zone and its delegations (referral.rs).
+    default: (Catalog, referral::Cuts),
+    /// Per-region views, by source prefixes (regions.rs).
+    views: Vec<(Vec<ipnet::IpNet>, (Catalog, referral::Cuts))>,
     transfer: Arc<TransferPolicy>,
     metrics: Arc<DnsMetrics>,
 }
@@ -541,25 +543,56 @@ impl Handler {
             let mut h = response_handle;
             return match h.send_response(response).await {
                 Ok(r) => r,
-                Err(_) => {
-                    let mut metadata = hickory_proto::op::Metadata::new(
-                        request.metadata.id,
-                        hickory_proto::op::MessageType::Response,
-                        request.metadata.op_code,
-                    );
-                    metadata.response_code = hickory_proto::op::ResponseCode::Refused;
-                    ResponseInfo::from(hickory_proto::op::Header {
-                        metadata,
-                        counts: Default::default(),
-                    })
-                }
+                Err(_) => unsent(request, hickory_proto::op::ResponseCode::Refused),
             };
         }
-        regions::pick(&self.views, request.src().ip())
-            .unwrap_or(&self.catalog)
+        let (catalog, cuts) =
+            regions::pick(&self.views, request.src().ip()).unwrap_or(&self.default);
+        if let [q] = request.queries.queries() {
+            if let Some(cut) = cuts.find(q.name(), q.query_type()) {
+                return refer(request, cut, response_handle).await;
+            }
+        }
+        catalog
             .handle_request::<_, T>(request, ClampPayload(response_handle))
             .await
     }
+}
+
+/// A referral to `cut` (referral.rs): no answer, AA clear, NS and glue.
+async fn refer<R: ResponseHandler>(
+    request: &Request,
+    cut: &referral::Cut,
+    response_handle: R,
+) -> ResponseInfo {
+    let mut metadata = hickory_proto::op::Metadata::response_from_request(&request.metadata);
+    metadata.authoritative = false;
+    metadata.response_code = hickory_proto::op::ResponseCode::NoError;
+    let edns = request.edns.as_ref().map(|_| &*EDNS_ADVERTISED);
+    let response = hickory_server::zone_handler::MessageResponseBuilder::new(
+        &request.queries,
+        edns,
+    )
+    .build(metadata, [], cut.ns(), [], cut.glue());
+    let mut h = ClampPayload(response_handle);
+    match h.send_response(response).await {
+        Ok(info) => info,
+        Err(_) => unsent(request, hickory_proto::op::ResponseCode::ServFail),
+    }
+}
+
+/// What the metrics record for an answer that could not be sent.
+fn unsent(request: &Request, rcode: hickory_proto::op::ResponseCode) -> ResponseInfo {
+    let mut metadata = hickory_proto::op::Metadata::new(
+        request.metadata.id,
+        hickory_proto::op::MessageType::Response,
+        request.metadata.op_code,
+    );
+    metadata.response_code = rcode;
+    ResponseInfo::from(hickory_proto::op::Header {
+        metadata,
+        counts: Default::default(),
+    })
 }
 
 /// Replaces a response's OPT record advertising more than
