@@ -24,7 +24,7 @@ secs=${1:-60}; shift || true
 targets=("$@")
 all=(record encodings frames server_first_flight first_flight_plaintext client_reply
      channel token ticket provenance der_validity verifier_wire replay_snapshot
-     state_files early_use dns_answer tls_sessions http2_early)
+     state_files early_use dns_answer tls_sessions http2_early shortcut)
 # Targets of zrtt-net's parsers need the fuzz crate's `net` feature.
 net_targets=" state_files early_use dns_answer tls_sessions "
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
