@@ -97,6 +97,23 @@ fn round_trip_through_the_query_name_and_txt_strings() {
     };
     assert_eq!(got, tcp);
     assert_eq!(tcp_form(&dns_form(&tcp).unwrap()).unwrap(), tcp);
+    // Only the canonical name decodes: non-zero trailing bits in the last
+    // base32 character, or labels cut elsewhere, are not a flight.
+    let (labels, _) = name.split_once(".zq.").unwrap();
+    let last = labels.as_bytes()[labels.len() - 1];
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz234567";
+    let v = ALPHABET.iter().position(|&c| c == last).unwrap();
+    let bumped = ALPHABET[v ^ 1] as char;
+    let odd = format!("{}{bumped}.zq.{SITE}", &labels[..labels.len() - 1]);
+    assert_eq!(parse_query_name(&odd, SITE), NameMatch::NotFlight);
+    let flat = format!("{}.zq.{SITE}", labels.replace('.', ""));
+    assert_eq!(parse_query_name(&flat, SITE), NameMatch::NotFlight);
+    let recut = format!(
+        "{}.{}.zq.{SITE}",
+        &labels[..10],
+        &labels[10..].replace('.', "")
+    );
+    assert_eq!(parse_query_name(&recut, SITE), NameMatch::NotFlight);
     assert_eq!(
         flight_hash(&got).unwrap(),
         crate::record::sha256(&dns_form(&tcp).unwrap())
