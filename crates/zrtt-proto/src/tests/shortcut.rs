@@ -171,7 +171,22 @@ fn pattern_and_transport_must_match() {
         transport: Transport::Shortcut,
         ..ClientParams::default()
     };
-    let (_, nk) = ClientHandshake::start(&verified(), &params, b"\x01/", now(), &rng(5)).unwrap();
+    assert_eq!(
+        ClientHandshake::start(&verified(), &params, b"\x01/", now(), &rng(5)).unwrap_err(),
+        Error::ApiMisuse("a shortcut flight is made by start_shortcut")
+    );
+    let mut payload = now().as_millis().to_be_bytes().to_vec();
+    payload.extend_from_slice(&[0, 0, 1, b'/']);
+    let aead = crate::record::Aead::ChaChaPoly;
+    let (_, nk) = ClientHandshake::start_with_payload(
+        &verified(),
+        &params,
+        aead,
+        Pattern::Nk,
+        &payload,
+        &rng(5),
+    )
+    .unwrap();
     let refusal = accept(&server, &nk, Transport::Shortcut, &mut f).unwrap_err();
     assert_eq!(reject_reason(&refusal), RejectReason::Unsupported);
     assert!(matches!(dns_form(&nk), Err(ShortcutError::BadFlight(_))));
