@@ -41,7 +41,7 @@ vec = dict(l.split(" = ", 1) for l in pathlib.Path("crates/zrtt-proto/tests/vect
 seeds = {
   "record": ["record", "svc_param_value"],
   "encodings": ["https_rdata", "txt_rdata", "svc_param_value"],
-  "frames": ["nk_first_flight", "nk_reply", "reject_unknown_key", "nk_client_transport_0"],
+  "frames": ["nk_first_flight", "nk_reply", "reject_unknown_key", "nk_client_transport_0", "shortcut_first_flight"],
   "server_first_flight": ["nk_first_flight", "ik_first_flight"],
   "client_reply": ["reject_unknown_key"],
 }
