@@ -29,6 +29,9 @@ pub enum Error {
     /// The caller used the API wrongly (a bug in the caller, not the peer).
     #[error("API misuse: {0}")]
     ApiMisuse(&'static str),
+    /// A DNS shortcut name, request or answer that does not parse.
+    #[error("DNS shortcut: {0}")]
+    Shortcut(crate::shortcut::ShortcutError),
     /// The injected random number generator failed.
     #[error("random number generator failed")]
     Rng,
@@ -41,6 +44,12 @@ pub enum Error {
 impl From<crate::provenance::ProvenanceError> for Error {
     fn from(e: crate::provenance::ProvenanceError) -> Self {
         Self::Provenance(e)
+    }
+}
+
+impl From<crate::shortcut::ShortcutError> for Error {
+    fn from(e: crate::shortcut::ShortcutError) -> Self {
+        Self::Shortcut(e)
     }
 }
 

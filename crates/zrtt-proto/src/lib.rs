@@ -4,6 +4,7 @@
 //! - [`handshake`]: the one-round-trip Noise handshake and the channel after it;
 //! - [`replay`]: the first-flight replay filter;
 //! - [`crypto`]: the randomness seam and X25519 key pairs;
+//! - [`shortcut`]: the DNS shortcut's names, answers and answer cache;
 //! - [`admission`]: who may be answered before the TCP handshake, and with
 //!   how many bytes (proofs of address, tokens, the amplification budget).
 //!
@@ -24,6 +25,7 @@ pub mod http2;
 pub mod provenance;
 pub mod record;
 pub mod replay;
+pub mod shortcut;
 pub mod time;
 
 #[cfg(any(test, feature = "fixtures"))]

@@ -51,11 +51,11 @@ impl Default for ClientParams {
 pub struct ClientHandshake {
     noise: snow::HandshakeState,
     key_id: u32,
-    pattern: Pattern,
+    pub(super) pattern: Pattern,
     /// The site a ticket from the reply is good for (`None`: none asked).
     binding: Option<SiteBinding>,
     /// When the flight was built (a granted ticket's lifetime counts from here).
-    sent: UnixTime,
+    pub(super) sent: UnixTime,
 }
 
 impl fmt::Debug for ClientHandshake {
@@ -92,6 +92,11 @@ impl ClientHandshake {
         now: UnixTime,
         rng: &dyn SecureRandom,
     ) -> Result<(Self, Vec<u8>), Error> {
+        if params.transport == Transport::Shortcut {
+            return Err(Error::ApiMisuse(
+                "a shortcut flight is made by start_shortcut",
+            ));
+        }
         let body = record.body();
         body.check_validity(now)?;
         let aead = match params.aead {
@@ -134,6 +139,11 @@ impl ClientHandshake {
         if params.static_key.is_some() {
             return Err(Error::ApiMisuse(
                 "a resumed flight has no client static key",
+            ));
+        }
+        if params.transport == Transport::Shortcut {
+            return Err(Error::ApiMisuse(
+                "a shortcut flight is made by start_shortcut",
             ));
         }
         let body = record.body();
@@ -302,7 +312,7 @@ impl ClientHandshake {
 
 /// Timestamp, extensions and early data of a first flight, checked
 /// against `record`'s early-data limit and the Noise message limit.
-fn encode_payload(
+pub(super) fn encode_payload(
     record: &VerifiedKeyRecord,
     params: &ClientParams,
     pattern: Pattern,

@@ -18,6 +18,7 @@ mod channel;
 mod client;
 pub mod resume;
 mod server;
+mod shortcut;
 
 pub use channel::{Channel, Record as ChannelRecord, RecordKind, MAX_RECORD_BODY, RECORD_OVERHEAD};
 pub use client::{ClientHandshake, ClientParams, ServerReply};
@@ -60,6 +61,10 @@ pub enum Pattern {
     /// `NNpsk0`: a resumed connection; the key is a resumption ticket's
     /// `psk` (docs/PROTOCOL.md §12), no semi-static DH.
     Resumed = 3,
+    /// The DNS shortcut (docs/PROTOCOL.md §13): Noise `NK` as [`Self::Nk`],
+    /// but one-shot (no channel from the client, no ticket) and bound to
+    /// [`Transport::Shortcut`].
+    Shortcut = 4,
 }
 
 impl Pattern {
@@ -68,13 +73,14 @@ impl Pattern {
             1 => Some(Self::Nk),
             2 => Some(Self::Ik),
             3 => Some(Self::Resumed),
+            4 => Some(Self::Shortcut),
             _ => None,
         }
     }
 
     fn name(self) -> &'static str {
         match self {
-            Self::Nk => "NK",
+            Self::Nk | Self::Shortcut => "NK",
             Self::Ik => "IK",
             Self::Resumed => "NNpsk0",
         }
@@ -83,7 +89,7 @@ impl Pattern {
     /// Bytes the Noise first message adds around its payload.
     pub fn first_message_overhead(self) -> usize {
         match self {
-            Self::Nk | Self::Resumed => 32 + 16,
+            Self::Nk | Self::Resumed | Self::Shortcut => 32 + 16,
             Self::Ik => 32 + 48 + 16,
         }
     }
@@ -98,6 +104,9 @@ pub enum Transport {
     Tcp = 1,
     /// A UDP datagram.
     Udp = 2,
+    /// A shortcut flight ([`Pattern::Shortcut`]), whether it came as a DNS
+    /// query name or over TCP: the server picks it from the pattern byte.
+    Shortcut = 3,
 }
 
 /// Why a server refused a first flight, the only detail that goes on the wire.

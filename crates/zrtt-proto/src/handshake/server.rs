@@ -233,6 +233,13 @@ impl ServerConfig {
             } => (*header, *ticket, *noise),
             _ => return Err(Refusal::silent(HandshakeError::UnexpectedFrame.into())),
         };
+        if (header.pattern == Pattern::Shortcut) != (transport == Transport::Shortcut) {
+            return Err(self.reject(
+                RejectReason::Unsupported,
+                HandshakeError::UnsupportedPattern(header.pattern as u8).into(),
+                now,
+            ));
+        }
         if header.pattern == Pattern::Resumed {
             return self.accept_resumed(header, ticket, noise_msg, transport, now, replay, rng);
         }
@@ -269,7 +276,7 @@ impl ServerConfig {
                 ))
             }
         };
-        if header.pattern == Pattern::Nk && body.flags.client_auth_required() {
+        if header.pattern != Pattern::Ik && body.flags.client_auth_required() {
             return Err(self.reject(
                 RejectReason::ClientAuthRequired,
                 HandshakeError::ClientAuthRequired.into(),
@@ -285,7 +292,9 @@ impl ServerConfig {
         // twice, which ring's single-use keys do not allow).
         let decrypt = |record_hash: &[u8; 32]| -> Result<(snow::HandshakeState, Vec<u8>), Error> {
             let resolver = Box::new(match header.pattern {
-                Pattern::Nk => ZrttResolver::single_use_ephemeral(rng, Some(&key.keypair))?,
+                Pattern::Nk | Pattern::Shortcut => {
+                    ZrttResolver::single_use_ephemeral(rng, Some(&key.keypair))?
+                }
                 Pattern::Ik | Pattern::Resumed => ZrttResolver::new(rng, Some(&key.keypair))?,
             });
             let mut noise = noise_params(&noise_name(header.pattern, aead)).and_then(|p| {
@@ -388,8 +397,17 @@ impl ServerConfig {
     ) -> Result<Accepted, Refusal> {
         let mut r = Reader::new(payload);
         let parsed = r.u64().and_then(|ts| Ok((ts, Extensions::decode(&mut r)?)));
-        let (ts_ms, extensions) = parsed.map_err(|e| Refusal::silent(e.into()))?;
+        let (ts_ms, mut extensions) = parsed.map_err(|e| Refusal::silent(e.into()))?;
         let early_data = r.rest().to_vec();
+        if header.pattern == Pattern::Shortcut {
+            // Extensions are ignored (no ticket, no token); the early data
+            // must be a compact request, checked before the replay filter
+            // records the flight.
+            extensions = Extensions::new();
+            if let Err(e) = crate::shortcut::CompactRequest::decode(&early_data) {
+                return Err(Refusal::silent(e.into()));
+            }
+        }
         if early_data.len() > body.max_early_data_bytes as usize {
             return Err(self.reject(
                 RejectReason::EarlyDataTooLarge,
@@ -642,6 +660,11 @@ impl Accepted {
     /// response (as much as fits; the rest goes through the channel).
     /// Returns the channel and the reply frame.
     pub fn reply(self, extensions: &Extensions, data: &[u8]) -> Result<(Channel, Vec<u8>), Error> {
+        if self.header.pattern == Pattern::Shortcut {
+            return Err(Error::ApiMisuse(
+                "a shortcut flight is answered with shortcut_answer",
+            ));
+        }
         let mut payload = Vec::with_capacity(2 + extensions.encoded_len() + data.len());
         extensions.encode(&mut payload)?;
         payload.extend_from_slice(data);
@@ -661,7 +684,7 @@ impl Accepted {
         payload: &[u8],
     ) -> Result<(Channel, Vec<u8>), Error> {
         let overhead = match self.header.pattern {
-            Pattern::Nk | Pattern::Ik | Pattern::Resumed => 32 + 16,
+            Pattern::Nk | Pattern::Ik | Pattern::Resumed | Pattern::Shortcut => 32 + 16,
         };
         if payload.len() + overhead > super::MAX_NOISE_MESSAGE {
             return Err(Error::ApiMisuse("reply data too large for one message"));

@@ -9,5 +9,7 @@ mod fuzz;
 mod handshake;
 mod records;
 mod resume;
+mod shortcut;
+mod shortcut_props;
 mod vectors;
 mod verifier_records;
