@@ -28,6 +28,9 @@ use crate::report::{round3, Axis, Chart, Report, Series, Summary, Table};
 use crate::stack::{Gateway, NginxTls, Site, SiteStack, Verifiers};
 use crate::Bench;
 
+#[path = "ztls_shortcut.rs"]
+mod shortcut;
+
 const ZRTT_NAME: &str = "www.example.com";
 const TLS_NAME: &str = "tls.example.com";
 
@@ -88,6 +91,9 @@ pub struct ZtlsOpts {
     pub auth_rtt_ms: f64,
     /// Keep the working directory (configs, keys, logs) for inspection.
     pub keep: bool,
+    /// Measure the DNS shortcut's rows instead of Table 3 (the report
+    /// `ztls_shortcut`; docs/LAB.md, section ztls).
+    pub shortcut: bool,
 }
 
 impl Default for ZtlsOpts {
@@ -96,6 +102,7 @@ impl Default for ZtlsOpts {
             samples: 9,
             auth_rtt_ms: 50.0,
             keep: false,
+            shortcut: false,
         }
     }
 }
@@ -104,9 +111,16 @@ fn ms(v: f64) -> Duration {
     Duration::from_micros((v * 1000.0).round() as u64)
 }
 
-fn unbound_conf(dir: &Path, listen: Ipv4Addr, auth: Ipv4Addr, tag: &str) -> String {
+fn unbound_conf(
+    dir: &Path,
+    listen: Ipv4Addr,
+    port: u16,
+    auth: Ipv4Addr,
+    tag: &str,
+    extra: &str,
+) -> String {
     format!(
-        "server:\n  interface: {listen}\n  port: 53\n  access-control: 198.18.0.0/15 allow\n  access-control: 127.0.0.0/8 allow\n  do-ip6: no\n  do-not-query-localhost: no\n  username: \"\"\n  chroot: \"\"\n  directory: \"{d}\"\n  pidfile: \"{d}/unbound-{tag}.pid\"\n  use-syslog: no\n  logfile: \"\"\n  module-config: \"iterator\"\n  edns-buffer-size: 1232\nremote-control:\n  control-enable: yes\n  control-interface: \"{d}/unbound-{tag}.ctl\"\nstub-zone:\n  name: \"example.com\"\n  stub-addr: {auth}\n",
+        "server:\n{extra}  interface: {listen}\n  port: {port}\n  access-control: 198.18.0.0/15 allow\n  access-control: 127.0.0.0/8 allow\n  do-ip6: no\n  do-not-query-localhost: no\n  username: \"\"\n  chroot: \"\"\n  directory: \"{d}\"\n  pidfile: \"{d}/unbound-{tag}.pid\"\n  use-syslog: no\n  logfile: \"\"\n  module-config: \"iterator\"\n  edns-buffer-size: 1232\nremote-control:\n  control-enable: yes\n  control-interface: \"{d}/unbound-{tag}.ctl\"\nstub-zone:\n  name: \"example.com\"\n  stub-addr: {auth}\n",
         d = dir.display()
     )
 }
@@ -127,6 +141,22 @@ fn flush(env: &Env, host: &str, tag: &str) -> Result<()> {
     c.arg("-c")
         .arg(env.dir.join(format!("unbound-{tag}.conf")))
         .args(["flush_zone", "example.com"]);
+    run_capture(c).map(|_| ())
+}
+
+/// Drops www.example.com's A records from the cache of the unbound whose
+/// config is `unbound-<tag>.conf` (the delegation of its shortcut zone and
+/// its key records stay).
+fn flush_type(env: &Env, tag: &str) -> Result<()> {
+    let host = tag.split('-').next().unwrap_or(tag);
+    let host = PLACEMENTS
+        .iter()
+        .find(|p| p.0 == host)
+        .map_or("client", |p| p.1);
+    let mut c = env.lab.command(host, "unbound-control")?;
+    c.arg("-c")
+        .arg(env.dir.join(format!("unbound-{tag}.conf")))
+        .args(["flush_type", ZRTT_NAME, "A"]);
     run_capture(c).map(|_| ())
 }
 
@@ -209,6 +239,7 @@ pub fn run(bench: &Bench, o: &ZtlsOpts) -> Result<Report> {
     let tls = Site::create(bench, &dir.join("tls"), TLS_NAME)?;
     // ZTLS's answer was five bytes of application data; ours is a small page.
     www.page("index.html", 100)?;
+    www.page(shortcut::PAGE, shortcut::PAGE_BYTES)?;
     tls.page("index.html", 100)?;
     let auth_rtt = ms(o.auth_rtt_ms);
     let first = ms(LOCATIONS[0].1);
@@ -227,6 +258,9 @@ pub fn run(bench: &Bench, o: &ZtlsOpts) -> Result<Report> {
             .rtt("local", "auth", auth_rtt)
             .rtt("public", "auth", auth_rtt)
             .rtt("client", "www", first)
+            // The shortcut's SDNS on `www`: resolvers as far as the client.
+            .rtt("local", "www", first)
+            .rtt("public", "www", first)
             .rtt("client", "tls", first)
             .rtt("client", "verifier", Duration::from_millis(10)),
     )?;
@@ -237,7 +271,7 @@ pub fn run(bench: &Bench, o: &ZtlsOpts) -> Result<Report> {
 
     // Authoritative: example.com with both names, and www's key records.
     let zone = format!(
-        "$ORIGIN example.com.\n$TTL 3600\n@ IN SOA ns1 hostmaster ( 1 7200 900 1209600 300 )\n  IN NS ns1\nns1 IN A {auth}\nwww IN A {www_ip}\ntls IN A {tls_ip}\n"
+        "$ORIGIN example.com.\n$TTL 3600\n@ IN SOA ns1 hostmaster ( 1 7200 900 1209600 300 )\n  IN NS ns1\nns1 IN A {auth}\nwww IN A {www_ip}\ntls IN A {tls_ip}\nzq.www IN NS ns.zq.www\nns.zq.www IN A {www_ip}\n"
     );
     std::fs::write(dir.join("example.com.zone"), zone)?;
     let mut dns = lab.command("auth", &bench.zrtt)?;
@@ -264,22 +298,30 @@ pub fn run(bench: &Bench, o: &ZtlsOpts) -> Result<Report> {
             lab.addr(host)?
         };
         let conf = dir.join(format!("unbound-{tag}.conf"));
-        std::fs::write(&conf, unbound_conf(&dir, listen, auth, tag))?;
+        std::fs::write(&conf, unbound_conf(&dir, listen, 53, auth, tag, ""))?;
         let mut u = lab.command(host, "unbound")?;
         u.args(["-d", "-c"]).arg(&conf);
         u.stdout(Stdio::null()).stderr(Stdio::null());
         children.0.push(lab.spawn(host, u)?);
         resolvers.push(listen);
     }
+    if o.shortcut {
+        for (host, conf) in shortcut::extra_resolvers(&dir, &resolvers, auth)? {
+            let mut u = lab.command(host, "unbound")?;
+            u.args(["-d", "-c"]).arg(&conf);
+            u.stdout(Stdio::null()).stderr(Stdio::null());
+            children.0.push(lab.spawn(host, u)?);
+        }
+    }
 
     // Servers: the zrtt site's nginx backend and gateway on `www`, the TLS
     // site's nginx on `tls`.
     let verifiers = Verifiers::start(bench, &lab, &dir)?;
     let zrtt_server = SiteStack::new(bench, "www", &www)
-        .gateway(Gateway::proven_by(
-            SocketAddr::from((www_ip, 443)),
-            &verifiers,
-        ))
+        .gateway(Gateway {
+            sdns: Some(SocketAddr::from((www_ip, 53))),
+            ..Gateway::proven_by(SocketAddr::from((www_ip, 443)), &verifiers)
+        })
         .start(&lab, "client")?;
     let tls_server = SiteStack::new(bench, "tls", &tls)
         .without_backend()
@@ -314,6 +356,13 @@ pub fn run(bench: &Bench, o: &ZtlsOpts) -> Result<Report> {
         }
     }
 
+    if o.shortcut {
+        let r = shortcut::run(&env, &resolvers, o.samples, o.auth_rtt_ms);
+        drop(env);
+        drop((zrtt_server, tls_server, verifiers, children));
+        lab.down().context("tearing the lab down")?;
+        return r;
+    }
     // samples[loc][placement][cold=0/warm=1][kind]
     let mut samples =
         vec![vec![vec![vec![Vec::new(); KINDS.len()]; 2]; PLACEMENTS.len()]; LOCATIONS.len()];

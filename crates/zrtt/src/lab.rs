@@ -263,6 +263,12 @@ pub enum LabCommand {
         /// RTT from every resolver to the authoritative server, ms (cold lookups).
         #[arg(long, default_value_t = ZtlsOpts::default().auth_rtt_ms)]
         auth_rtt: f64,
+        /// The DNS shortcut's rows instead (docs/DNS.md §8): the address
+        /// cold at the resolver, the key record held; zrtt against zrtt
+        /// with --dns-shortcut, unbound with QNAME minimisation on and off
+        /// and rate-limiting. Writes ztls_shortcut.md/.json.
+        #[arg(long)]
+        shortcut: bool,
         #[command(flatten)]
         out: OutArgs,
     },
@@ -396,12 +402,14 @@ pub fn run(cmd: LabCommand) -> Result<ExitCode> {
         LabCommand::Ztls {
             samples,
             auth_rtt,
+            shortcut,
             out,
         } => {
             let o = ZtlsOpts {
                 samples,
                 auth_rtt_ms: auth_rtt,
                 keep: out.keep,
+                shortcut,
             };
             finish(zrtt_bench::ztls::run(&bench()?, &o), &out)
         }

@@ -70,6 +70,8 @@ pub(crate) struct Gateway {
     pub(crate) root: Option<PathBuf>,
     /// `--replay-store`: the shared replay store's URL (docs/FLEET.md).
     pub(crate) replay_store: Option<String>,
+    /// `--sdns`: answer the DNS shortcut's zones there (docs/DNS.md §8).
+    pub(crate) sdns: Option<SocketAddr>,
 }
 
 impl Gateway {
@@ -87,6 +89,7 @@ impl Gateway {
             replay_state: None,
             root: None,
             replay_store: None,
+            sdns: None,
         }
     }
 
@@ -141,6 +144,9 @@ impl Gateway {
         }
         if let Some(url) = &self.replay_store {
             flag("--replay-store", url.into());
+        }
+        if let Some(sdns) = self.sdns {
+            flag("--sdns", sdns.to_string().into());
         }
         a
     }
