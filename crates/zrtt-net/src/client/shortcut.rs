@@ -119,11 +119,19 @@ pub fn compact_request(
 pub struct AnswerStream {
     data: Vec<u8>,
     pos: usize,
+    /// The plain connection being closed in order ([`wind_down`]): shutting
+    /// this stream down waits for it (bounded), so that a program that
+    /// exits after its response does not reset it.
+    wind_down: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl AnswerStream {
-    fn new(data: Vec<u8>) -> Self {
-        Self { data, pos: 0 }
+    fn new(data: Vec<u8>, wind_down: Option<tokio::task::JoinHandle<()>>) -> Self {
+        Self {
+            data,
+            pos: 0,
+            wind_down,
+        }
     }
 }
 
@@ -151,7 +159,12 @@ impl AsyncWrite for AnswerStream {
         Poll::Ready(Ok(()))
     }
 
-    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if let Some(h) = this.wind_down.as_mut() {
+            let _ = std::task::ready!(Pin::new(h).poll(cx));
+            this.wind_down = None;
+        }
         Poll::Ready(Ok(()))
     }
 }
@@ -304,22 +317,52 @@ fn prepare(
     Ok((hs, flight, qname))
 }
 
-/// The plain path to `addr` ([`establish_as`]).
-fn plain_path_to<'a>(
-    cfg: &'a ClientConfig,
+/// The plain path to `addr` ([`establish_as`]); owns what it uses, so
+/// that it can be wound down in the background ([`wind_down`]).
+fn plain_path_to(
+    cfg: Arc<ClientConfig>,
     host: &str,
     addr: SocketAddr,
     protocol: AppProtocol,
-    request: &'a [u8],
-) -> Plain<'a> {
+    request: Arc<[u8]>,
+) -> Plain {
     let target = Target {
         host: host.to_owned(),
         addr,
     };
-    Box::pin(async move { establish_as(cfg, &target, protocol, request).await })
+    Box::pin(async move { establish_as(&cfg, &target, protocol, &request).await })
 }
 
-type Plain<'a> = Pin<Box<dyn Future<Output = Result<(Conn, ConnInfo)>> + Send + 'a>>;
+type Plain = Pin<Box<dyn Future<Output = Result<(Conn, ConnInfo)>> + Send + 'static>>;
+
+/// Bound on each step of [`wind_down`].
+const WIND_DOWN: Duration = Duration::from_secs(2);
+
+/// The shortcut won while the plain path was under way: let that
+/// connection finish and close it in order (shut down, read to the end)
+/// instead of resetting it. A gateway that answered it early counts a
+/// reset before it saw the handshake complete as a failed early answer,
+/// and then answers that address only after the handshake for a
+/// cool-down (docs/PROTOCOL.md §8): dropping the connection would cost
+/// the client's next connections their round trip.
+async fn wind_down(plain: Plain) {
+    let Ok(Ok((conn, _))) = tokio::time::timeout(WIND_DOWN, plain).await else {
+        return;
+    };
+    async fn close<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S) {
+        let _ = tokio::io::AsyncWriteExt::shutdown(s).await;
+        let mut buf = [0u8; 4096];
+        while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
+    }
+    let closing = async move {
+        match conn {
+            Conn::Zrtt(mut s) => close(s.as_mut()).await,
+            Conn::Tls(mut s) => close(s.as_mut()).await,
+            Conn::Answer(_) => {}
+        }
+    };
+    let _ = tokio::time::timeout(WIND_DOWN, closing).await;
+}
 type Fetching<'a> = Pin<Box<dyn Future<Output = Result<(Vec<u8>, Duration, bool)>> + Send + 'a>>;
 
 /// Polls `f` if there is one, else never completes.
@@ -335,10 +378,10 @@ async fn some<F: Future + Unpin>(f: &mut Option<F>) -> F::Output {
 /// the module docs); a request that cannot take the shortcut waits for the
 /// address and goes the plain path ([`establish_as`]). The notes say why.
 pub(super) async fn establish_shortcut(
-    cfg: &ClientConfig,
+    cfg: Arc<ClientConfig>,
     target: &Target,
     protocol: AppProtocol,
-    request: &[u8],
+    request: Vec<u8>,
     lookup: ShortcutLookup,
 ) -> Result<(Conn, ConnInfo)> {
     let t0 = Instant::now();
@@ -346,9 +389,12 @@ pub(super) async fn establish_shortcut(
     let host = target.host.as_str();
     let port = target.addr.port();
     let mut notes = Vec::new();
+    let request: Arc<[u8]> = request.into();
     let plain = |ip: SocketAddr| {
-        plain_path_to(cfg, host, SocketAddr::new(ip.ip(), port), protocol, request)
+        let to = SocketAddr::new(ip.ip(), port);
+        plain_path_to(cfg.clone(), host, to, protocol, request.clone())
     };
+    let cfg = cfg.as_ref();
     let with_notes = |r: Result<(Conn, ConnInfo)>, notes: Vec<String>| {
         r.map(|(conn, mut info)| {
             info.notes.splice(0..0, notes);
@@ -356,7 +402,7 @@ pub(super) async fn establish_shortcut(
         })
     };
     let resolved = |r: io::Result<SocketAddr>| r.map_err(Error::io("resolving the host"));
-    let (hs, flight, qname) = match prepare(cfg, host, protocol, request) {
+    let (hs, flight, qname) = match prepare(cfg, host, protocol, &request) {
         Ok(p) => p,
         Err(why) => {
             notes.push(format!("DNS shortcut not used: {why}"));
@@ -372,7 +418,7 @@ pub(super) async fn establish_shortcut(
     let mut want_fetch = false;
     let mut known: Option<SocketAddr> = None;
     let mut addr_err: Option<Error> = None;
-    let mut plain_path: Option<Plain<'_>> = None;
+    let mut plain_path: Option<Plain> = None;
     let mut fetching: Option<Fetching<'_>> = None;
     let ms = |t0: Instant| t0.elapsed().as_secs_f64() * 1000.0;
     loop {
@@ -398,7 +444,8 @@ pub(super) async fn establish_shortcut(
                                     if plain_path.is_some() { " (the plain path, started, dropped)" } else { "" }
                                 ));
                                 let info = answered(Mode::DnsShortcut, t0, Duration::ZERO, true, notes);
-                                return Ok((Conn::Answer(Box::new(AnswerStream::new(resp))), info));
+                                let wind = plain_path.take().map(|p| tokio::spawn(wind_down(p)));
+                                return Ok((Conn::Answer(Box::new(AnswerStream::new(resp, wind))), info));
                             }
                             Some(Ok(_)) => notes.push("DNS shortcut: 425 Too Early; plain path".into()),
                             Some(Err(e)) => notes.push(format!("DNS shortcut: the answer did not open ({e}); plain path")),
@@ -450,7 +497,7 @@ pub(super) async fn establish_shortcut(
                             ms(t0)
                         ));
                         let info = answered(Mode::ShortcutFetch, t0, rtt, early, notes);
-                        return Ok((Conn::Answer(Box::new(AnswerStream::new(resp))), info));
+                        return Ok((Conn::Answer(Box::new(AnswerStream::new(resp, None))), info));
                     }
                     Ok(_) => notes.push("DNS shortcut fetch: 425 Too Early; plain path".into()),
                     Err(e) => notes.push(format!("DNS shortcut fetch failed ({e}); plain path")),

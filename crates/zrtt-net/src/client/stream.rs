@@ -197,7 +197,7 @@ impl ZrttStream {
             self.state =
                 StreamState::Connecting(match (keys.take(), shortcut.take()) {
                     (_, Some(lookup)) => Box::pin(async move {
-                        establish_shortcut(&cfg, &target, p, &request, lookup).await
+                        establish_shortcut(cfg, &target, p, request, lookup).await
                     }),
                     (Some(keys), None) => Box::pin(async move {
                         establish_when_keys_as(&cfg, &target, p, &request, keys).await
