@@ -375,3 +375,27 @@ fn compact_requests() {
     );
     assert!(compact_request(long.as_bytes(), HOST).is_err());
 }
+
+#[tokio::test]
+async fn known_address_sends_no_query() {
+    let keys = keys();
+    let env = start_gateway(GatewayOpts {
+        keys: keys.clone(),
+        ..Default::default()
+    })
+    .await;
+    let fake = start_sdns(Sdns::Answer, Arc::new(server_keys(&keys)), true).await;
+    let port = env.addr.port();
+    let mut l = lookup(&fake, port);
+    let known = env.addr;
+    l.addr = Box::pin(async move { Ok(known) });
+    let (status, body, info) = send(client(&keys), l, port, get("/x")).await;
+    assert_eq!(status, 200, "{info:?}");
+    assert!(body.starts_with("GET /x early="), "{body}");
+    assert_eq!(*fake.txt_queries.lock().unwrap(), 0);
+    assert!(
+        info.notes.iter().any(|n| n.contains("the address is known")),
+        "{info:?}"
+    );
+    env.stop().await;
+}

@@ -402,7 +402,18 @@ pub(super) async fn establish_shortcut(
         })
     };
     let resolved = |r: io::Result<SocketAddr>| r.map_err(Error::io("resolving the host"));
-    let (hs, flight, qname) = match prepare(cfg, host, protocol, &request) {
+    let mut addr = addr;
+    // An address already known (cached) leaves nothing to save: the plain
+    // path at once, and no query that would run the request a second time.
+    let known_now = std::future::poll_fn(|cx| Poll::Ready(addr.as_mut().poll(cx))).await;
+    let prepared = match known_now {
+        Poll::Ready(r) => {
+            notes.push("DNS shortcut not used: the address is known".to_owned());
+            return with_notes(plain(resolved(r)?).await, notes);
+        }
+        Poll::Pending => prepare(cfg, host, protocol, &request),
+    };
+    let (hs, flight, qname) = match prepared {
         Ok(p) => p,
         Err(why) => {
             notes.push(format!("DNS shortcut not used: {why}"));
