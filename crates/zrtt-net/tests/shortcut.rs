@@ -394,7 +394,9 @@ async fn known_address_sends_no_query() {
     assert!(body.starts_with("GET /x early="), "{body}");
     assert_eq!(*fake.txt_queries.lock().unwrap(), 0);
     assert!(
-        info.notes.iter().any(|n| n.contains("the address is known")),
+        info.notes
+            .iter()
+            .any(|n| n.contains("the address is known")),
         "{info:?}"
     );
     env.stop().await;

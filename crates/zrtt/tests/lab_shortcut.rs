@@ -51,7 +51,14 @@ fn unbound_control(dir: &Path, args: &[&str]) {
 fn get(lab: &Lab, dir: &Path, resolver: SocketAddr, path: &str, post: bool) -> (String, String) {
     let mut c = lab.command("client", env!("CARGO_BIN_EXE_zrtt")).unwrap();
     c.args(["get", "--no-state", "--dns-shortcut", "-o", "/dev/null"])
-        .args(["-m", "15s", "--record", "records.hex", "--cert", "pki/cert.pem"])
+        .args([
+            "-m",
+            "15s",
+            "--record",
+            "records.hex",
+            "--cert",
+            "pki/cert.pem",
+        ])
         .args(["--dns-server", &resolver.to_string()])
         .args(["-w", "%{zrtt_mode} %{http_code}"]);
     if post {
@@ -172,7 +179,10 @@ fn dns_shortcut_through_unbound_and_the_gateways_sdns() {
         if mode == "dns-shortcut" && status == "200" {
             break;
         }
-        assert!(Instant::now() < deadline, "no shortcut answer: {mode} {status}");
+        assert!(
+            Instant::now() < deadline,
+            "no shortcut answer: {mode} {status}"
+        );
         std::thread::sleep(Duration::from_millis(300));
     }
 
@@ -189,7 +199,10 @@ fn dns_shortcut_through_unbound_and_the_gateways_sdns() {
             assert_eq!(status, "200");
             break path;
         }
-        assert!(attempt < 3, "the shortcut lost 3 times: last {mode} {status}");
+        assert!(
+            attempt < 3,
+            "the shortcut lost 3 times: last {mode} {status}"
+        );
         eprintln!("{test}: {path} went {mode}; taken again");
     };
     let line = format!("get {path} http/1.1 early=true");
