@@ -24,7 +24,7 @@ secs=${1:-60}; shift || true
 targets=("$@")
 all=(record encodings frames server_first_flight first_flight_plaintext client_reply
      channel token ticket provenance der_validity verifier_wire replay_snapshot
-     state_files early_use dns_answer tls_sessions http2_early)
+     state_files early_use dns_answer tls_sessions http2_early shortcut)
 # Targets of zrtt-net's parsers need the fuzz crate's `net` feature.
 net_targets=" state_files early_use dns_answer tls_sessions "
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
@@ -41,7 +41,7 @@ vec = dict(l.split(" = ", 1) for l in pathlib.Path("crates/zrtt-proto/tests/vect
 seeds = {
   "record": ["record", "svc_param_value"],
   "encodings": ["https_rdata", "txt_rdata", "svc_param_value"],
-  "frames": ["nk_first_flight", "nk_reply", "reject_unknown_key", "nk_client_transport_0"],
+  "frames": ["nk_first_flight", "nk_reply", "reject_unknown_key", "nk_client_transport_0", "shortcut_first_flight"],
   "server_first_flight": ["nk_first_flight", "ik_first_flight"],
   "client_reply": ["reject_unknown_key"],
 }

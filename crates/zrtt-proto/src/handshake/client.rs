@@ -92,6 +92,11 @@ impl ClientHandshake {
         now: UnixTime,
         rng: &dyn SecureRandom,
     ) -> Result<(Self, Vec<u8>), Error> {
+        if params.transport == Transport::Shortcut {
+            return Err(Error::ApiMisuse(
+                "a shortcut flight is made by start_shortcut",
+            ));
+        }
         let body = record.body();
         body.check_validity(now)?;
         let aead = match params.aead {
@@ -134,6 +139,11 @@ impl ClientHandshake {
         if params.static_key.is_some() {
             return Err(Error::ApiMisuse(
                 "a resumed flight has no client static key",
+            ));
+        }
+        if params.transport == Transport::Shortcut {
+            return Err(Error::ApiMisuse(
+                "a shortcut flight is made by start_shortcut",
             ));
         }
         let body = record.body();

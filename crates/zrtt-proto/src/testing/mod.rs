@@ -257,7 +257,9 @@ pub fn rng(seed: u8) -> SeededRandomForTestingOnly {
 
 mod fuzz;
 mod fuzz_resume;
+mod fuzz_shortcut;
 mod seeds;
 pub use fuzz::*;
 pub use fuzz_resume::*;
+pub use fuzz_shortcut::*;
 pub use seeds::*;

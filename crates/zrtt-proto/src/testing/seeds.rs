@@ -112,6 +112,54 @@ pub fn fuzz_seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     out.push(("ticket", "plaintext", s));
     out.push(("ticket", "flight", vec![2]));
     out.push(("ticket", "flight_edited", vec![2, 0, 12, 1]));
+    // DNS shortcut: a flight's name, its forms, its plaintext, answers.
+    let req =
+        crate::shortcut::CompactRequest::new(crate::shortcut::Method::Get, "/index.html").unwrap();
+    let (_, flight) =
+        crate::handshake::ClientHandshake::start_shortcut(&f.record, &req, None, now, &rng(6))
+            .unwrap();
+    let name = crate::shortcut::query_name(&flight, NAME).unwrap();
+    out.push(("shortcut", "name", [&[0u8][..], name.as_bytes()].concat()));
+    let dns = crate::shortcut::dns_form(&flight).unwrap();
+    out.push(("shortcut", "dns_form", [&[2u8][..], &dns].concat()));
+    out.push(("shortcut", "tcp_form", [&[2u8][..], &flight].concat()));
+    let mut p = vec![3u8];
+    p.extend_from_slice(&now.as_millis().to_be_bytes());
+    p.extend_from_slice(&[0, 0]);
+    p.extend_from_slice(&req.encode());
+    out.push(("shortcut", "plaintext", p));
+    let reject = crate::handshake::encode_reject(crate::handshake::RejectReason::Busy, &[]);
+    for (label, answer) in [
+        ("txt_fetch", crate::shortcut::TxtAnswer::Fetch),
+        ("txt_reject", crate::shortcut::TxtAnswer::Reject(reject)),
+        (
+            "txt_answer",
+            crate::shortcut::TxtAnswer::Answer(vec![0xd8; 300]),
+        ),
+    ] {
+        let mut s = vec![1u8];
+        for string in answer.to_strings() {
+            s.push(string.len() as u8);
+            s.extend_from_slice(&string);
+        }
+        out.push(("shortcut", label, s));
+    }
+    out.push((
+        "shortcut",
+        "response",
+        [
+            &[4u8][..],
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        ]
+        .concat(),
+    ));
+    out.push((
+        "shortcut",
+        "cache",
+        vec![
+            0, 1, 0, 1, 1, 40, 0, 2, 0, 1, 2, 40, 3, 0, 15, 4, 1, 0, 2, 2, 0,
+        ],
+    ));
     // Provenance.
     let mut p = vec![0u8];
     p.extend_from_slice(&pv);

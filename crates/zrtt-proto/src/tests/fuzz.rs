@@ -14,6 +14,7 @@ const ENTRIES: &[(&str, Entry)] = &[
     ("channel", testing::channel),
     ("token", testing::token),
     ("ticket", testing::ticket),
+    ("shortcut", testing::shortcut),
     ("provenance", testing::provenance),
     ("der_validity", testing::der_validity),
     ("verifier_wire", testing::verifier_wire),

@@ -10,5 +10,6 @@ mod handshake;
 mod records;
 mod resume;
 mod shortcut;
+mod shortcut_props;
 mod vectors;
 mod verifier_records;

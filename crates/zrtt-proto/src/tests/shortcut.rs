@@ -97,6 +97,23 @@ fn round_trip_through_the_query_name_and_txt_strings() {
     };
     assert_eq!(got, tcp);
     assert_eq!(tcp_form(&dns_form(&tcp).unwrap()).unwrap(), tcp);
+    // Only the canonical name decodes: non-zero trailing bits in the last
+    // base32 character, or labels cut elsewhere, are not a flight.
+    let (labels, _) = name.split_once(".zq.").unwrap();
+    let last = labels.as_bytes()[labels.len() - 1];
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz234567";
+    let v = ALPHABET.iter().position(|&c| c == last).unwrap();
+    let bumped = ALPHABET[v ^ 1] as char;
+    let odd = format!("{}{bumped}.zq.{SITE}", &labels[..labels.len() - 1]);
+    assert_eq!(parse_query_name(&odd, SITE), NameMatch::NotFlight);
+    let flat = format!("{}.zq.{SITE}", labels.replace('.', ""));
+    assert_eq!(parse_query_name(&flat, SITE), NameMatch::NotFlight);
+    let recut = format!(
+        "{}.{}.zq.{SITE}",
+        &labels[..10],
+        &labels[10..].replace('.', "")
+    );
+    assert_eq!(parse_query_name(&recut, SITE), NameMatch::NotFlight);
     assert_eq!(
         flight_hash(&got).unwrap(),
         crate::record::sha256(&dns_form(&tcp).unwrap())
@@ -154,7 +171,22 @@ fn pattern_and_transport_must_match() {
         transport: Transport::Shortcut,
         ..ClientParams::default()
     };
-    let (_, nk) = ClientHandshake::start(&verified(), &params, b"\x01/", now(), &rng(5)).unwrap();
+    assert_eq!(
+        ClientHandshake::start(&verified(), &params, b"\x01/", now(), &rng(5)).unwrap_err(),
+        Error::ApiMisuse("a shortcut flight is made by start_shortcut")
+    );
+    let mut payload = now().as_millis().to_be_bytes().to_vec();
+    payload.extend_from_slice(&[0, 0, 1, b'/']);
+    let aead = crate::record::Aead::ChaChaPoly;
+    let (_, nk) = ClientHandshake::start_with_payload(
+        &verified(),
+        &params,
+        aead,
+        Pattern::Nk,
+        &payload,
+        &rng(5),
+    )
+    .unwrap();
     let refusal = accept(&server, &nk, Transport::Shortcut, &mut f).unwrap_err();
     assert_eq!(reject_reason(&refusal), RejectReason::Unsupported);
     assert!(matches!(dns_form(&nk), Err(ShortcutError::BadFlight(_))));

@@ -17,6 +17,8 @@ const PROTOCOL_MD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/PROTO
 
 pub const REQUEST: &[u8] = b"GET / HTTP/1.1\r\nHost: www.example.com\r\n\r\n";
 pub const RESPONSE: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+pub const SHORTCUT_RESPONSE: &[u8] =
+    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
 
 fn compute() -> Vec<(&'static str, String)> {
     let mut v = Vec::new();
@@ -174,6 +176,38 @@ fn compute() -> Vec<(&'static str, String)> {
     v.push(("verifier_key_record", hex(&pv.encode())));
     v.push(("verifier_key_record_signed_bytes", hex(&pv.signed_bytes())));
     v.push(("verifier_txt_text", verifier_txt_text(&pv)));
+
+    // DNS shortcut (§13): GET /index.html (client rng(10)), its query name
+    // under www.example.com, its flight hash, and the TXT RDATA of the
+    // answer (server rng(11)) carrying SHORTCUT_RESPONSE.
+    use crate::shortcut::{flight_hash, query_name, CompactRequest, Method, TxtAnswer};
+    let req = CompactRequest::new(Method::Get, "/index.html").unwrap();
+    let (client, flight) =
+        ClientHandshake::start_shortcut(&verified, &req, None, now, &rng(10)).unwrap();
+    v.push(("shortcut_first_flight", hex(&flight)));
+    v.push((
+        "shortcut_query_name",
+        query_name(&flight, testing::NAME).unwrap(),
+    ));
+    v.push(("shortcut_flight_hash", hex(&flight_hash(&flight).unwrap())));
+    let (frame, _) = read_frame(&flight, Expect::FirstFlight).unwrap().unwrap();
+    let accepted = server
+        .accept(&frame, Transport::Shortcut, now, &mut filter, &rng(11))
+        .unwrap();
+    assert_eq!(accepted.shortcut_request().unwrap(), req);
+    let stream = accepted.shortcut_answer(SHORTCUT_RESPONSE).unwrap();
+    let answer = TxtAnswer::Answer(stream.clone());
+    let rdata: Vec<u8> = answer
+        .to_strings()
+        .iter()
+        .flat_map(|s| std::iter::once(s.len() as u8).chain(s.iter().copied()))
+        .collect();
+    assert_eq!(rdata.len(), answer.rdata_len());
+    v.push(("shortcut_txt_rdata", hex(&rdata)));
+    assert_eq!(
+        client.open_shortcut_answer(&stream).unwrap(),
+        SHORTCUT_RESPONSE
+    );
     v
 }
 
