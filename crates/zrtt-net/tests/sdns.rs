@@ -28,8 +28,12 @@ use zrtt_proto::shortcut::{self, CompactRequest, Method, TxtAnswer};
 /// then its fields as `name: value`.
 type Seen = Arc<Mutex<Vec<String>>>;
 
+/// Requests to `/hold` wait until this is notified.
+static HOLD: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
 /// A backend that records each request's head; `/big` answers 5,000
-/// bytes, `/huge` 1.1 MiB, anything else a short text.
+/// bytes, `/huge` 1.1 MiB, `/hold` once [`HOLD`] is notified, anything
+/// else a short text.
 async fn recording_backend() -> (SocketAddr, Seen) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -50,6 +54,9 @@ async fn recording_backend() -> (SocketAddr, Seen) {
                             line.push_str(&format!("\n{n}: {}", v.to_str().unwrap_or("?")));
                         }
                         seen.lock().unwrap().push(line);
+                        if req.uri().path() == "/hold" {
+                            HOLD.notified().await;
+                        }
                         let body = match req.uri().path() {
                             "/big" => "b".repeat(5000),
                             "/huge" => "h".repeat(1_100_000),
@@ -70,8 +77,11 @@ async fn recording_backend() -> (SocketAddr, Seen) {
 }
 
 async fn start() -> (Env, Seen) {
+    start_with(ShortcutConfig::default()).await
+}
+
+async fn start_with(mut sc: ShortcutConfig) -> (Env, Seen) {
     let (backend, seen) = recording_backend().await;
-    let mut sc = ShortcutConfig::default();
     sc.sdns = vec!["127.0.0.1:0".parse().unwrap()];
     let env = start_gateway(GatewayOpts {
         backend: Some(backend),
@@ -420,6 +430,62 @@ async fn other_methods_and_malformed_requests_are_rejected() {
         assert_eq!(reject_reason(&got), RejectReason::Unsupported);
     }
     assert_eq!(seen.lock().unwrap().len(), 1, "only the GET ran");
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_flight_is_waited_for_over_tcp_and_bounded_per_source() {
+    let mut sc = ShortcutConfig::default();
+    sc.max_running_per_source = 1;
+    let (env, seen) = start_with(sc).await;
+    let (hs, frame) = flight(&env.records[0], Method::Get, "/hold");
+    let q = query(
+        &shortcut::query_name(&frame, HOST).unwrap(),
+        RecordType::TXT,
+        30,
+    );
+    let sdns = env.sdns[0];
+    let first = tokio::spawn(async move { ask_udp(sdns, &q).await });
+    // Running once the backend has the request (polled, bounded).
+    for _ in 0..500 {
+        if !seen.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    // Another flight from the same resolver address: over its bound.
+    let (_, other) = flight(&env.records[0], Method::Get, "/other");
+    let q2 = query(
+        &shortcut::query_name(&other, HOST).unwrap(),
+        RecordType::TXT,
+        31,
+    );
+    let a = Message::from_vec(&ask_udp(sdns, &q2).await).unwrap();
+    assert_eq!(a.metadata.response_code, ResponseCode::Refused);
+    assert_eq!(env.metric("shortcut_refused"), 1);
+    // The TCP form of the running flight waits for it, then gets its stream.
+    let addr = env.addr;
+    let fetch = tokio::spawn(async move { fetch_tcp(addr, &frame).await });
+    for _ in 0..500 {
+        if env.metric("shortcut_flights") >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    HOLD.notify_one();
+    let TxtAnswer::Answer(stream) = txt_answer(&first.await.unwrap()) else {
+        panic!("not ANSWER")
+    };
+    assert_eq!(fetch.await.unwrap(), stream, "the same answer stream");
+    assert_eq!(
+        body_of(&hs.open_shortcut_answer(&stream).unwrap()),
+        b"hello from /hold"
+    );
+    assert_eq!(seen.lock().unwrap().len(), 1, "run once");
+    // The bound frees with the run.
+    let a = ask_udp(sdns, &q2).await;
+    assert!(matches!(txt_answer(&a), TxtAnswer::Answer(_)));
     env.stop().await;
 }
 
