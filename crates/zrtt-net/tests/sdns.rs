@@ -60,6 +60,7 @@ async fn recording_backend() -> (SocketAddr, Seen) {
                         let body = match req.uri().path() {
                             "/big" => "b".repeat(5000),
                             "/huge" => "h".repeat(1_100_000),
+                            p if p.starts_with("/n/") => "n".repeat(p[3..].parse().unwrap_or(0)),
                             p => format!("hello from {p}"),
                         };
                         Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from(
@@ -594,6 +595,53 @@ async fn the_answer_comes_through_unbound_with_and_without_qname_minimisation() 
             );
         } else {
             assert_eq!(probes, 0);
+        }
+    }
+    env.stop().await;
+}
+
+/// The largest body (bytes) whose response still comes as ANSWER when
+/// asking `server` (the SDNS itself, or a resolver in front of it):
+/// bisection over `/n/N`; every size below it answers, above FETCH.
+async fn largest_answer(env: &Env, server: SocketAddr) -> (usize, usize) {
+    let (mut lo, mut hi) = (0usize, 2000usize);
+    let mut query_len = 0;
+    while hi - lo > 1 {
+        let mid = (lo + hi) / 2;
+        let (hs, frame) = flight(&env.records[0], Method::Get, &format!("/n/{mid}"));
+        let q = query(
+            &shortcut::query_name(&frame, HOST).unwrap(),
+            RecordType::TXT,
+            40,
+        );
+        query_len = q.len();
+        match txt_answer(&ask_udp(server, &q).await) {
+            TxtAnswer::Answer(stream) => {
+                let r = hs.open_shortcut_answer(&stream).unwrap();
+                assert_eq!(body_of(&r).len(), mid);
+                lo = mid;
+            }
+            TxtAnswer::Fetch => hi = mid,
+            other => panic!("{other:?}"),
+        }
+    }
+    (lo, query_len)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn how_much_response_fits_a_dns_answer() {
+    let (env, _) = start().await;
+    let (direct, qlen) = largest_answer(&env, env.sdns[0]).await;
+    eprintln!(
+        "asked directly ({qlen}-byte query, EDNS 1232): bodies up to {direct} bytes come as ANSWER"
+    );
+    assert!(direct > 100, "{direct}");
+    if std::path::Path::new(UNBOUND).exists() {
+        for qmin in [false, true] {
+            let unbound = start_unbound(env.sdns[0], qmin).await;
+            let (through, _) = largest_answer(&env, unbound.addr).await;
+            eprintln!("through unbound (qname-minimisation {qmin}): bodies up to {through} bytes");
+            assert!(through > 100, "{through}");
         }
     }
     env.stop().await;
