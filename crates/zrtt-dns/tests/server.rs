@@ -24,7 +24,7 @@ const T0: u64 = 1_800_000_000;
 const HOST: &str = "www.example.com";
 const TIMEOUT: Duration = Duration::from_secs(3);
 
-const ZONE: &str = "$ORIGIN example.com.\n$TTL 3600\n@ IN SOA ns1 hostmaster ( 2024010101 7200 900 1209600 300 )\n  IN NS ns1\nns1 IN A 192.0.2.1\nwww IN A 192.0.2.10\nwww IN AAAA 2001:db8::10\nwww IN TXT \"v=spf1 -all\"\n";
+const ZONE: &str = "$ORIGIN example.com.\n$TTL 3600\n@ IN SOA ns1 hostmaster ( 2024010101 7200 900 1209600 300 )\n  IN NS ns1\nns1 IN A 192.0.2.1\nwww IN A 192.0.2.10\nwww IN AAAA 2001:db8::10\nwww IN TXT \"v=spf1 -all\"\nzq.www 86400 IN NS ns.zq.www\nns.zq.www 86400 IN A 192.0.2.53\n";
 
 fn data(f: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -50,6 +50,10 @@ impl Drop for Running {
 }
 
 fn setup(rotate_in_server: bool) -> Running {
+    setup_with(rotate_in_server, &[])
+}
+
+fn setup_with(rotate_in_server: bool, regions: &[server::RegionConfig]) -> Running {
     let dir = tempfile::tempdir().unwrap();
     let zone = dir.path().join("example.com.zone");
     std::fs::write(&zone, ZONE).unwrap();
@@ -69,7 +73,8 @@ fn setup(rotate_in_server: bool) -> Running {
         alpn: vec!["h2".into(), "http/1.1".into()],
         port: None,
     }];
-    let state = ZoneState::new(&zone, None, &hosts, rotate_in_server).unwrap();
+    let mut state = ZoneState::new(&zone, None, &hosts, rotate_in_server).unwrap();
+    state.set_regions(regions).unwrap();
     let clock = Arc::new(AtomicU64::new(T0));
     let (trigger, shutdown) = server::shutdown::channel();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -110,6 +115,19 @@ fn setup(rotate_in_server: bool) -> Running {
 
 fn ask(addr: SocketAddr, name: &str, rt: RecordType, t: DnsTransport) -> (Message, usize) {
     client::query(addr, name, rt, t, TIMEOUT).unwrap()
+}
+
+/// [`ask`] over UDP from the source address `from` (any of 127/8 works on loopback).
+fn ask_from(from: &str, addr: SocketAddr, name: &str, rt: RecordType) -> Message {
+    let sock = std::net::UdpSocket::bind(format!("{from}:0")).unwrap();
+    sock.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let q = client::query_message(name, rt).unwrap();
+    sock.send_to(&q.to_bytes().unwrap(), addr).unwrap();
+    let mut buf = [0u8; 1232];
+    let n = sock.recv(&mut buf).unwrap();
+    let m = Message::from_vec(&buf[..n]).unwrap();
+    assert_eq!(m.metadata.id, q.metadata.id);
+    m
 }
 
 fn cert() -> Vec<u8> {
@@ -285,4 +303,116 @@ fn malformed_zone_file_names_file_line_and_reason() {
         Ok(_) => panic!("accepted a bad zone"),
     };
     assert!(e.starts_with(&format!("{}:6: ", zone.display())), "{e}");
+}
+
+#[test]
+fn a_region_gets_its_own_addresses_and_hints_and_the_same_key_records() {
+    let region = server::RegionConfig {
+        name: "near".into(),
+        sources: vec!["127.0.0.2/32".into()],
+        addresses: [
+            (HOST.to_owned(), vec!["198.51.100.7".parse().unwrap()]),
+            (
+                "ns.zq.www.example.com".to_owned(),
+                vec!["198.51.100.8".parse().unwrap()],
+            ),
+        ]
+        .into(),
+    };
+    let s = setup_with(true, &[region]);
+    let addrs = |m: &Message| -> Vec<String> {
+        m.answers
+            .iter()
+            .chain(&m.additionals)
+            .filter_map(|r| match &r.data {
+                RData::A(a) => Some(a.0.to_string()),
+                RData::AAAA(a) => Some(a.0.to_string()),
+                _ => None,
+            })
+            .collect()
+    };
+    let hints = |m: &Message| {
+        let svcb = SvcbRdata::decode(&m.answers[0].data.to_bytes().unwrap()).unwrap();
+        svcb.ipv4_hints()
+    };
+    // The default view: the zone as written.
+    let m = ask_from("127.0.0.1", s.addr, HOST, RecordType::A);
+    assert_eq!(addrs(&m), vec!["192.0.2.10"]);
+    // The shortcut zone's referral carries each view's glue.
+    let shortcut = "x.zq.www.example.com";
+    let m = ask_from("127.0.0.1", s.addr, shortcut, RecordType::TXT);
+    assert_eq!(addrs(&m), vec!["192.0.2.53"]);
+    // The region: its addresses, no AAAA (only the families it lists), its
+    // glue, and HTTPS hints that follow.
+    let m = ask_from("127.0.0.2", s.addr, HOST, RecordType::A);
+    assert_eq!(addrs(&m), vec!["198.51.100.7"]);
+    assert_eq!(m.answers[0].ttl, 3600, "the zone's TTL for the name");
+    let m = ask_from("127.0.0.2", s.addr, HOST, RecordType::AAAA);
+    assert!(addrs(&m).is_empty());
+    let m = ask_from("127.0.0.2", s.addr, shortcut, RecordType::TXT);
+    assert_eq!(addrs(&m), vec!["198.51.100.8"]);
+    assert!(!m.metadata.authoritative);
+    // Key records: the same in both views, and a rotation reaches both.
+    s.clock.store(T0 + 2400, Ordering::SeqCst);
+    let (_, _) = wait_for_keys(s.addr, 2);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let near = loop {
+        let m = ask_from("127.0.0.2", s.addr, HOST, RecordType::HTTPS);
+        if https_records(&m).len() == 2 {
+            break m;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the region never saw the rotation"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let far = ask_from("127.0.0.1", s.addr, HOST, RecordType::HTTPS);
+    assert_eq!(
+        key_ids(&https_records(&near)),
+        key_ids(&https_records(&far))
+    );
+    assert_eq!(
+        hints(&near),
+        vec!["198.51.100.7".parse::<std::net::Ipv4Addr>().unwrap()]
+    );
+    assert_eq!(
+        hints(&far),
+        vec!["192.0.2.10".parse::<std::net::Ipv4Addr>().unwrap()]
+    );
+    // Both views serve the bumped SOA serial.
+    let serial = |m: &Message| match &m.answers[0].data {
+        RData::SOA(soa) => soa.serial,
+        other => panic!("{other:?}"),
+    };
+    let origin = "example.com";
+    assert_eq!(
+        serial(&ask_from("127.0.0.1", s.addr, origin, RecordType::SOA)),
+        serial(&ask_from("127.0.0.2", s.addr, origin, RecordType::SOA))
+    );
+}
+
+#[test]
+fn names_below_a_delegation_get_a_referral_with_glue() {
+    let s = setup(false);
+    for (name, t) in [
+        ("a.b.zq.www.example.com", DnsTransport::Udp),
+        ("ns.zq.www.example.com", DnsTransport::Tcp),
+    ] {
+        let (m, _) = ask(s.addr, name, RecordType::TXT, t);
+        assert_eq!(m.metadata.response_code, ResponseCode::NoError, "{name}");
+        assert!(
+            !m.metadata.authoritative,
+            "a referral is not authoritative: {name}"
+        );
+        assert!(m.answers.is_empty(), "{name}");
+        let ns: Vec<String> = m.authorities.iter().map(|r| r.data.to_string()).collect();
+        assert_eq!(ns, vec!["ns.zq.www.example.com."], "{name}");
+        let glue: Vec<String> = m.additionals.iter().map(|r| r.data.to_string()).collect();
+        assert_eq!(glue, vec!["192.0.2.53"], "{name}");
+        assert_eq!(m.edns.as_ref().unwrap().max_payload(), 1232);
+    }
+    // Names beside the cut are the zone's own, answered authoritatively.
+    let (m, _) = ask(s.addr, HOST, RecordType::A, DnsTransport::Udp);
+    assert!(m.metadata.authoritative);
 }

@@ -192,6 +192,16 @@ pub fn raise_open_files(want: u64) -> io::Result<u64> {
     Ok(cur.rlim_max)
 }
 
+/// The process's resident memory in bytes (`/proc/self/statm`); `None`
+/// where that file does not exist.
+pub fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf reads a constant of the system.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page).ok()?)
+}
+
 /// Gives the heap's free memory back to the system (glibc's
 /// `malloc_trim(0)`, which also releases free pages between chunks in
 /// use); whether any was released. A no-op without glibc.

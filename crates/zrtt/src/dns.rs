@@ -74,8 +74,11 @@ pub struct DnsArgs {
     refresh: std::time::Duration,
     /// TOML config: `zone`, `origin`, `listen = [..]`, `rotate`,
     /// `allow_transfer = [..]`, `notify = [..]`, `admin`,
-    /// `[[host]]` tables with `keystore`, `alpn`, `port`, and `[[verifier]]`
-    /// tables with `keystore`. Flags given on the
+    /// `[[host]]` tables with `keystore`, `alpn`, `port`, `[[verifier]]`
+    /// tables with `keystore`, and `[[region]]` tables with `name`,
+    /// `sources = ["CIDR", ..]` and `[region.addresses]` (`"NAME" = ["IP", ..]`:
+    /// queries from those sources get these addresses for those names,
+    /// docs/DNS.md §8.6). Flags given on the
     /// command line override or add to it; relative paths are relative to
     /// the config file.
     #[arg(long)]
@@ -130,6 +133,7 @@ pub fn run(a: DnsArgs) -> Result<ExitCode> {
         cfg.rotate.unwrap_or(true),
     )?;
     state.add_verifiers(&cfg.verifiers)?;
+    state.set_regions(&cfg.regions)?;
     cfg.allow_transfer.extend(a.allow_transfer.iter().copied());
     cfg.notify.extend(a.notify.iter().copied());
     state.set_transfer(server::TransferPolicy {

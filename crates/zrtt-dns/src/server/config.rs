@@ -63,6 +63,9 @@ pub struct DnsConfig {
     /// The admin endpoint (`/metrics`, `/healthz`, `/readyz`).
     #[serde(default)]
     pub admin: Option<SocketAddr>,
+    /// Answers per client region (`[[region]]` tables; regions.rs).
+    #[serde(default, rename = "region")]
+    pub regions: Vec<RegionConfig>,
 }
 
 fn default_true_opt() -> Option<bool> {

@@ -13,16 +13,12 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use hickory_proto::op::Edns;
 use hickory_proto::rr::{LowerName, Name, Record, RecordSet, RecordType, RrKey};
-use hickory_server::net::runtime::Time;
-use hickory_server::net::NetError;
-use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
 use hickory_server::store::in_memory::InMemoryZoneHandler;
-use hickory_server::zone_handler::{AxfrPolicy, Catalog, MessageResponse, ZoneHandler, ZoneType};
+use hickory_server::zone_handler::{AxfrPolicy, Catalog, ZoneHandler, ZoneType};
 use serde::Deserialize;
 
 pub use crate::transfer::TransferPolicy;
@@ -62,9 +58,14 @@ pub enum ServerError {
 }
 
 mod config;
+mod handler;
 mod metrics;
+mod referral;
+mod regions;
 pub use config::{DnsConfig, HostConfig, VerifierConfig};
+pub use handler::Handler;
 pub use metrics::DnsMetrics;
+pub use regions::RegionConfig;
 
 struct HostState {
     store: KeyStore,
@@ -83,6 +84,8 @@ struct VerifierState {
 pub struct ZoneState {
     zone: Zone,
     handler: Arc<InMemoryZoneHandler>,
+    /// Per-region views ([`ZoneState::set_regions`]).
+    views: Vec<regions::View>,
     hosts: Vec<HostState>,
     verifiers: Vec<VerifierState>,
     rotate: bool,
@@ -161,6 +164,7 @@ impl ZoneState {
         Ok(Self {
             zone,
             handler: Arc::new(handler),
+            views: Vec::new(),
             hosts: states,
             verifiers: Vec::new(),
             rotate,
@@ -179,6 +183,31 @@ impl ZoneState {
     /// the key records loaded) and to `false` when it stops.
     pub fn signal_ready(&mut self, ready: tokio::sync::watch::Sender<bool>) {
         self.ready = Some(ready);
+    }
+
+    /// Answer queries from these regions' sources from their views
+    /// (regions.rs). Call before serving: every record is rebuilt at the
+    /// next [`Self::refresh`].
+    pub fn set_regions(&mut self, regions: &[RegionConfig]) -> Result<(), ServerError> {
+        let hosts: Vec<(Name, &HttpsOptions)> = self
+            .hosts
+            .iter()
+            .map(|h| Ok((records::fqdn(h.store.name())?, &h.opts)))
+            .collect::<Result<_, RecordsError>>()?;
+        let mut views = Vec::new();
+        for r in regions {
+            if views.iter().any(|v: &regions::View| v.name == r.name) {
+                return Err(ServerError::Config(format!(
+                    "a second region named {}",
+                    r.name
+                )));
+            }
+            views.push(regions::View::new(r, &self.zone, &hosts)?);
+        }
+        self.views = views;
+        self.hosts.iter_mut().for_each(|h| h.served = None);
+        self.verifiers.iter_mut().for_each(|v| v.served = None);
+        Ok(())
     }
 
     /// Who may transfer the zone and whom to notify (default: nobody).
@@ -237,11 +266,19 @@ impl ZoneState {
 
     /// A request handler serving this zone; it sees every later refresh.
     pub fn handler(&self) -> Handler {
-        let mut catalog = Catalog::new();
-        let h: Arc<dyn ZoneHandler> = self.handler.clone();
-        catalog.upsert(LowerName::new(&self.zone.origin), vec![h]);
+        let view_of = |h: &Arc<InMemoryZoneHandler>, zone: &Zone| {
+            let mut catalog = Catalog::new();
+            let h: Arc<dyn ZoneHandler> = h.clone();
+            catalog.upsert(LowerName::new(&self.zone.origin), vec![h]);
+            (catalog, referral::Cuts::of(zone))
+        };
         Handler {
-            catalog,
+            default: view_of(&self.handler, &self.zone),
+            views: self
+                .views
+                .iter()
+                .map(|v| (v.nets.clone(), view_of(&v.handler, &v.zone)))
+                .collect(),
             transfer: self.transfer.clone(),
             metrics: self.metrics.clone(),
         }
@@ -254,7 +291,9 @@ impl ZoneState {
     pub async fn refresh(&mut self, now: UnixTime, rng: &dyn KeyStoreRandom) -> RefreshReport {
         let mut report = RefreshReport::default();
         let mut updates: Vec<(String, BTreeMap<RrKey, Option<RecordSet>>)> = Vec::new();
-        for h in &mut self.hosts {
+        // The same per view (built on the view's zone and address hints).
+        let mut view_updates = vec![Vec::new(); self.views.len()];
+        for (hi, h) in self.hosts.iter_mut().enumerate() {
             let name = h.store.name().to_owned();
             match h.store.reload_if_changed() {
                 Ok(true) => report.reloaded.push(name.clone()),
@@ -278,9 +317,20 @@ impl ZoneState {
             if h.served.as_ref() == Some(&key) {
                 continue;
             }
-            match build_rrsets(&self.zone, &h.store, &published, ttl, &h.opts) {
-                Ok(sets) => {
+            let built =
+                build_rrsets(&self.zone, &h.store, &published, ttl, &h.opts).and_then(|sets| {
+                    let views = self
+                        .views
+                        .iter()
+                        .map(|v| build_rrsets(&v.zone, &h.store, &published, ttl, &v.opts[hi]));
+                    Ok((sets, views.collect::<Result<Vec<_>, _>>()?))
+                });
+            match built {
+                Ok((sets, views)) => {
                     updates.push((name.clone(), sets));
+                    for (u, sets) in view_updates.iter_mut().zip(views) {
+                        u.push(sets);
+                    }
                     h.served = Some(key);
                 }
                 Err(e) => report.errors.push(format!("{name}: records: {e}")),
@@ -314,6 +364,8 @@ impl ZoneState {
             }
             match build_verifier_rrsets(&self.zone, &v.store, &published, ttl) {
                 Ok(sets) => {
+                    // A view changes addresses only: the same sets.
+                    view_updates.iter_mut().for_each(|u| u.push(sets.clone()));
                     updates.push((format!("verifier {name}"), sets));
                     v.served = Some(key);
                 }
@@ -321,31 +373,19 @@ impl ZoneState {
             }
         }
         if !updates.is_empty() {
-            let mut map = self.handler.records_mut().await;
-            for (name, sets) in updates {
-                for (k, set) in sets {
-                    match set {
-                        Some(s) => {
-                            map.insert(k, Arc::new(s));
-                        }
-                        None => {
-                            map.remove(&k);
-                        }
-                    }
-                }
-                report.updated_hosts.push(name);
-            }
-            // Secondaries transfer only a newer serial.
-            let key = crate::transfer::soa_key(&self.zone.origin);
             let now_secs = u32::try_from(now.as_secs()).unwrap_or(u32::MAX);
-            if let Some((soa, serial)) = map
-                .get(&key)
-                .and_then(|s| crate::transfer::bumped_soa(s, now_secs))
-            {
-                map.insert(key, Arc::new(soa));
+            let (names, sets): (Vec<String>, Vec<_>) = updates.into_iter().unzip();
+            let origin = &self.zone.origin;
+            if let Some(serial) = regions::apply(&self.handler, origin, &sets, now_secs).await {
                 self.zone.serial = serial;
                 report.serial = Some(serial);
             }
+            for (v, sets) in self.views.iter_mut().zip(&view_updates) {
+                if let Some(serial) = regions::apply(&v.handler, origin, sets, now_secs).await {
+                    v.zone.serial = serial;
+                }
+            }
+            report.updated_hosts = names;
         }
         report
     }
@@ -448,104 +488,6 @@ pub fn is_zrtt_txt(r: &Record) -> bool {
             t.txt_data.first().is_some_and(|s| s.starts_with(b"v=zrtt"))
         }
         _ => false,
-    }
-}
-
-/// The request handler: hickory's catalog, with UDP answers held to
-/// [`EDNS_PAYLOAD`].
-pub struct Handler {
-    catalog: Catalog,
-    transfer: Arc<TransferPolicy>,
-    metrics: Arc<DnsMetrics>,
-}
-
-static EDNS_ADVERTISED: LazyLock<Edns> = LazyLock::new(|| {
-    let mut e = Edns::new();
-    e.set_max_payload(EDNS_PAYLOAD);
-    e
-});
-
-#[async_trait::async_trait]
-impl RequestHandler for Handler {
-    async fn handle_request<R: ResponseHandler, T: Time>(
-        &self,
-        request: &Request,
-        response_handle: R,
-    ) -> ResponseInfo {
-        let started = std::time::Instant::now();
-        let info = self.answer::<R, T>(request, response_handle).await;
-        self.metrics.answered(request, &info, started.elapsed());
-        info
-    }
-}
-
-impl Handler {
-    async fn answer<R: ResponseHandler, T: Time>(
-        &self,
-        request: &Request,
-        response_handle: R,
-    ) -> ResponseInfo {
-        let transfer = request
-            .queries
-            .queries()
-            .iter()
-            .any(|q| crate::transfer::is_transfer(q.query_type()));
-        if transfer && !self.transfer.allows(request.src().ip()) {
-            tracing::info!("zone transfer from {} refused", request.src());
-            let response =
-                hickory_server::zone_handler::MessageResponseBuilder::new(&request.queries, None)
-                    .error_msg(&request.metadata, hickory_proto::op::ResponseCode::Refused);
-            let mut h = response_handle;
-            return match h.send_response(response).await {
-                Ok(r) => r,
-                Err(_) => {
-                    let mut metadata = hickory_proto::op::Metadata::new(
-                        request.metadata.id,
-                        hickory_proto::op::MessageType::Response,
-                        request.metadata.op_code,
-                    );
-                    metadata.response_code = hickory_proto::op::ResponseCode::Refused;
-                    ResponseInfo::from(hickory_proto::op::Header {
-                        metadata,
-                        counts: Default::default(),
-                    })
-                }
-            };
-        }
-        self.catalog
-            .handle_request::<_, T>(request, ClampPayload(response_handle))
-            .await
-    }
-}
-
-/// Replaces a response's OPT record advertising more than
-/// [`EDNS_PAYLOAD`] with one advertising exactly that, which also makes the
-/// encoder truncate (TC) UDP answers at that size.
-#[derive(Clone)]
-struct ClampPayload<R>(R);
-
-#[async_trait::async_trait]
-impl<R: ResponseHandler> ResponseHandler for ClampPayload<R> {
-    async fn send_response<'a>(
-        &mut self,
-        mut response: MessageResponse<
-            '_,
-            'a,
-            impl Iterator<Item = &'a Record> + Send + 'a,
-            impl Iterator<Item = &'a Record> + Send + 'a,
-            impl Iterator<Item = &'a Record> + Send + 'a,
-            impl Iterator<Item = &'a Record> + Send + 'a,
-        >,
-    ) -> Result<ResponseInfo, NetError> {
-        if let Some(e) = response.edns() {
-            if e.max_payload() > EDNS_PAYLOAD
-                && e.rcode_high() == 0
-                && e.options().as_ref().is_empty()
-            {
-                response.set_edns(&EDNS_ADVERTISED);
-            }
-        }
-        self.0.send_response(response).await
     }
 }
 

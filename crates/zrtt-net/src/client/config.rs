@@ -51,6 +51,7 @@ pub enum Http2Policy {
 /// field to change afterwards. The wall clock and the random number
 /// generator can only be replaced through [`ClientConfig::dangerous`].
 #[non_exhaustive]
+#[derive(Clone)]
 pub struct ClientConfig {
     /// Key records per host: whoever verifies them decides which hosts get
     /// zrtt at all (a host without a verified record gets TLS).
@@ -132,21 +133,8 @@ impl ClientConfig {
     /// key source, stores and path memory).
     pub fn with_http2(&self, http2: Http2Policy) -> ClientConfig {
         ClientConfig {
-            keys: self.keys.clone(),
-            tls: self.tls.clone(),
-            fast_open: self.fast_open,
-            paths: self.paths.clone(),
-            tokens: self.tokens.clone(),
-            provenance: self.provenance.clone(),
-            early_data: self.early_data,
-            resume: self.resume,
             http2,
-            tls_fallback: self.tls_fallback,
-            connect_timeout: self.connect_timeout,
-            syn_timeout: self.syn_timeout,
-            reply_timeout: self.reply_timeout,
-            rng: self.rng.clone(),
-            clock: self.clock,
+            ..self.clone()
         }
     }
 

@@ -168,9 +168,13 @@ impl DestinationBudgets {
     ) -> Result<usize, Withheld> {
         let dest = canonical_ip(dest);
         let prefix = source_prefix(dest);
-        if !self.addresses.contains_key(&dest) && self.addresses.len() >= self.limits.max_entries {
+        let full = |b: &Self| {
+            (!b.addresses.contains_key(&dest) && b.addresses.len() >= b.limits.max_entries)
+                || (!b.prefixes.contains_key(&prefix) && b.prefixes.len() >= b.limits.max_entries)
+        };
+        if full(self) {
             self.expire(now);
-            if self.addresses.len() >= self.limits.max_entries {
+            if full(self) {
                 return Err(Withheld::Full);
             }
         }
@@ -273,6 +277,13 @@ impl DestinationBudgets {
             .is_some_and(|d| d.outstanding == 0 && d.strikes == 0 && d.bytes.full(now));
         if idle {
             self.addresses.remove(&dest);
+            // A full prefix bucket is the same as none: forgotten with its
+            // last address, else prefixes of addresses long forgotten
+            // would pile up (no bound but `max_entries`).
+            let prefix = source_prefix(dest);
+            if self.prefixes.get_mut(&prefix).is_some_and(|p| p.full(now)) {
+                self.prefixes.remove(&prefix);
+            }
         }
     }
 
@@ -309,6 +320,31 @@ mod tests {
             max_pending_per_address: 6,
             max_entries: 3,
         }
+    }
+
+    #[test]
+    fn forgotten_addresses_take_their_prefixes_along_and_prefixes_are_bounded() {
+        let t0 = Instant::now();
+        let mut b = DestinationBudgets::new(small(), t0);
+        // Proven clients in ever new prefixes, each answered and done.
+        for i in 0..1000u32 {
+            let v = IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0001 + (i << 8)));
+            let t = t0 + Duration::from_secs(u64::from(i) * 10);
+            assert_eq!(b.reserve(v, 100, 50, t), Ok(100));
+            b.completed(v, 100, t);
+        }
+        assert_eq!((b.addresses.len(), b.prefixes.len()), (0, 0));
+        // Prefixes with budget in use count against max_entries (3) too:
+        // a new address in a new prefix is refused once they are full.
+        let t = t0 + Duration::from_secs(20_000);
+        for i in 0..3u32 {
+            let v = IpAddr::from(std::net::Ipv4Addr::from(0x0b00_0001 + (i << 8)));
+            assert_eq!(b.reserve(v, 100, 50, t), Ok(100));
+            b.completed(v, 0, t);
+        }
+        assert_eq!((b.addresses.len(), b.prefixes.len()), (3, 3));
+        let v = IpAddr::from(std::net::Ipv4Addr::from(0x0c00_0001));
+        assert_eq!(b.reserve(v, 100, 50, t), Err(Withheld::Full));
     }
 
     #[test]

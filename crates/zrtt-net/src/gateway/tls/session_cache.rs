@@ -75,8 +75,37 @@ impl SessionCache {
         i.map.drain().map(|(k, (_, v))| (k, v.to_vec())).collect()
     }
 
+    /// Drop sessions from the oldest insert on while `expired` says so of
+    /// their value (and stale order entries on the way); stops at the first
+    /// live one. Inserts come in issue order (a hand-over's sessions come
+    /// first, with their older times), so this drops every expired session
+    /// but a few that follow a live one: the store holds about the sessions
+    /// of the last TTL rather than filling to its capacity with dead ones,
+    /// which a long run saw as memory that never stopped rising. Returns how
+    /// many sessions went.
+    pub(crate) fn expire_oldest(&self, expired: impl Fn(&[u8]) -> bool) -> usize {
+        let mut i = self.lock();
+        let Inner { map, order, .. } = &mut *i;
+        let mut n = 0;
+        while let Some((m, k)) = order.front() {
+            match map.get(k) {
+                Some((c, v)) if c == m => {
+                    if !expired(v) {
+                        break;
+                    }
+                    map.remove(k);
+                    n += 1;
+                }
+                _ => {}
+            }
+            order.pop_front();
+        }
+        n
+    }
+
+    /// Sessions held and order entries (tests).
     #[cfg(test)]
-    fn len(&self) -> (usize, usize) {
+    pub(super) fn len(&self) -> (usize, usize) {
         let i = self.lock();
         (i.map.len(), i.order.len())
     }
@@ -183,6 +212,28 @@ mod tests {
             let (held, order) = c.len();
             assert!(held <= 11 && order <= 12, "{held} {order} at {i}");
         }
+    }
+
+    #[test]
+    fn expired_sessions_go_from_the_oldest_until_a_live_one() {
+        let c = SessionCache::new(100);
+        // Values: their first byte is an "issue time".
+        for i in 0..6u32 {
+            c.put(k(i), vec![i as u8]);
+        }
+        c.take(&k(1));
+        c.put(k(0), vec![9]); // put again: now the newest
+        let gone = c.expire_oldest(|v| v[0] < 4);
+        // 2 and 3 expired; 1 was taken, 0's first insert is stale; 4 is live.
+        assert_eq!(gone, 2);
+        assert_eq!(c.get(&k(2)), None);
+        assert_eq!(c.get(&k(3)), None);
+        assert_eq!(c.get(&k(4)), Some(vec![4]));
+        assert_eq!(c.get(&k(0)), Some(vec![9]));
+        assert_eq!(c.len(), (3, 3));
+        assert_eq!(c.expire_oldest(|_| false), 0);
+        assert_eq!(c.expire_oldest(|_| true), 3);
+        assert_eq!(c.len(), (0, 0));
     }
 
     #[test]

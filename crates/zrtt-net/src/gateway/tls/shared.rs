@@ -261,7 +261,21 @@ impl TlsSessions {
                 return true;
             }
         }
-        self.local.put(ticket, stored.encode().to_vec())
+        let kept = self.local.put(ticket, stored.encode().to_vec());
+        self.expire_local();
+        kept
+    }
+
+    /// Drop this process's sessions past the TTL (oldest first), so the
+    /// store holds the last TTL's sessions, not its capacity of dead ones.
+    fn expire_local(&self) {
+        let now = self.now().as_millis();
+        let ttl = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
+        self.local.expire_oldest(|v| {
+            v.get(..8)
+                .and_then(|b| b.try_into().ok())
+                .is_none_or(|b| u64::from_be_bytes(b).saturating_add(ttl) <= now)
+        });
     }
 
     fn spawn_set(&self, store: &Arc<ReplayStore>, ticket: &[u8], sealed: Vec<u8>) {
@@ -640,5 +654,25 @@ mod tests {
         assert!(s.put(b"i2".to_vec(), stored(&[0, 3, 3]), &m));
         assert!(s.get_local(b"i1").is_none(), "past --tls-session-ttl");
         assert!(s.get_local(b"i2").is_some());
+    }
+
+    #[test]
+    fn expired_sessions_leave_memory_when_new_ones_come() {
+        let m = Metrics::default();
+        let s = TlsSessions::new(1000, Duration::from_secs(60));
+        let at = |ago_ms: u64| Stored {
+            issued: UnixTime::from_millis(crate::client::system_clock().as_millis() - ago_ms),
+            peer: [1; 16],
+            value: Zeroizing::new(b"secret".to_vec()),
+        };
+        // Never taken (clients that did not come back), issued over time.
+        for i in 0..100u64 {
+            assert!(s.put(i.to_be_bytes().to_vec(), at(120_000 - i * 1_000), &m));
+        }
+        // Issued 120 s to 21 s ago: those older than 60 s are gone, not
+        // kept until the capacity evicts them.
+        let (held, _) = s.local.len();
+        assert!((38..=40).contains(&held), "{held}");
+        assert!(s.take_local(&99u64.to_be_bytes()).is_some());
     }
 }
