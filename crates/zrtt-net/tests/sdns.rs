@@ -519,13 +519,19 @@ fn free_port() -> u16 {
 const UNBOUND: &str = "/usr/sbin/unbound";
 
 async fn start_unbound(sdns: SocketAddr, qmin: bool) -> Unbound {
+    start_unbound_stub(&format!("zq.{HOST}"), sdns, qmin).await
+}
+
+/// unbound with a stub zone `zone` served at `stub`.
+async fn start_unbound_stub(zone: &str, stub: SocketAddr, qmin: bool) -> Unbound {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().display();
     let port = free_port();
     let conf = format!(
-        "server:\n  interface: 127.0.0.1@{port}\n  port: {port}\n  do-daemonize: no\n  chroot: \"\"\n  username: \"\"\n  directory: \"{d}\"\n  pidfile: \"{d}/unbound.pid\"\n  use-syslog: no\n  logfile: \"{d}/unbound.log\"\n  verbosity: 1\n  do-ip6: no\n  do-not-query-localhost: no\n  qname-minimisation: {q}\n  access-control: 127.0.0.0/8 allow\n  module-config: \"iterator\"\n  edns-buffer-size: 1232\nremote-control:\n  control-enable: no\nstub-zone:\n  name: \"zq.{HOST}\"\n  stub-addr: 127.0.0.1@{sp}\n",
+        "server:\n  interface: 127.0.0.1@{port}\n  port: {port}\n  do-daemonize: no\n  chroot: \"\"\n  username: \"\"\n  directory: \"{d}\"\n  pidfile: \"{d}/unbound.pid\"\n  use-syslog: no\n  logfile: \"{d}/unbound.log\"\n  verbosity: 1\n  do-ip6: no\n  do-not-query-localhost: no\n  qname-minimisation: {q}\n  access-control: 127.0.0.0/8 allow\n  module-config: \"iterator\"\n  edns-buffer-size: 1232\nremote-control:\n  control-enable: no\nstub-zone:\n  name: \"{zone}\"\n  stub-addr: {ip}@{sp}\n",
         q = if qmin { "yes" } else { "no" },
-        sp = sdns.port(),
+        ip = stub.ip(),
+        sp = stub.port(),
     );
     let path = dir.path().join("unbound.conf");
     std::fs::write(&path, conf).unwrap();
@@ -645,4 +651,78 @@ async fn how_much_response_fits_a_dns_answer() {
         }
     }
     env.stop().await;
+}
+
+/// The delegation of docs/DNS.md §8.6 for real: `zrtt dns` serves
+/// example.com with `zq.www IN NS ns.zq.www` and its glue, the SDNS listens
+/// on that glue address's port 53 (root only), and unbound, knowing only
+/// example.com's server, follows the referral to the SDNS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_answer_comes_through_unbound_following_zrtt_dns_delegation() {
+    if !std::path::Path::new(UNBOUND).exists() {
+        eprintln!("skipped: {UNBOUND} not installed (scripts/install-deps.sh)");
+        return;
+    }
+    let glue: SocketAddr = "127.0.0.77:53".parse().unwrap();
+    if std::net::UdpSocket::bind(glue).is_err() || std::net::TcpListener::bind(glue).is_err() {
+        eprintln!("skipped: cannot bind {glue} (root needed, or the port is taken)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let zone = dir.path().join("example.com.zone");
+    std::fs::write(
+        &zone,
+        "$ORIGIN example.com.\n$TTL 300\n@ IN SOA ns1 hostmaster 1 3600 600 86400 60\n@ IN NS ns1\nns1 IN A 127.0.0.1\nwww 60 IN A 127.0.0.1\nzq.www 21600 IN NS ns.zq.www\nns.zq.www 21600 IN A 127.0.0.77\n",
+    )
+    .unwrap();
+    let state = zrtt_dns::server::ZoneState::new(&zone, None, &[], false).unwrap();
+    let listener = zrtt_dns::server::Listener::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let dns = listener.udp.local_addr().unwrap();
+    let (trigger, shutdown) = zrtt_dns::server::shutdown::channel();
+    let server = tokio::spawn(async move {
+        let rng = ring::rand::SystemRandom::new();
+        zrtt_dns::server::serve(
+            state,
+            vec![listener],
+            zrtt_net::client::system_clock,
+            &rng,
+            Duration::from_secs(60),
+            shutdown,
+        )
+        .await
+        .unwrap();
+    });
+    let (backend, seen) = recording_backend().await;
+    let mut sc = ShortcutConfig::default();
+    sc.sdns = vec![glue];
+    let env = start_gateway(GatewayOpts {
+        backend: Some(backend),
+        shortcut: Some(sc),
+        ..GatewayOpts::default()
+    })
+    .await;
+    for (i, qmin) in [false, true].into_iter().enumerate() {
+        let unbound = start_unbound_stub("example.com", dns, qmin).await;
+        let target = format!("/delegated-{qmin}");
+        let (hs, frame) = flight(&env.records[0], Method::Get, &target);
+        let q = query(
+            &shortcut::query_name(&frame, HOST).unwrap(),
+            RecordType::TXT,
+            50,
+        );
+        let TxtAnswer::Answer(stream) = txt_answer(&ask_udp(unbound.addr, &q).await) else {
+            panic!("not ANSWER (qname-minimisation {qmin})")
+        };
+        let response = hs.open_shortcut_answer(&stream).unwrap();
+        assert_eq!(
+            body_of(&response),
+            format!("hello from {target}").as_bytes()
+        );
+        assert_eq!(seen.lock().unwrap().len(), i + 1);
+    }
+    env.stop().await;
+    trigger.fire();
+    let _ = server.await;
 }
