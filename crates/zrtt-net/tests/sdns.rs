@@ -127,6 +127,14 @@ async fn ask_udp(server: SocketAddr, q: &[u8]) -> Vec<u8> {
     buf
 }
 
+/// Ask the SDNS over UDP: its answer is never larger than three times
+/// the query (the querier's address is unproven).
+async fn ask_sdns(sdns: SocketAddr, q: &[u8]) -> Vec<u8> {
+    let a = ask_udp(sdns, q).await;
+    assert!(a.len() <= 3 * q.len(), "{} > 3 x {}", a.len(), q.len());
+    a
+}
+
 /// Ask `server` over TCP (DNS over TCP).
 async fn ask_tcp(server: SocketAddr, q: &[u8]) -> Vec<u8> {
     let mut tcp = tokio::net::TcpStream::connect(server).await.unwrap();
@@ -174,7 +182,7 @@ async fn a_txt_query_runs_the_flight_once_and_answers_the_same_bytes() {
     let (hs, frame) = flight(&env.records[0], Method::Get, "/hello?x=1");
     let name = shortcut::query_name(&frame, HOST).unwrap();
     let q = query(&name, RecordType::TXT, 0x1234);
-    let first = ask_udp(sdns, &q).await;
+    let first = ask_sdns(sdns, &q).await;
     assert!(
         first.len() <= 3 * q.len(),
         "{} > 3 x {}",
@@ -203,7 +211,7 @@ async fn a_txt_query_runs_the_flight_once_and_answers_the_same_bytes() {
         );
     }
     // A resolver's retry (or a replay): the same bytes, no second run.
-    let again = ask_udp(sdns, &q).await;
+    let again = ask_sdns(sdns, &q).await;
     assert_eq!(again, first);
     // Over DNS-over-TCP too.
     let over_tcp = ask_tcp(sdns, &q).await;
@@ -233,7 +241,7 @@ async fn a_large_answer_is_fetched_over_tcp_with_the_same_flight() {
     let (hs, frame) = flight(&env.records[0], Method::Get, "/big");
     let name = shortcut::query_name(&frame, HOST).unwrap();
     let q = query(&name, RecordType::TXT, 7);
-    let a = ask_udp(env.sdns[0], &q).await;
+    let a = ask_sdns(env.sdns[0], &q).await;
     assert!(a.len() <= 3 * q.len());
     assert_eq!(txt_answer(&a), TxtAnswer::Fetch);
     let stream = fetch_tcp(env.addr, &frame).await;
@@ -271,14 +279,14 @@ async fn other_names_nxdomain_apex_soa_ns_outside_refused() {
     let n = labels.len();
     for k in 1..n - 4 {
         let partial = labels[n - 4 - k..].join(".");
-        let a = ask_udp(sdns, &query(&partial, RecordType::A, 1)).await;
+        let a = ask_sdns(sdns, &query(&partial, RecordType::A, 1)).await;
         assert_eq!(rcode(&a), ResponseCode::NXDomain, "{partial}");
         let m = Message::from_vec(&a).unwrap();
         assert!(matches!(m.authorities[0].data, RData::SOA(_)), "{m:?}");
         assert_eq!(m.authorities[0].ttl, shortcut::NEGATIVE_TTL);
     }
     // The whole name, another type.
-    let a = ask_udp(sdns, &query(&name, RecordType::A, 2)).await;
+    let a = ask_sdns(sdns, &query(&name, RecordType::A, 2)).await;
     assert_eq!(rcode(&a), ResponseCode::NXDomain);
     // dns-0x20: the case of the name does not matter, and comes back as sent.
     let mixed: String = name
@@ -292,21 +300,21 @@ async fn other_names_nxdomain_apex_soa_ns_outside_refused() {
             }
         })
         .collect();
-    let a = ask_udp(sdns, &query(&mixed, RecordType::TXT, 3)).await;
+    let a = ask_sdns(sdns, &query(&mixed, RecordType::TXT, 3)).await;
     let m = Message::from_vec(&a).unwrap();
     assert_eq!(m.queries[0].name().to_ascii().trim_end_matches('.'), mixed);
     assert!(matches!(txt_answer(&a), TxtAnswer::Answer(_)));
-    let a = ask_udp(sdns, &query("zq.www.example.com.", RecordType::SOA, 4)).await;
+    let a = ask_sdns(sdns, &query("zq.www.example.com.", RecordType::SOA, 4)).await;
     let m = Message::from_vec(&a).unwrap();
     assert_eq!(m.metadata.response_code, ResponseCode::NoError);
     assert!(matches!(m.answers[0].data, RData::SOA(_)));
-    let a = ask_udp(sdns, &query("zq.www.example.com.", RecordType::NS, 5)).await;
+    let a = ask_sdns(sdns, &query("zq.www.example.com.", RecordType::NS, 5)).await;
     let m = Message::from_vec(&a).unwrap();
     assert!(
         matches!(&m.answers[0].data, RData::NS(ns) if ns.0.to_ascii() == "ns.zq.www.example.com.")
     );
     assert!(matches!(m.additionals[0].data, RData::A(a) if a.0 == std::net::Ipv4Addr::LOCALHOST));
-    let a = ask_udp(sdns, &query("www.example.org.", RecordType::A, 6)).await;
+    let a = ask_sdns(sdns, &query("www.example.org.", RecordType::A, 6)).await;
     assert_eq!(rcode(&a), ResponseCode::Refused);
     assert_eq!(seen.lock().unwrap().len(), 1, "only the TXT query ran");
     env.stop().await;
@@ -324,7 +332,7 @@ async fn unknown_keys_and_huge_responses_are_rejected() {
         RecordType::TXT,
         9,
     );
-    let a = ask_udp(sdns, &q).await;
+    let a = ask_sdns(sdns, &q).await;
     assert!(a.len() <= 3 * q.len());
     let TxtAnswer::Reject(r) = txt_answer(&a) else {
         panic!("not REJECT")
@@ -337,12 +345,12 @@ async fn unknown_keys_and_huge_responses_are_rejected() {
         RecordType::TXT,
         10,
     );
-    let TxtAnswer::Reject(r) = txt_answer(&ask_udp(sdns, &q).await) else {
+    let TxtAnswer::Reject(r) = txt_answer(&ask_sdns(sdns, &q).await) else {
         panic!("not REJECT")
     };
     assert_eq!(reject_reason(&r), RejectReason::Busy);
     // The same flight again: the same refusal, no second run.
-    let TxtAnswer::Reject(r2) = txt_answer(&ask_udp(sdns, &q).await) else {
+    let TxtAnswer::Reject(r2) = txt_answer(&ask_sdns(sdns, &q).await) else {
         panic!("not REJECT")
     };
     assert_eq!(r, r2);
@@ -403,7 +411,7 @@ async fn other_methods_and_malformed_requests_are_rejected() {
         11,
     );
     assert!(matches!(
-        txt_answer(&ask_udp(env.sdns[0], &q).await),
+        txt_answer(&ask_sdns(env.sdns[0], &q).await),
         TxtAnswer::Answer(_)
     ));
     for (i, early) in [
@@ -422,7 +430,7 @@ async fn other_methods_and_malformed_requests_are_rejected() {
             RecordType::TXT,
             12 + i as u16,
         );
-        let TxtAnswer::Reject(r) = txt_answer(&ask_udp(env.sdns[0], &q).await) else {
+        let TxtAnswer::Reject(r) = txt_answer(&ask_sdns(env.sdns[0], &q).await) else {
             panic!("not REJECT for {early:?}")
         };
         assert_eq!(reject_reason(&r), RejectReason::Unsupported);
@@ -446,7 +454,7 @@ async fn a_running_flight_is_waited_for_over_tcp_and_bounded_per_source() {
         30,
     );
     let sdns = env.sdns[0];
-    let first = tokio::spawn(async move { ask_udp(sdns, &q).await });
+    let first = tokio::spawn(async move { ask_sdns(sdns, &q).await });
     // Running once the backend has the request (polled, bounded).
     for _ in 0..500 {
         if !seen.lock().unwrap().is_empty() {
@@ -462,7 +470,7 @@ async fn a_running_flight_is_waited_for_over_tcp_and_bounded_per_source() {
         RecordType::TXT,
         31,
     );
-    let a = Message::from_vec(&ask_udp(sdns, &q2).await).unwrap();
+    let a = Message::from_vec(&ask_sdns(sdns, &q2).await).unwrap();
     assert_eq!(a.metadata.response_code, ResponseCode::Refused);
     assert_eq!(env.metric("shortcut_refused"), 1);
     // The TCP form of the running flight waits for it, then gets its stream.
@@ -485,7 +493,7 @@ async fn a_running_flight_is_waited_for_over_tcp_and_bounded_per_source() {
     );
     assert_eq!(seen.lock().unwrap().len(), 1, "run once");
     // The bound frees with the run.
-    let a = ask_udp(sdns, &q2).await;
+    let a = ask_sdns(sdns, &q2).await;
     assert!(matches!(txt_answer(&a), TxtAnswer::Answer(_)));
     env.stop().await;
 }
