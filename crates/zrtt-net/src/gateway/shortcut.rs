@@ -403,3 +403,20 @@ pub(super) async fn serve_tcp(
         super::close::linger(tcp);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cached_answers_keep_their_kind_and_bytes() {
+        for a in [
+            TxtAnswer::Answer(vec![0xD8, 0, 3, 1, 2, 3]),
+            TxtAnswer::Reject(encode_reject(RejectReason::Busy, &[])),
+            TxtAnswer::Fetch,
+        ] {
+            assert_eq!(from_cached(&to_cached(&a)), a);
+        }
+        assert_eq!(from_cached(&[]), TxtAnswer::Fetch);
+    }
+}

@@ -3,6 +3,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 pub mod redis;
+pub mod shortcut;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, RwLock};
