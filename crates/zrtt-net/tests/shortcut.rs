@@ -401,3 +401,53 @@ async fn known_address_sends_no_query() {
     );
     env.stop().await;
 }
+
+/// A resolver whose answer never comes: only the shortcut can answer.
+struct NoAddress;
+
+impl zrtt_net::client::Resolve for NoAddress {
+    fn resolve(&self, _: &str, _: u16) -> zrtt_net::client::ResolveFuture {
+        Box::pin(std::future::pending())
+    }
+}
+
+#[tokio::test]
+async fn proxy_answers_from_the_dns_answer() {
+    use zrtt_net::proxy::{Proxy, ProxyConfig};
+    let keys = keys();
+    let fake = start_sdns(Sdns::Answer, Arc::new(server_keys(&keys)), false).await;
+    let mut cfg = ProxyConfig::new(client(&keys));
+    cfg.resolver = Arc::new(NoAddress);
+    cfg.shortcut_dns = Some(lookup(&fake, 443).dns);
+    let proxy = Proxy::bind("127.0.0.1:0".parse().unwrap(), cfg)
+        .await
+        .unwrap();
+    let addr = proxy.local_addr().unwrap();
+    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(proxy.run(async {
+        let _ = rx.await;
+    }));
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .unwrap();
+    let conn = tokio::spawn(conn);
+    let req = Request::builder()
+        .uri(format!("http://{HOST}/x"))
+        .header("host", HOST)
+        .header("proxy-connection", "keep-alive")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(10), sender.send_request(req))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], b"shortcut");
+    assert_eq!(*fake.txt_queries.lock().unwrap(), 1);
+    drop(sender);
+    let _ = tokio::time::timeout(Duration::from_secs(2), conn).await;
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+}

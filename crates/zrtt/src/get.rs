@@ -340,7 +340,11 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
         .map(|ip| SocketAddr::new(*ip, port));
     }
     // --dns-shortcut with --record: the address lookup races the shortcut.
-    let shortcut = a.flags.dns_shortcut() && !use_dns && !a.records.is_empty() && addr.is_none();
+    let shortcut = a.flags.dns_shortcut()
+        && !use_dns
+        && !a.records.is_empty()
+        && addr.is_none()
+        && host.parse::<IpAddr>().is_err();
     let addr = match addr {
         Some(a) => a,
         None if shortcut => SocketAddr::from(([0, 0, 0, 0], port)),
