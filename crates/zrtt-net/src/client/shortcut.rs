@@ -363,6 +363,7 @@ async fn wind_down(plain: Plain) {
     };
     let _ = tokio::time::timeout(WIND_DOWN, closing).await;
 }
+
 type Fetching<'a> = Pin<Box<dyn Future<Output = Result<(Vec<u8>, Duration, bool)>> + Send + 'a>>;
 
 /// Polls `f` if there is one, else never completes.
@@ -452,7 +453,7 @@ pub(super) async fn establish_shortcut(
                                 notes.push(format!(
                                     "DNS shortcut: answered in the DNS answer after {:.1} ms{}",
                                     ms(t0),
-                                    if plain_path.is_some() { " (the plain path, started, dropped)" } else { "" }
+                                    if plain_path.is_some() { " (the plain connection under way is closed in order)" } else { "" }
                                 ));
                                 let info = answered(Mode::DnsShortcut, t0, Duration::ZERO, true, notes);
                                 let wind = plain_path.take().map(|p| tokio::spawn(wind_down(p)));
