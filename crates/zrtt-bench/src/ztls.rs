@@ -10,7 +10,9 @@
 //! as every resolver, `zrtt dns` as the authoritative server for
 //! example.com, nginx as the TLS 1.3 server, `zrtt gateway` in front of
 //! nginx for zrtt. docs/LAB.md (section ztls) has the method and the
-//! reading.
+//! reading. With `--shortcut`, the DNS shortcut's rows instead
+//! (`ztls_shortcut.rs`, report `ztls_shortcut`): the gateway's SDNS on
+//! `www` (`--sdns`, delegated as `zq.www`), which every run starts.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
