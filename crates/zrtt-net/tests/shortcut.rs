@@ -37,6 +37,8 @@ enum Sdns {
     NxDomain,
     Refused,
     Silent,
+    Reject,
+    Malformed,
 }
 
 /// The response a shortcut flight gets.
@@ -145,9 +147,16 @@ async fn start_sdns(mode: Sdns, server: Arc<ServerConfig>, a_first: bool) -> Fak
                 }
                 Sdns::Answer => Some(TxtAnswer::Answer(answer_stream(&server, &flight))),
                 Sdns::Fetch => Some(TxtAnswer::Fetch),
+                // A Reject frame's bytes do not matter to the client.
+                Sdns::Reject => Some(TxtAnswer::Reject(vec![0xD9, 0x07, 0x00, 0x00])),
+                Sdns::Malformed => None,
             };
-            if let Some(a) = answer {
-                let strings = a.to_strings();
+            let strings = match (answer, mode) {
+                (Some(a), _) => Some(a.to_strings()),
+                (None, Sdns::Malformed) => Some(vec![vec![0x09, 1, 2, 3]]),
+                (None, _) => None,
+            };
+            if let Some(strings) = strings {
                 let txt = TXT::from_bytes(strings.iter().map(|s| &s[..]).collect());
                 resp.add_answer(Record::from_rdata(query.name().clone(), 0, RData::TXT(txt)));
             }
@@ -317,6 +326,16 @@ async fn refused_goes_the_plain_path() {
 #[tokio::test]
 async fn silent_sdns_goes_the_plain_path() {
     plain_after(Sdns::Silent).await;
+}
+
+#[tokio::test]
+async fn reject_goes_the_plain_path() {
+    plain_after(Sdns::Reject).await;
+}
+
+#[tokio::test]
+async fn malformed_answer_goes_the_plain_path() {
+    plain_after(Sdns::Malformed).await;
 }
 
 #[tokio::test]
