@@ -345,6 +345,10 @@ async fn get(a: &GetArgs) -> Result<u8, Failure> {
         && !a.records.is_empty()
         && addr.is_none()
         && host.parse::<IpAddr>().is_err();
+    if a.flags.dns_shortcut() && !shortcut {
+        let why = "needs --record and --cert (a key record held) and a name without --resolve";
+        dns_notes.push(format!("DNS shortcut not used: it {why}"));
+    }
     let addr = match addr {
         Some(a) => a,
         None if shortcut => SocketAddr::from(([0, 0, 0, 0], port)),
