@@ -295,3 +295,22 @@ async fn a_reject_under_a_zone_lists_only_that_sites_records() {
     assert_eq!(records[0].body.name, HOST);
     env.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_site_whose_shortcut_is_off_runs_nothing() {
+    let mut sc = ShortcutConfig::default();
+    sc.off_sites = vec!["WWW.example.com.".into()];
+    let (env, seen) = start_with(sc).await;
+    let (_, frame) = flight(&env.records[0], Method::Get, "/");
+    let a = ask_sdns(env.sdns[0], &txt_query(&frame, 1)).await;
+    let m = hickory_proto::op::Message::from_vec(&a).unwrap();
+    assert_eq!(
+        m.metadata.response_code,
+        hickory_proto::op::ResponseCode::Refused,
+        "not its zone"
+    );
+    let got = fetch_tcp(env.addr, &frame).await;
+    assert_eq!(reject_reason(&got), RejectReason::Unsupported);
+    assert!(seen.lock().unwrap().is_empty());
+    env.stop().await;
+}

@@ -276,13 +276,14 @@ fn count_rcode(m: &Metrics, rcode: ResponseCode) {
     }
 }
 
-/// The sites whose shortcut zones are served: the key records' names.
+/// The sites whose shortcut zones are served: the key records' names,
+/// but those whose shortcut is off.
 fn site_names(shared: &Shared) -> Vec<String> {
     let keys = shared.cfg.keys.read().unwrap_or_else(|p| p.into_inner());
     let mut out: Vec<String> = Vec::new();
     for k in keys.keys() {
         let n = &k.record.body.name;
-        if !out.iter().any(|o| o.eq_ignore_ascii_case(n)) {
+        if shared.shortcuts.serves(n) && !out.iter().any(|o| o.eq_ignore_ascii_case(n)) {
             out.push(n.clone());
         }
     }

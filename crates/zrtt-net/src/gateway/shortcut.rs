@@ -61,6 +61,10 @@ pub struct ShortcutConfig {
     /// no access rule should trust (default [`DNS_CLIENT_ADDRESS`], from
     /// TEST-NET-1, RFC 5737).
     pub dns_client_address: IpAddr,
+    /// Sites (key record names) whose shortcut is off (`--sdns-off`): the
+    /// SDNS does not serve their zones (REFUSED) and a shortcut flight's
+    /// TCP form for them gets REJECT 8 (the client takes the normal path).
+    pub off_sites: Vec<String>,
     /// Flights the answer cache holds (done and running).
     pub cache_entries: usize,
     /// Bytes of answers the answer cache holds.
@@ -80,6 +84,7 @@ impl Default for ShortcutConfig {
             max_running: DEFAULT_MAX_RUNNING,
             runs_per_sec_per_prefix: DEFAULT_RUNS_PER_SEC_PER_PREFIX,
             dns_client_address: DNS_CLIENT_ADDRESS,
+            off_sites: Vec::new(),
             cache_entries: 1 << 16,
             cache_bytes: 64 << 20,
             answer_lifetime: Duration::ZERO,
@@ -119,6 +124,8 @@ pub(super) struct Shortcuts {
     limits: Mutex<RunLimits>,
     /// What the backend is told a DNS-path request came from.
     pub(super) dns_client: IpAddr,
+    /// Sites whose shortcut is off.
+    off_sites: Vec<String>,
     /// The shortcut zones' name server and its addresses (sdns_zone.rs).
     pub(super) zone: ZoneConfig,
 }
@@ -160,7 +167,19 @@ impl Shortcuts {
                 cfg.runs_per_sec_per_prefix,
             )),
             dns_client: cfg.dns_client_address,
+            off_sites: cfg.off_sites.clone(),
         }
+    }
+}
+
+impl Shortcuts {
+    /// Whether the shortcut of `site` (a key record's name) is on.
+    pub(super) fn serves(&self, site: &str) -> bool {
+        let site = site.trim_end_matches('.');
+        !self
+            .off_sites
+            .iter()
+            .any(|o| o.trim_end_matches('.').eq_ignore_ascii_case(site))
     }
 }
 
@@ -379,6 +398,13 @@ async fn make(
                 return Outcome::NotFlight;
             }
         }
+        // The site's shortcut is off (its TCP form; its zone is not served).
+        if key_site
+            .as_deref()
+            .is_some_and(|k| !shared.shortcuts.serves(k))
+        {
+            return Outcome::Answer(reject(RejectReason::Unsupported));
+        }
         let mut replay: &std::sync::Mutex<dyn ReplayFilter> = &shared.cfg.replay;
         let result = keys.accept(
             &parsed,
@@ -524,6 +550,25 @@ mod tests {
         cache.finish(&[1; 32], payload(KIND_ANSWER, b"stream"), t0);
         let later = UnixTime::from_millis(1_800_000_080_000);
         assert!(matches!(cache.lookup(&[1; 32], later), Lookup::Done(_)));
+    }
+
+    #[test]
+    fn runs_from_the_sdns_stay_below_the_udp_task_limit() {
+        let mut cfg = ShortcutConfig::default();
+        cfg.max_running = usize::MAX;
+        let s = Shortcuts::new(&cfg, Vec::new(), None);
+        let now = Instant::now();
+        let mut limits = lock(&s.limits);
+        let cap = super::super::sdns::MAX_UDP_TASKS / 2;
+        for i in 0..cap {
+            let ip = IpAddr::from([10, (i >> 8) as u8, i as u8, 1]);
+            assert_eq!(limits.try_start(ip, now), Ok(()));
+        }
+        assert_eq!(
+            limits.try_start(IpAddr::from([11, 0, 0, 1]), now),
+            Err(Deferred::AllRunning)
+        );
+        assert!(s.serves("www.example.com"));
     }
 
     #[test]

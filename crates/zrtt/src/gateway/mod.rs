@@ -239,6 +239,11 @@ pub struct GatewayArgs {
     /// resolver or a spoofed address, never the client. Never trust it.
     #[arg(long, value_name = "ADDR", default_value_t = zrtt_net::gateway::DNS_CLIENT_ADDRESS)]
     sdns_client_address: std::net::IpAddr,
+    /// Turn the shortcut off for this site (a key record's name;
+    /// repeatable): its zone is not served, a shortcut flight's TCP form
+    /// for it is refused (the client takes the normal path).
+    #[arg(long, value_name = "SITE")]
+    sdns_off: Vec<String>,
     /// Worker threads, and listening sockets on the port (SO_REUSEPORT, each
     /// with its own accept loop); default: the cores this process may use.
     #[arg(long)]
@@ -473,6 +478,7 @@ pub fn run(mut a: GatewayArgs) -> Result<ExitCode> {
     cfg.shortcut.sdns_ns = a.sdns_ns.clone();
     cfg.shortcut.max_running_per_prefix = a.sdns_max_running.max(1);
     cfg.shortcut.dns_client_address = a.sdns_client_address;
+    cfg.shortcut.off_sites = a.sdns_off.clone();
     cfg.timeouts.backend_response = a.backend_timeout;
     if cfg.timeouts.backend_response >= cfg.timeouts.stream_idle {
         tracing::warn!(
