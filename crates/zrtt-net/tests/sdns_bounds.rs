@@ -149,8 +149,10 @@ async fn the_backend_never_hears_the_querier_only_the_marker() {
 async fn over_the_soft_load_limit_the_sdns_says_fetch_and_runs_nothing() {
     let (backend, seen) = recording_backend().await;
     let mut limits = AdmissionLimits::default();
-    // One early decryption, then none for minutes: over the soft limit.
+    // One early decryption, then none for minutes: over the soft limit;
+    // two decryptions at all.
     limits.decrypts_per_sec = 0.001;
+    limits.hard_decrypts_per_sec = 2.0;
     let env = start_gateway(GatewayOpts {
         backend: Some(backend),
         shortcut: Some(sdns_config()),
@@ -164,9 +166,16 @@ async fn over_the_soft_load_limit_the_sdns_says_fetch_and_runs_nothing() {
     let (hs, second) = flight(&env.records[0], Method::Get, "/second");
     let a = ask_sdns(env.sdns[0], &txt_query(&second, 2)).await;
     assert_eq!(txt_answer(&a), TxtAnswer::Fetch);
-    assert_eq!(env.metric("shortcut_deferred"), 1);
+    // A flood of them takes no hard decryption token from the port's
+    // first flights.
+    for i in 0..10 {
+        let (_, f) = flight(&env.records[0], Method::Get, "/flood");
+        let a = ask_sdns(env.sdns[0], &txt_query(&f, 10 + i)).await;
+        assert_eq!(txt_answer(&a), TxtAnswer::Fetch);
+    }
+    assert_eq!(env.metric("shortcut_deferred"), 11);
     assert_eq!(seen.lock().unwrap().len(), 1, "FETCH ran nothing");
-    // Its TCP form, after the handshake, runs it.
+    // Its TCP form, after the handshake, runs it (the last hard token).
     let stream = fetch_tcp(env.addr, &second).await;
     assert_eq!(
         body_of(&hs.open_shortcut_answer(&stream).unwrap()),

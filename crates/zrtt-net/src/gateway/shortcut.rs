@@ -373,9 +373,13 @@ async fn make(
     // The gateway's intake before decrypting, as for a first flight on
     // its port: over a hard limit busy; over a soft one a flight from an
     // unproven address waits for its handshake, and the SDNS's querier
-    // is never proven: FETCH, the client's TCP form runs it.
+    // is never proven: FETCH, the client's TCP form runs it (checked
+    // first, so such a flight takes no hard decryption token).
     let active = shared.active.load(std::sync::atomic::Ordering::Relaxed);
-    let intake = shared.admission.intake(active, Instant::now());
+    let intake = match via {
+        Via::Dns { .. } => shared.admission.intake_unproven(active, Instant::now()),
+        Via::Tcp { .. } => shared.admission.intake(active, Instant::now()),
+    };
     if intake.is_busy() {
         Metrics::inc(&m.zrtt_busy);
         return busy();
