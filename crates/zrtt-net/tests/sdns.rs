@@ -52,6 +52,10 @@ async fn a_txt_query_runs_the_flight_once_and_answers_the_same_bytes() {
             line.contains("\nforwarded: for=unknown;proto=https"),
             "{line}"
         );
+        // Never the resolver's address (127.0.0.1 here, trusted by
+        // `Require local`): the marker (tests/sdns_bounds.rs has more).
+        assert!(line.contains("\nx-forwarded-for: 192.0.2.1"), "{line}");
+        assert!(!line.contains("127.0.0.1"), "{line}");
     }
     // A resolver's retry (or a replay): the same bytes, no second run.
     let again = ask_sdns(sdns, &q).await;
@@ -274,9 +278,9 @@ async fn other_methods_and_malformed_requests_are_rejected() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_running_flight_is_waited_for_over_tcp_and_bounded_per_source() {
+async fn a_running_flight_is_waited_for_over_tcp_and_bounded_per_prefix() {
     let mut sc = ShortcutConfig::default();
-    sc.max_running_per_source = 1;
+    sc.max_running_per_prefix = 1;
     let (env, seen) = start_with(sc).await;
     let (hs, frame) = flight(&env.records[0], Method::Get, "/hold");
     let q = query(
@@ -294,21 +298,32 @@ async fn a_running_flight_is_waited_for_over_tcp_and_bounded_per_source() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(seen.lock().unwrap().len(), 1);
-    // Another flight from the same resolver address: over its bound.
-    let (_, other) = flight(&env.records[0], Method::Get, "/other");
+    // Another flight from the same resolver address, and one from another
+    // address of its /24: over the prefix's bound, FETCH without a run
+    // (the client's TCP form runs it), never REFUSED.
+    let (hs2, other) = flight(&env.records[0], Method::Get, "/other");
     let q2 = query(
         &shortcut::query_name(&other, HOST).unwrap(),
         RecordType::TXT,
         31,
     );
-    let a = Message::from_vec(&ask_sdns(sdns, &q2).await).unwrap();
-    assert_eq!(a.metadata.response_code, ResponseCode::Refused);
-    assert_eq!(env.metric("shortcut_refused"), 1);
+    assert_eq!(txt_answer(&ask_sdns(sdns, &q2).await), TxtAnswer::Fetch);
+    let (_, third) = flight(&env.records[0], Method::Get, "/third");
+    let q3 = query(
+        &shortcut::query_name(&third, HOST).unwrap(),
+        RecordType::TXT,
+        32,
+    );
+    let a = ask_udp_from("127.0.0.2", sdns, &q3).await;
+    assert!(a.len() <= 3 * q3.len());
+    assert_eq!(txt_answer(&a), TxtAnswer::Fetch);
+    assert_eq!(env.metric("shortcut_deferred"), 2);
+    assert_eq!(seen.lock().unwrap().len(), 1, "FETCH ran nothing");
     // The TCP form of the running flight waits for it, then gets its stream.
     let addr = env.addr;
     let fetch = tokio::spawn(async move { fetch_tcp(addr, &frame).await });
     for _ in 0..500 {
-        if env.metric("shortcut_flights") >= 3 {
+        if env.metric("shortcut_flights") >= 4 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -323,8 +338,20 @@ async fn a_running_flight_is_waited_for_over_tcp_and_bounded_per_source() {
         b"hello from /hold"
     );
     assert_eq!(seen.lock().unwrap().len(), 1, "run once");
+    // The deferred flight's TCP form runs it (a proven address).
+    let got = fetch_tcp(env.addr, &other).await;
+    assert_eq!(
+        body_of(&hs2.open_shortcut_answer(&got).unwrap()),
+        b"hello from /other"
+    );
     // The bound frees with the run.
-    let a = ask_sdns(sdns, &q2).await;
+    let (_, fourth) = flight(&env.records[0], Method::Get, "/fourth");
+    let q4 = query(
+        &shortcut::query_name(&fourth, HOST).unwrap(),
+        RecordType::TXT,
+        33,
+    );
+    let a = ask_sdns(sdns, &q4).await;
     assert!(matches!(txt_answer(&a), TxtAnswer::Answer(_)));
     env.stop().await;
 }

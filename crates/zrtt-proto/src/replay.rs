@@ -39,6 +39,12 @@ pub trait ReplayFilter: Send {
         timestamp: UnixTime,
         now: UnixTime,
     ) -> Result<(), ReplayError>;
+
+    /// How long a copy of a flight can pass the time check (`max_age +
+    /// max_future`), if the filter says (the shortcut's answer cache).
+    fn window(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// A filter shared between threads, locked for each call only. Passed to
@@ -363,6 +369,10 @@ fn millis(d: Duration) -> u64 {
 }
 
 impl ReplayFilter for BloomReplayFilter {
+    fn window(&self) -> Option<Duration> {
+        Some(self.config.max_age + self.config.max_future)
+    }
+
     fn seen(&self, key_id: u32, ephemeral: &[u8; 32]) -> bool {
         let idx: Vec<u64> = self.indices(key_id, ephemeral).collect();
         self.buckets

@@ -26,17 +26,14 @@ fn dig_with(port: u16, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-#[test]
-fn the_gateway_serves_the_shortcut_zone_to_dig() {
-    if !have("dig") {
-        eprintln!("skipped: dig not installed (scripts/install-deps.sh)");
-        return;
-    }
+/// A gateway from a TOML file with an SDNS and `extra` settings: its
+/// directory, its process and the SDNS port.
+fn start(extra: &str) -> (tempfile::TempDir, Guard, u16) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     key_and_record(dir, HOST);
     let conf = format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\nkey = [\"k1.key\"]\nrecord = [\"k1.rec\"]\ncert = \"cert.pem\"\ncert_key = \"cert.key\"\nsdns = [\"127.0.0.1:0\"]\n",
+        "[gateway]\nlisten = \"127.0.0.1:0\"\nbackend = \"{}\"\nkey = [\"k1.key\"]\nrecord = [\"k1.rec\"]\ncert = \"cert.pem\"\ncert_key = \"cert.key\"\nsdns = [\"127.0.0.1:0\"]\n{extra}",
         backend()
     );
     std::fs::write(dir.join("zrtt.toml"), conf).unwrap();
@@ -48,7 +45,7 @@ fn the_gateway_serves_the_shortcut_zone_to_dig() {
         .spawn()
         .unwrap();
     let mut out = BufReader::new(child.stdout.take().unwrap());
-    let _gw = Guard(child);
+    let gw = Guard(child);
     let (mut listening, mut sdns) = (String::new(), String::new());
     out.read_line(&mut listening).unwrap();
     out.read_line(&mut sdns).unwrap();
@@ -58,7 +55,16 @@ fn the_gateway_serves_the_shortcut_zone_to_dig() {
         .strip_prefix("sdns ")
         .and_then(|a| a.parse().ok())
         .unwrap_or_else(|| panic!("{sdns:?}"));
-    let port = sdns.port();
+    (tmp, gw, sdns.port())
+}
+
+#[test]
+fn the_gateway_serves_the_shortcut_zone_to_dig() {
+    if !have("dig") {
+        eprintln!("skipped: dig not installed (scripts/install-deps.sh)");
+        return;
+    }
+    let (_tmp, _gw, port) = start("");
 
     let soa = dig(port, "zq.www.example.com", "SOA");
     assert!(soa.contains("status: NOERROR"), "{soa}");
@@ -81,4 +87,16 @@ fn the_gateway_serves_the_shortcut_zone_to_dig() {
     // DNS over TCP answers alike.
     let tcp = dig_with(port, &["+tcp", "zq.www.example.com", "SOA"]);
     assert!(tcp.contains("status: NOERROR"), "{tcp}");
+}
+
+#[test]
+fn a_site_whose_shortcut_is_off_has_no_zone() {
+    if !have("dig") {
+        eprintln!("skipped: dig not installed (scripts/install-deps.sh)");
+        return;
+    }
+    let (_tmp, _gw, port) =
+        start("sdns_off = [\"www.example.com\"]\nsdns_client_address = \"203.0.113.9\"\n");
+    let soa = dig(port, "zq.www.example.com", "SOA");
+    assert!(soa.contains("status: REFUSED"), "{soa}");
 }

@@ -12,7 +12,7 @@ use tokio::task::JoinSet;
 use zrtt_proto::admission::Admission;
 use zrtt_proto::handshake::FRAME_FIRST_FLIGHT;
 
-use super::{first_flight, tls, Backend, GatewayConfig, Metrics, Shared};
+use super::{first_flight, lock, tls, Backend, GatewayConfig, Metrics, Shared};
 use crate::error::{Error, Result};
 use crate::tfo;
 
@@ -156,8 +156,9 @@ impl Gateway {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .resumption = cfg.admission.tokens.clone().filter(|_| cfg.resumption);
+        let window = lock(&cfg.replay).window();
         let shared = Arc::new(Shared {
-            shortcuts: super::shortcut::Shortcuts::new(&cfg.shortcut, glue),
+            shortcuts: super::shortcut::Shortcuts::new(&cfg.shortcut, glue, window),
             admission: Arc::new(Admission::new(cfg.admission.clone(), Instant::now())),
             sites,
             cfg,

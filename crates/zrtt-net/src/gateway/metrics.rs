@@ -195,11 +195,13 @@ counters! {
     shortcut_fetch,
     /// Shortcut flights refused with a Reject frame (REJECT in DNS, or on TCP).
     shortcut_rejects,
-    /// SDNS queries refused because their source had too many shortcut
-    /// flights running (REFUSED).
-    shortcut_refused,
-    /// Shortcut responses over 1 MiB (REJECT busy: the client takes the
-    /// normal path).
+    /// SDNS queries for a new flight answered FETCH without a run: over a
+    /// bound for unproven queriers (runs per source prefix, in all, per
+    /// prefix and second) or the soft load limit.
+    shortcut_deferred,
+    /// Shortcut responses over the bound of their run (64 KiB from the
+    /// SDNS, 1 MiB from a TCP form): REJECT busy, the client takes the
+    /// normal path.
     shortcut_too_large,
     /// Answer streams written on the gateway's port for a shortcut flight's TCP form.
     shortcut_tcp_answers,

@@ -39,7 +39,8 @@
 //!   by the SDNS and the gateway's port: the answer cache looked up before
 //!   decryption, the flight accepted through the replay filter, its compact
 //!   request run by `shortcut_backend`; `sdns`: the SDNS's UDP and TCP
-//!   loops (`--sdns`), `sdns_zone`: what it answers (the zones `zq.S`);
+//!   loops (`--sdns`), `sdns_zone`: what it answers (the zones `zq.S`),
+//!   `sdns_limits`: how many runs unproven queriers start;
 //! - [`replay_store`]: the replay store a fleet shares (Redis), checked
 //!   in `first_flight` after the local filter accepted a flight;
 //! - [`metrics`]: counters and histograms (served by [`crate::admin`]).
@@ -73,6 +74,7 @@ mod relay;
 pub mod replay_store;
 mod reply_timer;
 mod sdns;
+mod sdns_limits;
 mod sdns_zone;
 mod shortcut;
 mod shortcut_backend;
@@ -130,7 +132,10 @@ pub fn fuzz_early_use(early: &[u8]) -> bool {
 pub use crate::admin::Readiness;
 pub use metrics::Metrics;
 pub use replay_store::{ReplayStore, ReplayStoreConfig, StoreAddress};
-pub use shortcut::{ShortcutConfig, DEFAULT_MAX_RUNNING_PER_SOURCE};
+pub use shortcut::{
+    ShortcutConfig, DEFAULT_MAX_RUNNING, DEFAULT_MAX_RUNNING_PER_PREFIX,
+    DEFAULT_RUNS_PER_SEC_PER_PREFIX, DNS_CLIENT_ADDRESS, DNS_MAX_RESPONSE,
+};
 pub use sites::Site;
 pub use static_files::StaticRoot;
 #[doc(hidden)]

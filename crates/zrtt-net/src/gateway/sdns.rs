@@ -22,17 +22,17 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::task::JoinSet;
-use zrtt_proto::shortcut;
+use zrtt_proto::shortcut::udp_response_budget;
 
 use super::sdns_zone::{self, Plan, Sent};
-use super::shortcut::Outcome;
+use super::shortcut::{self, Outcome};
 use super::shortcut_backend::Via;
 use super::{Metrics, Shared};
 use crate::error::{Error, Result};
 
 /// UDP queries handled at once per socket (beyond: dropped, the resolver
 /// retries).
-const MAX_UDP_TASKS: usize = 4096;
+pub(super) const MAX_UDP_TASKS: usize = 4096;
 /// DNS-over-TCP connections served at once per socket (beyond: closed).
 const MAX_TCP_CONNECTIONS: usize = 256;
 /// A DNS-over-TCP connection with no query for this long is closed.
@@ -194,7 +194,7 @@ async fn tcp_connection(shared: Arc<Shared>, mut tcp: TcpStream, peer: SocketAdd
 }
 
 /// The answer to one query from `src` (`None`: send nothing). On UDP the
-/// answer is held to [`shortcut::udp_response_budget`]; over TCP a
+/// answer is held to [`udp_response_budget`]; over TCP a
 /// flight being made is waited for.
 async fn handle(
     shared: &Arc<Shared>,
@@ -213,7 +213,7 @@ async fn handle(
         }
     };
     let budget = if udp {
-        shortcut::udp_response_budget(bytes.len(), query.edns.as_ref().map(|e| e.max_payload()))
+        udp_response_budget(bytes.len(), query.edns.as_ref().map(|e| e.max_payload()))
     } else {
         usize::from(u16::MAX)
     };
@@ -233,12 +233,16 @@ async fn handle(
             match super::shortcut::answer(shared, &frame, Some(&site), via, !udp).await {
                 Outcome::Answer(a) => {
                     let (b, sent) = sdns_zone::flight_answer(&query, &a, budget);
-                    Metrics::inc(match sent {
-                        Sent::Answer => &m.shortcut_answers,
-                        Sent::Fetch => &m.shortcut_fetch,
-                        Sent::Reject => &m.shortcut_rejects,
-                        Sent::Truncated => &m.sdns_truncated,
-                    });
+                    count_sent(m, sent);
+                    Some(b)
+                }
+                // Over a bound for unproven queriers: FETCH without a run,
+                // the client's TCP form runs it from its own address.
+                Outcome::Deferred(why) => {
+                    tracing::debug!("shortcut flight from {src} not run: {why:?}");
+                    Metrics::inc(&m.shortcut_deferred);
+                    let (b, sent) = sdns_zone::flight_answer(&query, &shortcut::fetch(), budget);
+                    count_sent(m, sent);
                     Some(b)
                 }
                 Outcome::Running => None,
@@ -250,14 +254,18 @@ async fn handle(
                         budget,
                     ))
                 }
-                Outcome::Refused => {
-                    Metrics::inc(&m.shortcut_refused);
-                    let r = sdns_zone::response(&query, ResponseCode::Refused);
-                    Some(sdns_zone::encode(&r, &query, budget))
-                }
             }
         }
     }
+}
+
+fn count_sent(m: &Metrics, sent: Sent) {
+    Metrics::inc(match sent {
+        Sent::Answer => &m.shortcut_answers,
+        Sent::Fetch => &m.shortcut_fetch,
+        Sent::Reject => &m.shortcut_rejects,
+        Sent::Truncated => &m.sdns_truncated,
+    });
 }
 
 fn count_rcode(m: &Metrics, rcode: ResponseCode) {
@@ -268,13 +276,14 @@ fn count_rcode(m: &Metrics, rcode: ResponseCode) {
     }
 }
 
-/// The sites whose shortcut zones are served: the key records' names.
+/// The sites whose shortcut zones are served: the key records' names,
+/// but those whose shortcut is off.
 fn site_names(shared: &Shared) -> Vec<String> {
     let keys = shared.cfg.keys.read().unwrap_or_else(|p| p.into_inner());
     let mut out: Vec<String> = Vec::new();
     for k in keys.keys() {
         let n = &k.record.body.name;
-        if !out.iter().any(|o| o.eq_ignore_ascii_case(n)) {
+        if shared.shortcuts.serves(n) && !out.iter().any(|o| o.eq_ignore_ascii_case(n)) {
             out.push(n.clone());
         }
     }

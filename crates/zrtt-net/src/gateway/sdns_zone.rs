@@ -12,8 +12,9 @@ use std::net::IpAddr;
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, ResponseCode};
 use hickory_proto::rr::rdata::{A, AAAA, NS, SOA, TXT};
 use hickory_proto::rr::{DNSClass, Name, RData, Record, RecordType};
-use zrtt_proto::handshake::{encode_reject, read_frame, Expect, Frame};
-use zrtt_proto::shortcut::{self, NameMatch, TxtAnswer, NEGATIVE_TTL};
+use zrtt_proto::shortcut::{self, NameMatch, NEGATIVE_TTL};
+
+use super::shortcut::{bare_reject, fetch};
 
 /// The EDNS payload the SDNS advertises (and the most a UDP answer uses).
 pub(super) const EDNS_PAYLOAD: u16 = 1232;
@@ -21,6 +22,8 @@ pub(super) const EDNS_PAYLOAD: u16 = 1232;
 const NS_TTL: u32 = 6 * 3600;
 /// TTL of the name server's addresses.
 const GLUE_TTL: u32 = 3600;
+/// Longest TXT character-string.
+const MAX_STRING: usize = 255;
 
 /// The zones' settings: who their name server is and its addresses.
 #[derive(Clone, Debug, Default)]
@@ -194,49 +197,40 @@ pub(super) enum Sent {
     Truncated,
 }
 
-/// The TXT answer to a flight query, within `budget` bytes: an ANSWER
+/// The TXT answer to a flight query, within `budget` bytes: `payload` is
+/// the TXT payload `kind || body` (the cached bytes, cut into
+/// character-strings here without another copy of the whole). An ANSWER
 /// that does not fit becomes FETCH, a REJECT whose records do not fit is
 /// sent without them.
-pub(super) fn flight_answer(query: &Message, answer: &TxtAnswer, budget: usize) -> (Vec<u8>, Sent) {
-    let with = |a: &TxtAnswer| {
+pub(super) fn flight_answer(query: &Message, payload: &[u8], budget: usize) -> (Vec<u8>, Sent) {
+    let with = |p: &[u8]| {
         let mut m = response(query, ResponseCode::NoError);
         if let Some(q) = query.queries.first() {
-            let strings = a.to_strings();
-            let txt = TXT::from_bytes(strings.iter().map(Vec::as_slice).collect());
+            let txt = TXT::from_bytes(p.chunks(MAX_STRING).collect());
             m.answers
                 .push(Record::from_rdata(q.name().clone(), 0, RData::TXT(txt)));
         }
         m.to_vec().ok()
     };
-    let sent = match answer {
-        TxtAnswer::Answer(_) => Sent::Answer,
-        TxtAnswer::Fetch => Sent::Fetch,
-        TxtAnswer::Reject(_) => Sent::Reject,
+    let sent = match payload.first() {
+        Some(1) => Sent::Answer,
+        Some(3) => Sent::Reject,
+        _ => Sent::Fetch,
     };
-    if let Some(b) = with(answer).filter(|b| b.len() <= budget) {
+    if let Some(b) = with(payload).filter(|b| b.len() <= budget) {
         return (b, sent);
     }
-    let smaller = match answer {
-        TxtAnswer::Answer(_) => Some((TxtAnswer::Fetch, Sent::Fetch)),
-        TxtAnswer::Reject(frame) => {
-            bare_reject(frame).map(|f| (TxtAnswer::Reject(f), Sent::Reject))
-        }
-        TxtAnswer::Fetch => None,
+    let smaller = match sent {
+        Sent::Answer => Some((fetch(), Sent::Fetch)),
+        Sent::Reject => bare_reject(payload).map(|p| (p, Sent::Reject)),
+        _ => None,
     };
-    if let Some((a, sent)) = smaller {
-        if let Some(b) = with(&a).filter(|b| b.len() <= budget) {
+    if let Some((p, sent)) = smaller {
+        if let Some(b) = with(&p).filter(|b| b.len() <= budget) {
             return (b, sent);
         }
     }
     (truncated(query), Sent::Truncated)
-}
-
-/// A Reject frame without its records.
-fn bare_reject(frame: &[u8]) -> Option<Vec<u8>> {
-    match read_frame(frame, Expect::ReplyOrReject) {
-        Ok(Some((Frame::Reject { reason, .. }, _))) => Some(encode_reject(reason, &[])),
-        _ => None,
-    }
 }
 
 /// `m` encoded within `budget` bytes: else its question alone, truncated.
@@ -259,6 +253,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use hickory_proto::op::Query;
+    use zrtt_proto::shortcut::TxtAnswer;
 
     const SITE: &str = "www.example.com";
 
@@ -347,7 +342,17 @@ mod tests {
     #[test]
     fn answers_shrink_to_the_budget() {
         let q = query("zq.www.example.com.", RecordType::TXT);
-        let big = TxtAnswer::Answer(vec![0x42; 2000]);
+        let mut big = vec![1u8];
+        big.extend_from_slice(&[0x42; 2000]);
+        // Cut as the core cuts them.
+        let (b, sent) = flight_answer(&q, &big, 65535);
+        assert_eq!(sent, Sent::Answer);
+        let back = Message::from_vec(&b).unwrap();
+        let RData::TXT(t) = &back.answers[0].data else {
+            panic!()
+        };
+        let strings: Vec<Vec<u8>> = t.txt_data.iter().map(|s| s.to_vec()).collect();
+        assert_eq!(strings, TxtAnswer::Answer(vec![0x42; 2000]).to_strings());
         let (b, sent) = flight_answer(&q, &big, 700);
         assert_eq!(sent, Sent::Fetch);
         assert!(b.len() <= 700);
@@ -360,7 +365,7 @@ mod tests {
         let (b, sent) = flight_answer(&q, &big, 65535);
         assert_eq!(sent, Sent::Answer);
         assert!(b.len() > 2000);
-        let (b, sent) = flight_answer(&q, &TxtAnswer::Fetch, 20);
+        let (b, sent) = flight_answer(&q, &fetch(), 20);
         assert_eq!(sent, Sent::Truncated);
         assert!(Message::from_vec(&b).unwrap().metadata.truncation);
     }

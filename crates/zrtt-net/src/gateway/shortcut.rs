@@ -14,7 +14,6 @@
 //! stream, or REJECT with a Reject frame), so every copy of a flight gets
 //! the same answer on either path.
 
-use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
@@ -23,13 +22,15 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use zrtt_proto::handshake::{
-    encode_reject, read_frame, Expect, Frame, Pattern, RejectReason, Transport,
+    decode_reject_records, encode_reject, read_frame, Expect, Frame, Pattern, RejectReason,
+    Transport,
 };
 use zrtt_proto::replay::ReplayFilter;
-use zrtt_proto::shortcut::{self, AnswerCache, Lookup, TxtAnswer};
+use zrtt_proto::shortcut::{self, AnswerCache, Lookup};
 
 use super::gate::Gate;
 use super::listener::SourceSlot;
+use super::sdns_limits::{Deferred, RunLimits};
 use super::sdns_zone::ZoneConfig;
 use super::shortcut_backend::{self, Via};
 use super::{lock, Metrics, Shared};
@@ -44,16 +45,33 @@ pub struct ShortcutConfig {
     /// The NS target of every shortcut zone (`--sdns-ns`); `None`:
     /// `ns.zq.S` in zone `zq.S`, answered with the `sdns` addresses.
     pub sdns_ns: Option<String>,
-    /// Shortcut flights one source (a resolver) may have running on the
-    /// SDNS at once; beyond it REFUSED.
-    pub max_running_per_source: usize,
+    /// Shortcut flights one source prefix (/24, /48: a resolver's
+    /// network) may have running from the SDNS at once; beyond it FETCH
+    /// without a run (the client's TCP form runs it).
+    pub max_running_per_prefix: usize,
+    /// Shortcut flights running from the SDNS at once in all; beyond it
+    /// FETCH. Held below the SDNS's UDP task limit.
+    pub max_running: usize,
+    /// New runs per second one source prefix may start from the SDNS
+    /// (bursts of as many; 0: unlimited); beyond it FETCH.
+    pub runs_per_sec_per_prefix: f64,
+    /// The address the backend is told a request from the SDNS came from
+    /// (`X-Forwarded-For`, the PROXY header's source): the querier is a
+    /// resolver or a spoofed address, never the client, so a fixed marker
+    /// no access rule should trust (default [`DNS_CLIENT_ADDRESS`], from
+    /// TEST-NET-1, RFC 5737).
+    pub dns_client_address: IpAddr,
+    /// Sites (key record names) whose shortcut is off (`--sdns-off`): the
+    /// SDNS does not serve their zones (REFUSED) and a shortcut flight's
+    /// TCP form for them gets REJECT 8 (the client takes the normal path).
+    pub off_sites: Vec<String>,
     /// Flights the answer cache holds (done and running).
     pub cache_entries: usize,
     /// Bytes of answers the answer cache holds.
     pub cache_bytes: usize,
-    /// How long an answer is kept: at least the replay window (the
-    /// timestamp skew window), within which a copy of the flight could
-    /// pass the filter's time check.
+    /// How long an answer is kept at least; the gateway keeps it at least
+    /// the replay filter's window (`max_age + max_future`, within which a
+    /// copy of the flight could pass the filter's time check).
     pub answer_lifetime: Duration,
 }
 
@@ -62,26 +80,52 @@ impl Default for ShortcutConfig {
         Self {
             sdns: Vec::new(),
             sdns_ns: None,
-            max_running_per_source: DEFAULT_MAX_RUNNING_PER_SOURCE,
+            max_running_per_prefix: DEFAULT_MAX_RUNNING_PER_PREFIX,
+            max_running: DEFAULT_MAX_RUNNING,
+            runs_per_sec_per_prefix: DEFAULT_RUNS_PER_SEC_PER_PREFIX,
+            dns_client_address: DNS_CLIENT_ADDRESS,
+            off_sites: Vec::new(),
             cache_entries: 1 << 16,
             cache_bytes: 64 << 20,
-            // The default replay window is 10 s past and 2 s ahead.
-            answer_lifetime: Duration::from_secs(30),
+            answer_lifetime: Duration::ZERO,
         }
     }
 }
 
-/// Shortcut flights one resolver may have running at once by default.
-pub const DEFAULT_MAX_RUNNING_PER_SOURCE: usize = 64;
+/// Shortcut flights one source prefix may have running at once by default.
+pub const DEFAULT_MAX_RUNNING_PER_PREFIX: usize = 64;
+/// Shortcut flights running from the SDNS at once by default.
+pub const DEFAULT_MAX_RUNNING: usize = 1024;
+/// New SDNS runs per second per source prefix by default.
+pub const DEFAULT_RUNS_PER_SEC_PER_PREFIX: f64 = 100.0;
+/// The address a request from the SDNS says it came from by default:
+/// 192.0.2.1 (TEST-NET-1, RFC 5737: never a real peer, in no private,
+/// loopback or internal range an access rule would allow).
+pub const DNS_CLIENT_ADDRESS: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 1));
+/// The largest response a run started from the SDNS reads (the querier
+/// is unproven); beyond it REJECT 7 (the client takes the normal path).
+/// A run started by a flight's TCP form reads up to
+/// [`MAX_RESPONSE`](zrtt_proto::shortcut::MAX_RESPONSE).
+pub const DNS_MAX_RESPONSE: usize = 64 << 10;
+/// The answer lifetime when the replay filter does not say its window.
+const FALLBACK_LIFETIME: Duration = Duration::from_secs(30);
+
+/// The kinds of a TXT payload (`kind || body`, docs/DNS.md §8).
+const KIND_ANSWER: u8 = 1;
+const KIND_FETCH: u8 = 2;
+const KIND_REJECT: u8 = 3;
 
 /// The answer cache and who is running what.
 pub(super) struct Shortcuts {
     cache: Mutex<AnswerCache>,
     /// Woken whenever a running flight is done or abandoned.
     changed: tokio::sync::Notify,
-    /// Running flights per SDNS source.
-    running: Mutex<HashMap<IpAddr, usize>>,
-    max_running_per_source: usize,
+    /// Runs started from the SDNS, per source prefix and in all.
+    limits: Mutex<RunLimits>,
+    /// What the backend is told a DNS-path request came from.
+    pub(super) dns_client: IpAddr,
+    /// Sites whose shortcut is off.
+    off_sites: Vec<String>,
     /// The shortcut zones' name server and its addresses (sdns_zone.rs).
     pub(super) zone: ZoneConfig,
 }
@@ -89,20 +133,23 @@ pub(super) struct Shortcuts {
 /// What a flight gets.
 #[derive(Debug)]
 pub(super) enum Outcome {
-    /// This answer (ANSWER or REJECT; the same for every copy once done).
-    Answer(TxtAnswer),
+    /// This TXT payload, `kind || body`: ANSWER with the answer stream or
+    /// REJECT with a Reject frame (the same bytes for every copy once done,
+    /// shared with the cache).
+    Answer(Arc<[u8]>),
+    /// Not run, over a bound for unproven queriers (sdns_limits.rs, the
+    /// soft load limit): FETCH, the TCP form runs it.
+    Deferred(Deferred),
     /// Being made (a copy that arrived first); only when not waiting.
     Running,
     /// Not a flight this gateway answers (does not authenticate, another
     /// zone's key, not a shortcut flight): NXDOMAIN, or nothing on TCP.
     NotFlight,
-    /// The source has too many flights running: REFUSED.
-    Refused,
 }
 
 impl Shortcuts {
-    /// `glue`: the SDNS's bound addresses.
-    pub(super) fn new(cfg: &ShortcutConfig, glue: Vec<IpAddr>) -> Self {
+    /// `glue`: the SDNS's bound addresses; `window`: the replay filter's.
+    pub(super) fn new(cfg: &ShortcutConfig, glue: Vec<IpAddr>, window: Option<Duration>) -> Self {
         Self {
             zone: ZoneConfig {
                 ns: cfg.sdns_ns.clone(),
@@ -111,49 +158,112 @@ impl Shortcuts {
             cache: Mutex::new(AnswerCache::new(
                 cfg.cache_entries,
                 cfg.cache_bytes,
-                cfg.answer_lifetime,
+                answer_lifetime(cfg.answer_lifetime, window),
             )),
             changed: tokio::sync::Notify::new(),
-            running: Mutex::new(HashMap::new()),
-            max_running_per_source: cfg.max_running_per_source,
+            limits: Mutex::new(RunLimits::new(
+                cfg.max_running_per_prefix.max(1),
+                cfg.max_running.clamp(1, super::sdns::MAX_UDP_TASKS / 2),
+                cfg.runs_per_sec_per_prefix,
+            )),
+            dns_client: cfg.dns_client_address,
+            off_sites: cfg.off_sites.clone(),
         }
     }
 }
 
-/// Cached form of an answer: its kind byte, then its body.
-fn to_cached(a: &TxtAnswer) -> Arc<[u8]> {
-    let (kind, body): (u8, &[u8]) = match a {
-        TxtAnswer::Answer(b) => (1, b),
-        TxtAnswer::Fetch => (2, &[]),
-        TxtAnswer::Reject(b) => (3, b),
-    };
+impl Shortcuts {
+    /// Whether the shortcut of `site` (a key record's name) is on.
+    pub(super) fn serves(&self, site: &str) -> bool {
+        let site = site.trim_end_matches('.');
+        !self
+            .off_sites
+            .iter()
+            .any(|o| o.trim_end_matches('.').eq_ignore_ascii_case(site))
+    }
+}
+
+/// How long answers are kept: the configured time, at least the replay
+/// filter's window (a copy of the flight passing the filter's time check
+/// must find the answer, or it would be refused REJECT 3).
+fn answer_lifetime(configured: Duration, window: Option<Duration>) -> Duration {
+    configured.max(window.unwrap_or(FALLBACK_LIFETIME))
+}
+
+/// The TXT payload `kind || body`.
+fn payload(kind: u8, body: &[u8]) -> Arc<[u8]> {
     let mut v = Vec::with_capacity(1 + body.len());
     v.push(kind);
     v.extend_from_slice(body);
     v.into()
 }
 
-fn from_cached(b: &[u8]) -> TxtAnswer {
-    match b.split_first() {
-        Some((1, rest)) => TxtAnswer::Answer(rest.to_vec()),
-        Some((3, rest)) => TxtAnswer::Reject(rest.to_vec()),
-        _ => TxtAnswer::Fetch,
+/// REJECT with a Reject frame for `reason` and no records.
+fn reject(reason: RejectReason) -> Arc<[u8]> {
+    payload(KIND_REJECT, &encode_reject(reason, &[]))
+}
+
+/// The FETCH payload.
+pub(super) fn fetch() -> Arc<[u8]> {
+    Arc::from(&[KIND_FETCH][..])
+}
+
+/// Whether a TXT payload is an ANSWER.
+pub(super) fn is_answer(p: &[u8]) -> bool {
+    p.first() == Some(&KIND_ANSWER)
+}
+
+/// A REJECT payload's Reject frame without its records (`None`: not a
+/// REJECT).
+pub(super) fn bare_reject(p: &[u8]) -> Option<Arc<[u8]>> {
+    let (&KIND_REJECT, frame) = p.split_first()? else {
+        return None;
+    };
+    match read_frame(frame, Expect::ReplyOrReject) {
+        Ok(Some((Frame::Reject { reason, .. }, _))) => Some(reject(reason)),
+        _ => None,
     }
+}
+
+/// A Reject frame refused under the zone of `site` keeps only that site's
+/// records (a REJECT 1 would list every co-hosted site's otherwise).
+fn site_reject(frame: Vec<u8>, site: Option<&str>) -> Vec<u8> {
+    let Some(site) = site else {
+        return frame;
+    };
+    let Ok(Some((Frame::Reject { reason, records }, _))) =
+        read_frame(&frame, Expect::ReplyOrReject)
+    else {
+        return frame;
+    };
+    let kept: Vec<_> = decode_reject_records(records)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|r| r.body.name.eq_ignore_ascii_case(site))
+        .collect();
+    encode_reject(reason, &kept)
+}
+
+/// The longest a run takes: the backend's answer, then its body.
+pub(super) fn run_bound(shared: &Shared) -> Duration {
+    let t = &shared.cfg.timeouts;
+    t.backend_response + t.stream_idle
 }
 
 /// A running flight's entry: abandoned (and waiters woken) unless finished.
 struct Run<'a> {
     shared: &'a Shared,
     hash: [u8; 32],
+    /// The SDNS query's source, counted in the run limits.
     source: Option<IpAddr>,
     done: bool,
 }
 
 impl Run<'_> {
-    fn finish(mut self, answer: &TxtAnswer) {
+    fn finish(mut self, answer: &Arc<[u8]>) {
         let now = (self.shared.cfg.clock)();
         let s = &self.shared.shortcuts;
-        lock(&s.cache).finish(&self.hash, to_cached(answer), now);
+        lock(&s.cache).finish(&self.hash, answer.clone(), now);
         self.done = true;
     }
 }
@@ -165,13 +275,7 @@ impl Drop for Run<'_> {
             lock(&s.cache).abandon(&self.hash);
         }
         if let Some(ip) = self.source {
-            let mut r = lock(&s.running);
-            if let Some(n) = r.get_mut(&ip) {
-                *n = n.saturating_sub(1);
-                if *n == 0 {
-                    r.remove(&ip);
-                }
-            }
+            lock(&s.limits).end(ip);
         }
         s.changed.notify_waiters();
     }
@@ -179,8 +283,9 @@ impl Drop for Run<'_> {
 
 /// The answer to the flight `frame` (its TCP form) for the zone of `site`
 /// (DNS; `None` on TCP: the key's site). `wait`: a flight being made by
-/// another copy is waited for (bounded by the backend timeout) rather
-/// than answered [`Outcome::Running`].
+/// another copy is waited for, as long as a run can take, rather than
+/// answered [`Outcome::Running`]; past that a waiter gets REJECT 7 (the
+/// client takes the normal path at once), never NXDOMAIN.
 pub(super) async fn answer(
     shared: &Arc<Shared>,
     frame: &[u8],
@@ -194,7 +299,7 @@ pub(super) async fn answer(
         return Outcome::NotFlight;
     };
     let s = &shared.shortcuts;
-    let deadline = Instant::now() + shared.cfg.timeouts.backend_response + Duration::from_secs(1);
+    let deadline = Instant::now() + run_bound(shared) + Duration::from_secs(1);
     let source = match via {
         Via::Dns { resolver, .. } => Some(resolver.ip()),
         Via::Tcp { .. } => None,
@@ -209,18 +314,15 @@ pub(super) async fn answer(
             match cache.lookup(&hash, now) {
                 Lookup::Done(b) => {
                     Metrics::inc(&m.shortcut_cache_hits);
-                    return Outcome::Answer(from_cached(&b));
+                    return Outcome::Answer(b);
                 }
                 Lookup::Running if !wait => return Outcome::Running,
                 Lookup::Running => {}
                 Lookup::Miss => {
                     if let Some(ip) = source {
-                        let mut r = lock(&s.running);
-                        let n = r.entry(ip).or_insert(0);
-                        if *n >= s.max_running_per_source {
-                            return Outcome::Refused;
+                        if let Err(why) = lock(&s.limits).try_start(ip, Instant::now()) {
+                            return Outcome::Deferred(why);
                         }
-                        *n += 1;
                     }
                     let run = Run {
                         shared,
@@ -232,10 +334,7 @@ pub(super) async fn answer(
                         // Only running flights fill the cache.
                         drop(cache);
                         drop(run);
-                        return Outcome::Answer(TxtAnswer::Reject(encode_reject(
-                            RejectReason::Busy,
-                            &[],
-                        )));
+                        return Outcome::Answer(reject(RejectReason::Busy));
                     }
                     break run;
                 }
@@ -245,7 +344,8 @@ pub(super) async fn answer(
             .await
             .is_err()
         {
-            return Outcome::NotFlight;
+            // Longer than any run: not cached, the run may still end.
+            return Outcome::Answer(reject(RejectReason::Busy));
         }
     };
     make(shared, frame, site, via, run).await
@@ -260,7 +360,7 @@ async fn make(
     run: Run<'_>,
 ) -> Outcome {
     let m = &shared.metrics;
-    let busy = || Outcome::Answer(TxtAnswer::Reject(encode_reject(RejectReason::Busy, &[])));
+    let busy = || Outcome::Answer(reject(RejectReason::Busy));
     let Ok(Some((parsed, _))) = read_frame(frame, Expect::FirstFlight) else {
         return Outcome::NotFlight;
     };
@@ -270,10 +370,22 @@ async fn make(
     if header.pattern != Pattern::Shortcut {
         return Outcome::NotFlight;
     }
+    // The gateway's intake before decrypting, as for a first flight on
+    // its port: over a hard limit busy; over a soft one a flight from an
+    // unproven address waits for its handshake, and the SDNS's querier
+    // is never proven: FETCH, the client's TCP form runs it (checked
+    // first, so such a flight takes no hard decryption token).
     let active = shared.active.load(std::sync::atomic::Ordering::Relaxed);
-    if shared.admission.intake(active, Instant::now()).is_busy() {
+    let intake = match via {
+        Via::Dns { .. } => shared.admission.intake_unproven(active, Instant::now()),
+        Via::Tcp { .. } => shared.admission.intake(active, Instant::now()),
+    };
+    if intake.is_busy() {
         Metrics::inc(&m.zrtt_busy);
         return busy();
+    }
+    if matches!(via, Via::Dns { .. }) && !intake.may_answer_early() {
+        return Outcome::Deferred(Deferred::Load);
     }
     let now = (shared.cfg.clock)();
     let (result, key_site) = {
@@ -290,6 +402,13 @@ async fn make(
                 return Outcome::NotFlight;
             }
         }
+        // The site's shortcut is off (its TCP form; its zone is not served).
+        if key_site
+            .as_deref()
+            .is_some_and(|k| !shared.shortcuts.serves(k))
+        {
+            return Outcome::Answer(reject(RejectReason::Unsupported));
+        }
         let mut replay: &std::sync::Mutex<dyn ReplayFilter> = &shared.cfg.replay;
         let result = keys.accept(
             &parsed,
@@ -300,27 +419,25 @@ async fn make(
         );
         (result, key_site)
     };
+    let refused = |r: Vec<u8>| Outcome::Answer(payload(KIND_REJECT, &site_reject(r, site)));
     let accepted = match result {
         Ok(a) => match super::first_flight::check_store(shared, &a, now).await {
             None => a,
             Some(refusal) => {
                 tracing::debug!("shortcut flight refused: {}", refusal.error);
-                return match refusal.reply {
-                    Some(r) => Outcome::Answer(TxtAnswer::Reject(r)),
-                    None => busy(),
-                };
+                return refusal.reply.map_or_else(busy, refused);
             }
         },
         Err(refusal) => {
             tracing::debug!("shortcut flight refused: {}", refusal.error);
             return match (refusal.reply, &refusal.error) {
-                (Some(r), _) => Outcome::Answer(TxtAnswer::Reject(r)),
+                (Some(r), _) => refused(r),
                 // It authenticated, but its early data is not a compact
                 // request (a method other than GET or HEAD, a bad target):
                 // refused before the replay filter recorded it.
-                (None, zrtt_proto::Error::Shortcut(_)) => Outcome::Answer(TxtAnswer::Reject(
-                    encode_reject(RejectReason::Unsupported, &[]),
-                )),
+                (None, zrtt_proto::Error::Shortcut(_)) => {
+                    Outcome::Answer(reject(RejectReason::Unsupported))
+                }
                 (None, _) => Outcome::NotFlight,
             };
         }
@@ -333,7 +450,7 @@ async fn make(
         Ok(r) => r,
         Err(e) => {
             tracing::debug!("shortcut flight: compact request: {e}");
-            let a = TxtAnswer::Reject(encode_reject(RejectReason::Unsupported, &[]));
+            let a = reject(RejectReason::Unsupported);
             run.finish(&a);
             return Outcome::Answer(a);
         }
@@ -341,17 +458,22 @@ async fn make(
     Metrics::inc(&m.shortcut_runs);
     let a = match shortcut_backend::run(shared, &site, &request, via).await {
         Ok(response) => match accepted.shortcut_answer(&response) {
-            Ok(stream) => TxtAnswer::Answer(stream),
+            Ok(stream) => {
+                drop(response);
+                payload(KIND_ANSWER, &stream)
+            }
             Err(e) => {
                 tracing::debug!("shortcut answer: {e}");
-                TxtAnswer::Reject(encode_reject(RejectReason::Busy, &[]))
+                reject(RejectReason::Busy)
             }
         },
         Err(shortcut_backend::TooLarge) => {
             Metrics::inc(&m.shortcut_too_large);
-            TxtAnswer::Reject(encode_reject(RejectReason::Busy, &[]))
+            reject(RejectReason::Busy)
         }
     };
+    // Kept whatever its size: a FETCH for it must find it (its TCP form
+    // would otherwise be refused by the replay filter, REJECT 3).
     run.finish(&a);
     Outcome::Answer(a)
 }
@@ -383,40 +505,82 @@ pub(super) async fn serve_tcp(
     let local = tcp
         .local_addr()
         .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
-    let bytes = match answer(shared, frame, None, Via::Tcp { peer, local }, true).await {
-        Outcome::Answer(TxtAnswer::Answer(stream)) => {
-            Metrics::inc(&m.shortcut_tcp_answers);
-            stream
-        }
-        Outcome::Answer(TxtAnswer::Reject(frame)) => {
-            Metrics::inc(&m.shortcut_rejects);
-            Metrics::inc(&m.zrtt_rejects_sent);
-            frame
-        }
+    let payload = match answer(shared, frame, None, Via::Tcp { peer, local }, true).await {
+        Outcome::Answer(p) => p,
         other => {
             tracing::debug!("shortcut flight from {peer}: {other:?}");
             Metrics::inc(&m.zrtt_silent_drops);
             return;
         }
     };
-    if tcp.write_all(&bytes).await.is_ok() {
+    if is_answer(&payload) {
+        Metrics::inc(&m.shortcut_tcp_answers);
+    } else {
+        Metrics::inc(&m.shortcut_rejects);
+        Metrics::inc(&m.zrtt_rejects_sent);
+    }
+    // The answer stream or the Reject frame, from the cached payload.
+    if tcp.write_all(&payload[1..]).await.is_ok() {
         super::close::linger(tcp);
     }
 }
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
+    use zrtt_proto::time::UnixTime;
 
     #[test]
-    fn cached_answers_keep_their_kind_and_bytes() {
-        for a in [
-            TxtAnswer::Answer(vec![0xD8, 0, 3, 1, 2, 3]),
-            TxtAnswer::Reject(encode_reject(RejectReason::Busy, &[])),
-            TxtAnswer::Fetch,
-        ] {
-            assert_eq!(from_cached(&to_cached(&a)), a);
+    fn answers_live_at_least_the_replay_window() {
+        assert_eq!(
+            answer_lifetime(Duration::ZERO, Some(Duration::from_secs(12))),
+            Duration::from_secs(12)
+        );
+        assert_eq!(
+            answer_lifetime(Duration::from_secs(40), Some(Duration::from_secs(12))),
+            Duration::from_secs(40)
+        );
+        assert_eq!(answer_lifetime(Duration::ZERO, None), FALLBACK_LIFETIME);
+        // A 90 s window: an answer is still there 80 s after it was made.
+        let s = Shortcuts::new(
+            &ShortcutConfig::default(),
+            Vec::new(),
+            Some(Duration::from_secs(90)),
+        );
+        let t0 = UnixTime::from_millis(1_800_000_000_000);
+        let mut cache = lock(&s.cache);
+        cache.begin([1; 32], t0).unwrap();
+        cache.finish(&[1; 32], payload(KIND_ANSWER, b"stream"), t0);
+        let later = UnixTime::from_millis(1_800_000_080_000);
+        assert!(matches!(cache.lookup(&[1; 32], later), Lookup::Done(_)));
+    }
+
+    #[test]
+    fn runs_from_the_sdns_stay_below_the_udp_task_limit() {
+        let mut cfg = ShortcutConfig::default();
+        cfg.max_running = usize::MAX;
+        let s = Shortcuts::new(&cfg, Vec::new(), None);
+        let now = Instant::now();
+        let mut limits = lock(&s.limits);
+        let cap = super::super::sdns::MAX_UDP_TASKS / 2;
+        for i in 0..cap {
+            let ip = IpAddr::from([10, (i >> 8) as u8, i as u8, 1]);
+            assert_eq!(limits.try_start(ip, now), Ok(()));
         }
-        assert_eq!(from_cached(&[]), TxtAnswer::Fetch);
+        assert_eq!(
+            limits.try_start(IpAddr::from([11, 0, 0, 1]), now),
+            Err(Deferred::AllRunning)
+        );
+        assert!(s.serves("www.example.com"));
+    }
+
+    #[test]
+    fn payloads_and_bare_rejects() {
+        assert!(is_answer(&payload(KIND_ANSWER, b"x")));
+        assert!(!is_answer(&fetch()));
+        assert_eq!(bare_reject(&fetch()), None);
+        let r = reject(RejectReason::Busy);
+        assert_eq!(bare_reject(&r).unwrap(), r);
     }
 }

@@ -1,12 +1,18 @@
 //! A shortcut flight's request on the site's backend (docs/DNS.md §8):
 //! the compact request becomes `METHOD target HTTP/1.1` with `Host: S`,
 //! `Early-Data: 1` always (RFC 8470: no confirmation can come on this
-//! path) and the gateway's forwarding fields (`Forwarded: for=unknown`
-//! from a resolver); the response is read whole, up to
-//! [`MAX_RESPONSE`](zrtt_proto::shortcut::MAX_RESPONSE) bytes, and written
-//! as one HTTP/1.1 message with `Content-Length` and `Connection: close`.
+//! path) and the gateway's forwarding fields. From the SDNS the client's
+//! address is unknown: `Forwarded: for=unknown`, and `X-Forwarded-For`
+//! and the PROXY header's source are a fixed marker
+//! ([`ShortcutConfig::dns_client_address`](super::ShortcutConfig)), never
+//! the resolver's (or a spoofed) address that access rules could trust.
+//! The response is read whole, up to [`DNS_MAX_RESPONSE`] bytes for a run
+//! started from the SDNS (an unproven querier) and
+//! [`MAX_RESPONSE`](zrtt_proto::shortcut::MAX_RESPONSE) for one started by
+//! a TCP form, and written as one HTTP/1.1 message with `Content-Length`
+//! and `Connection: close`.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use http_body_util::{BodyExt, Limited};
@@ -16,6 +22,7 @@ use zrtt_proto::shortcut::{CompactRequest, Method, MAX_RESPONSE};
 
 use super::body::RequestBody;
 use super::pool::{Failure, ProxyConns};
+use super::shortcut::DNS_MAX_RESPONSE;
 use super::{access_log, Body, Metrics, Shared};
 use crate::http::{strip_hop_by_hop, text_response};
 
@@ -33,9 +40,19 @@ pub(super) enum Via {
 }
 
 impl Via {
+    /// Who asked (the access log's address) and the local address.
     fn addrs(self) -> (SocketAddr, SocketAddr) {
         match self {
             Via::Dns { resolver, local } => (resolver, local),
+            Via::Tcp { peer, local } => (peer, local),
+        }
+    }
+
+    /// The client and local addresses the backend is told (PROXY header):
+    /// from the SDNS the marker `dns_client`, port 0.
+    fn told(self, dns_client: IpAddr) -> (SocketAddr, SocketAddr) {
+        match self {
+            Via::Dns { local, .. } => (SocketAddr::new(dns_client, 0), local),
             Via::Tcp { peer, local } => (peer, local),
         }
     }
@@ -49,13 +66,40 @@ impl Via {
     }
 }
 
-/// The response was larger than [`MAX_RESPONSE`].
+/// The response was larger than the run may read.
 #[derive(Debug)]
 pub(super) struct TooLarge;
 
 /// Run `req` for `site` on its backend and return the serialised
 /// response.
 pub(super) async fn run(
+    shared: &Arc<Shared>,
+    site: &str,
+    req: &CompactRequest,
+    via: Via,
+) -> Result<Vec<u8>, TooLarge> {
+    let bound = super::shortcut::run_bound(shared);
+    match tokio::time::timeout(bound, run_within(shared, site, req, via)).await {
+        Ok(r) => r,
+        Err(_) => {
+            Metrics::inc(&shared.metrics.backend_timeouts);
+            Ok(gateway_timeout())
+        }
+    }
+}
+
+fn gateway_timeout() -> Vec<u8> {
+    serialise(
+        &text_response(StatusCode::GATEWAY_TIMEOUT, "")
+            .into_parts()
+            .0,
+        b"\n",
+        false,
+    )
+}
+
+/// [`run`] without its overall bound (the one waiters wait for).
+async fn run_within(
     shared: &Arc<Shared>,
     site: &str,
     req: &CompactRequest,
@@ -71,19 +115,14 @@ pub(super) async fn run(
     if let Ok(v) = HeaderValue::from_str(site) {
         headers.insert(header::HOST, v);
     }
-    match via {
-        Via::Dns { .. } => {
-            for (name, value) in [
-                ("forwarded", "for=unknown;proto=https"),
-                ("x-forwarded-proto", "https"),
-            ] {
-                headers.insert(
-                    HeaderName::from_static(name),
-                    HeaderValue::from_static(value),
-                );
-            }
-        }
-        Via::Tcp { peer, .. } => super::relay::forwarding_fields(&mut headers, peer),
+    let dns_client = shared.shortcuts.dns_client;
+    super::relay::forwarding_fields(&mut headers, via.told(dns_client).0);
+    if let Via::Dns { .. } = via {
+        // RFC 7239 §6.3: the client is not known.
+        headers.insert(
+            HeaderName::from_static("forwarded"),
+            HeaderValue::from_static("for=unknown;proto=https"),
+        );
     }
     headers.insert(
         HeaderName::from_static("early-data"),
@@ -126,7 +165,11 @@ pub(super) async fn run(
         e.finish(&resp);
     }
     let (parts, body) = resp.into_parts();
-    let read = Limited::new(body, MAX_RESPONSE).collect();
+    let limit = match via {
+        Via::Dns { .. } => DNS_MAX_RESPONSE,
+        Via::Tcp { .. } => MAX_RESPONSE,
+    };
+    let read = Limited::new(body, limit).collect();
     let body = match tokio::time::timeout(shared.cfg.timeouts.stream_idle, read).await {
         Ok(Ok(c)) => c.to_bytes(),
         Ok(Err(e))
@@ -148,13 +191,7 @@ pub(super) async fn run(
         }
         Err(_) => {
             Metrics::inc(&m.backend_timeouts);
-            return Ok(serialise(
-                &text_response(StatusCode::GATEWAY_TIMEOUT, "")
-                    .into_parts()
-                    .0,
-                b"\n",
-                false,
-            ));
+            return Ok(gateway_timeout());
         }
     };
     Ok(serialise(&parts, &body, head))
@@ -185,7 +222,7 @@ async fn backend(
     let own = ProxyConns::default();
     let sent = std::time::Instant::now();
     match shared.pools[site]
-        .send(&build, &body, via.addrs(), &own)
+        .send(&build, &body, via.told(shared.shortcuts.dns_client), &own)
         .await
     {
         Ok(r) => {

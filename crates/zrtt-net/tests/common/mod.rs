@@ -217,6 +217,8 @@ pub struct GatewayOpts {
     pub replay: Option<Arc<Mutex<dyn zrtt_proto::replay::ReplayFilter>>>,
     /// The DNS shortcut's settings (tests/sdns.rs); `None`: the default's.
     pub shortcut: Option<zrtt_net::gateway::ShortcutConfig>,
+    /// The backend as `--backend` writes it (`proxy-v2+ADDR`), for `backend`.
+    pub backend_spec: Option<String>,
 }
 
 impl Default for GatewayOpts {
@@ -245,6 +247,7 @@ impl Default for GatewayOpts {
             max_early_requests: None,
             replay: None,
             shortcut: None,
+            backend_spec: None,
         }
     }
 }
@@ -345,6 +348,9 @@ pub async fn start_gateway(opts: GatewayOpts) -> Env {
     }
     if let Some(s) = opts.shortcut {
         cfg.shortcut = s;
+    }
+    if let Some(b) = opts.backend_spec {
+        cfg.backends = vec![b.parse().unwrap()];
     }
     let gw = Gateway::bind(opts.addr, cfg).unwrap();
     let addr = gw.local_addr().unwrap();

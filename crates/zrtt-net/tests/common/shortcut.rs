@@ -111,7 +111,12 @@ pub fn query(name: &str, rtype: RecordType, id: u16) -> Vec<u8> {
 /// Ask `server` over UDP; waits up to 10 s for the answer (a flight being
 /// made gets its answer when done, and copies get none).
 pub async fn ask_udp(server: SocketAddr, q: &[u8]) -> Vec<u8> {
-    let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    ask_udp_from("127.0.0.1", server, q).await
+}
+
+/// [`ask_udp`] from the loopback address `from` (127.0.0.0/8 all works).
+pub async fn ask_udp_from(from: &str, server: SocketAddr, q: &[u8]) -> Vec<u8> {
+    let sock = tokio::net::UdpSocket::bind((from, 0)).await.unwrap();
     sock.send_to(q, server).await.unwrap();
     let mut buf = vec![0u8; 65535];
     let (n, _) = tokio::time::timeout(Duration::from_secs(10), sock.recv_from(&mut buf))

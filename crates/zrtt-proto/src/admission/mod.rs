@@ -391,6 +391,27 @@ impl Admission {
         }
     }
 
+    /// [`Self::intake`] for a first flight whose sender can never be
+    /// proven (the DNS shortcut's querier), which the caller decrypts only
+    /// when it [`Intake::may_answer_early`]: the soft limit is checked
+    /// first, so a flight over it takes no hard decryption token, and a
+    /// flood of them makes other first flights busy no sooner than the
+    /// soft rate allows.
+    pub fn intake_unproven(&self, connections: usize, now: Instant) -> Intake {
+        let l = &self.config.limits;
+        if connections > l.max_connections || !lock(&self.soft_decrypts).try_take(now) {
+            return Intake {
+                busy: false,
+                may_answer_early: false,
+            };
+        }
+        let busy = connections > l.hard_max_connections || !lock(&self.hard_decrypts).try_take(now);
+        Intake {
+            busy,
+            may_answer_early: !busy,
+        }
+    }
+
     /// Whether the peer of an accepted flight is proven, and how many bytes
     /// it may receive before its handshake completes. `intake` is what
     /// [`Self::intake`] said for this flight; `provenance` the trust policy

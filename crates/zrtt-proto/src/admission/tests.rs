@@ -344,6 +344,30 @@ fn intake_hard_and_soft_limits() {
 }
 
 #[test]
+fn unproven_intake_over_the_soft_limit_takes_no_hard_token() {
+    let mut cfg = AdmissionConfig::default();
+    cfg.limits.max_connections = 10;
+    cfg.limits.decrypts_per_sec = 2.0;
+    cfg.limits.hard_decrypts_per_sec = 3.0;
+    let t0 = Instant::now();
+    let a = Admission::new(cfg, t0);
+    assert_eq!(
+        a.intake_unproven(11, t0),
+        GATED,
+        "over the soft connections"
+    );
+    assert!(a.intake_unproven(1, t0).may_answer_early());
+    assert!(a.intake_unproven(1, t0).may_answer_early());
+    // A flood over the soft rate: gated, and the last hard token is left
+    // for a first flight on the port.
+    for _ in 0..100 {
+        assert_eq!(a.intake_unproven(1, t0), GATED);
+    }
+    assert_eq!(a.intake(1, t0), GATED, "soft used up, one hard token left");
+    assert!(a.intake(1, t0).is_busy());
+}
+
+#[test]
 fn proven_window_by_default_strict_three_times_on_request() {
     let cfg = config();
     assert_eq!(cfg.proven_window, INITIAL_WINDOW, "the default");

@@ -229,10 +229,21 @@ pub struct GatewayArgs {
     /// 0.0.0.0, for that glue).
     #[arg(long, value_name = "NAME", requires = "sdns")]
     sdns_ns: Option<String>,
-    /// Shortcut flights one resolver may have running at once on the
-    /// SDNS; beyond it REFUSED.
-    #[arg(long, default_value_t = zrtt_net::gateway::DEFAULT_MAX_RUNNING_PER_SOURCE)]
+    /// Shortcut flights one source prefix (/24, /48) may have running at
+    /// once from the SDNS; beyond it FETCH without a run (the client's TCP
+    /// form runs it).
+    #[arg(long, default_value_t = zrtt_net::gateway::DEFAULT_MAX_RUNNING_PER_PREFIX)]
     sdns_max_running: usize,
+    /// The address the backend is told a request from the SDNS came from
+    /// (X-Forwarded-For, the PROXY header's source): the querier is a
+    /// resolver or a spoofed address, never the client. Never trust it.
+    #[arg(long, value_name = "ADDR", default_value_t = zrtt_net::gateway::DNS_CLIENT_ADDRESS)]
+    sdns_client_address: std::net::IpAddr,
+    /// Turn the shortcut off for this site (a key record's name;
+    /// repeatable): its zone is not served, a shortcut flight's TCP form
+    /// for it is refused (the client takes the normal path).
+    #[arg(long, value_name = "SITE")]
+    sdns_off: Vec<String>,
     /// Worker threads, and listening sockets on the port (SO_REUSEPORT, each
     /// with its own accept loop); default: the cores this process may use.
     #[arg(long)]
@@ -465,7 +476,9 @@ pub fn run(mut a: GatewayArgs) -> Result<ExitCode> {
     cfg.access_log = a.access_log;
     cfg.shortcut.sdns = a.sdns.clone();
     cfg.shortcut.sdns_ns = a.sdns_ns.clone();
-    cfg.shortcut.max_running_per_source = a.sdns_max_running.max(1);
+    cfg.shortcut.max_running_per_prefix = a.sdns_max_running.max(1);
+    cfg.shortcut.dns_client_address = a.sdns_client_address;
+    cfg.shortcut.off_sites = a.sdns_off.clone();
     cfg.timeouts.backend_response = a.backend_timeout;
     if cfg.timeouts.backend_response >= cfg.timeouts.stream_idle {
         tracing::warn!(
