@@ -558,8 +558,10 @@ mod tests {
 
     #[test]
     fn runs_from_the_sdns_stay_below_the_udp_task_limit() {
-        let mut cfg = ShortcutConfig::default();
-        cfg.max_running = usize::MAX;
+        let cfg = ShortcutConfig {
+            max_running: usize::MAX,
+            ..ShortcutConfig::default()
+        };
         let s = Shortcuts::new(&cfg, Vec::new(), None);
         let now = Instant::now();
         let mut limits = lock(&s.limits);
