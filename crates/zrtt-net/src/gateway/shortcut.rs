@@ -6,7 +6,9 @@
 //! by its flight hash: a copy of a flight already answered (a resolver's
 //! retry, the client's TCP fetch after FETCH, a replay) gets the same
 //! bytes, never a second run; one being made gets nothing on UDP (the
-//! resolver retries) and waits over TCP. A new one is marked running,
+//! resolver retries) and waits over TCP. A new one from the SDNS is run
+//! only within the bounds on unproven queriers (sdns_limits.rs and the
+//! soft load limit; FETCH beyond them). A new one is marked running,
 //! accepted with `Transport::Shortcut` through the gateway's replay filter
 //! (and the fleet's store), its compact request run on the site's backend
 //! (shortcut_backend.rs) and the answer stream kept. The cache holds what
@@ -558,8 +560,10 @@ mod tests {
 
     #[test]
     fn runs_from_the_sdns_stay_below_the_udp_task_limit() {
-        let mut cfg = ShortcutConfig::default();
-        cfg.max_running = usize::MAX;
+        let cfg = ShortcutConfig {
+            max_running: usize::MAX,
+            ..ShortcutConfig::default()
+        };
         let s = Shortcuts::new(&cfg, Vec::new(), None);
         let now = Instant::now();
         let mut limits = lock(&s.limits);
