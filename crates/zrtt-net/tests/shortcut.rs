@@ -199,7 +199,11 @@ fn lookup(fake: &Fake, port: u16) -> ShortcutLookup {
             })
             .ok_or_else(|| std::io::Error::other("no A"))
     });
-    ShortcutLookup { dns, addr }
+    ShortcutLookup {
+        dns,
+        addr,
+        known: None,
+    }
 }
 
 /// One request over a shortcut stream: status, body, info.
@@ -244,12 +248,9 @@ async fn answer_in_dns_needs_no_connection() {
     assert!(accepted.is_err(), "the plain path connected");
 }
 
-#[tokio::test]
-async fn fetch_sends_the_same_flight_over_tcp() {
-    let keys = keys();
-    let server = Arc::new(server_keys(&keys));
-    let fake = start_sdns(Sdns::Fetch, server.clone(), false).await;
-    // The fake gateway: reads one flight, answers it from the core, closes.
+/// A fake gateway: reads one flight, answers it as a shortcut flight from
+/// the core, closes; the flight it read.
+async fn fake_site(server: Arc<ServerConfig>) -> (u16, tokio::task::JoinHandle<Vec<u8>>) {
     let site = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = site.local_addr().unwrap().port();
     let got = tokio::spawn(async move {
@@ -270,6 +271,15 @@ async fn fetch_sends_the_same_flight_over_tcp() {
         tcp.shutdown().await.unwrap();
         flight
     });
+    (port, got)
+}
+
+#[tokio::test]
+async fn fetch_sends_the_same_flight_over_tcp() {
+    let keys = keys();
+    let server = Arc::new(server_keys(&keys));
+    let fake = start_sdns(Sdns::Fetch, server.clone(), false).await;
+    let (port, got) = fake_site(server).await;
     let (status, body, info) = send(client(&keys), lookup(&fake, port), port, get("/x")).await;
     assert_eq!((status, body.as_str()), (200, "shortcut"), "{info:?}");
     assert_eq!(info.mode, Mode::ShortcutFetch, "{info:?}");
@@ -299,10 +309,11 @@ async fn plain_after(mode: Sdns) {
         body.starts_with("GET /x early="),
         "{mode:?} {body} {info:?}"
     );
-    assert!(
-        matches!(info.mode, Mode::ZrttEarly | Mode::ZrttGated),
-        "{mode:?} {info:?}"
-    );
+    // A silent SDNS lets the address come first: with no token the
+    // shortcut flight's TCP form is the plain path (the gateway runs it).
+    let plain = matches!(info.mode, Mode::ZrttEarly | Mode::ZrttGated);
+    let tcp_form = mode == Sdns::Silent && info.mode == Mode::ShortcutFetch;
+    assert!(plain || tcp_form, "{mode:?} {info:?}");
     assert_eq!(*fake.txt_queries.lock().unwrap(), 1, "{mode:?}");
     assert!(
         info.notes
@@ -374,14 +385,21 @@ async fn post_never_takes_the_shortcut() {
 fn compact_requests() {
     use zrtt_net::client::compact_request;
     let ok = compact_request(
-        b"GET /a?b=c HTTP/1.1\r\nhost: h\r\naccept: */*\r\n\r\n",
+        b"GET /a?b=c HTTP/1.1\r\nhost: www.example.com\r\naccept: */*\r\n\r\n",
         HOST,
     );
     assert_eq!(ok.unwrap().target(), "/a?b=c");
-    let head = compact_request(b"HEAD / HTTP/1.1\r\nhost: h\r\n\r\n", HOST).unwrap();
+    let head = compact_request(b"HEAD / HTTP/1.1\r\n\r\n", HOST).unwrap();
     assert_eq!(head.method(), zrtt_proto::shortcut::Method::Head);
+    let same = compact_request(
+        b"GET / HTTP/1.1\r\nhost: WWW.example.com.:443\r\n\r\n",
+        HOST,
+    );
+    assert!(same.is_ok(), "{same:?}");
     for bad in [
-        &b"POST / HTTP/1.1\r\nhost: h\r\n\r\n"[..],
+        &b"GET / HTTP/1.1\r\nhost: other.example.com\r\n\r\n"[..],
+        b"GET / HTTP/1.1\r\nhost: www.example.com.evil\r\n\r\n",
+        b"POST / HTTP/1.1\r\nhost: h\r\n\r\n",
         b"GET / HTTP/1.1\r\ncookie: a=b\r\n\r\n",
         b"GET / HTTP/1.1\r\nhost: h\r\n\r\nbody",
         b"GET / HTTP/1.1\r\nhost: h\r\n",
@@ -469,4 +487,112 @@ async fn proxy_answers_from_the_dns_answer() {
     let _ = tokio::time::timeout(Duration::from_secs(2), conn).await;
     let _ = stop.send(());
     let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+}
+
+/// The address first and no token: the plain flight would be gated, so
+/// the shortcut flight's TCP form goes to the site (the gateway's answer
+/// cache then runs the request once whichever copy comes first).
+#[tokio::test]
+async fn address_first_without_a_token_sends_the_shortcut_flight() {
+    let keys = keys();
+    let server = Arc::new(server_keys(&keys));
+    let fake = start_sdns(Sdns::Silent, server.clone(), true).await;
+    let (port, got) = fake_site(server).await;
+    let (status, body, info) = send(client(&keys), lookup(&fake, port), port, get("/x")).await;
+    assert_eq!((status, body.as_str()), (200, "shortcut"), "{info:?}");
+    assert_eq!(info.mode, Mode::ShortcutFetch, "{info:?}");
+    let tcp_flight = got.await.unwrap();
+    assert_eq!(*fake.flights.lock().unwrap(), vec![tcp_flight]);
+    assert!(
+        info.notes.iter().any(|n| n.contains("no token")),
+        "{info:?}"
+    );
+}
+
+/// The address first with a token: the fresh plain flight (one round
+/// trip when the token is good), not the shortcut flight.
+#[tokio::test]
+async fn address_first_with_a_token_takes_the_plain_path() {
+    let keys = keys();
+    let env = start_gateway(GatewayOpts {
+        keys: keys.clone(),
+        ..Default::default()
+    })
+    .await;
+    let fake = start_sdns(Sdns::Silent, Arc::new(server_keys(&keys)), true).await;
+    let port = env.addr.port();
+    let mut cfg = (*client(&keys)).clone();
+    let tokens = zrtt_net::client::TokenStore::new();
+    tokens.put(HOST, Ipv4Addr::LOCALHOST.into(), vec![7; 16]);
+    cfg.tokens = Some(Arc::new(tokens));
+    let (status, body, info) = send(Arc::new(cfg), lookup(&fake, port), port, get("/x")).await;
+    assert_eq!(status, 200, "{info:?}");
+    assert!(body.starts_with("GET /x early="), "{body} {info:?}");
+    assert!(
+        matches!(info.mode, Mode::ZrttEarly | Mode::ZrttGated),
+        "{info:?}"
+    );
+    assert!(info.notes.iter().any(|n| n.contains("a token")), "{info:?}");
+    env.stop().await;
+}
+
+/// A resolver that knows the address at once (`resolve_now`, as for an
+/// override, a cached answer or /etc/hosts) but whose lookup never ends.
+struct KnownNow(SocketAddr);
+
+impl zrtt_net::client::Resolve for KnownNow {
+    fn resolve(&self, _: &str, _: u16) -> zrtt_net::client::ResolveFuture {
+        Box::pin(std::future::pending())
+    }
+
+    fn resolve_now(&self, _: &str, _: u16) -> Option<SocketAddr> {
+        Some(self.0)
+    }
+}
+
+#[tokio::test]
+async fn an_address_known_at_once_sends_no_query() {
+    use zrtt_net::proxy::{Proxy, ProxyConfig};
+    let keys = keys();
+    let env = start_gateway(GatewayOpts {
+        keys: keys.clone(),
+        ..Default::default()
+    })
+    .await;
+    let fake = start_sdns(Sdns::Answer, Arc::new(server_keys(&keys)), false).await;
+    let mut cfg = ProxyConfig::new(client(&keys));
+    cfg.resolver = Arc::new(KnownNow(env.addr));
+    cfg.shortcut_dns = Some(lookup(&fake, 443).dns);
+    let proxy = Proxy::bind("127.0.0.1:0".parse().unwrap(), cfg)
+        .await
+        .unwrap();
+    let addr = proxy.local_addr().unwrap();
+    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(proxy.run(async {
+        let _ = rx.await;
+    }));
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .unwrap();
+    let conn = tokio::spawn(conn);
+    let port = env.addr.port();
+    let req = Request::builder()
+        .uri(format!("http://{HOST}:{port}/x"))
+        .header("host", format!("{HOST}:{port}"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(10), sender.send_request(req))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    assert!(body.starts_with(b"GET /x early="), "{body:?}");
+    assert_eq!(*fake.txt_queries.lock().unwrap(), 0);
+    drop(sender);
+    let _ = tokio::time::timeout(Duration::from_secs(2), conn).await;
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+    env.stop().await;
 }

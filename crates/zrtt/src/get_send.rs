@@ -96,15 +96,20 @@ pub(crate) fn shortcut_lookup(
             tracing::debug!("address lookup: {e}");
         }
     });
-    let host = host.to_owned();
+    let name = host.to_owned();
     let addr = Box::pin(async move {
         let found = rx.await.unwrap_or_default();
         found
             .first()
             .map(|ip| SocketAddr::new(*ip, port))
             .ok_or_else(|| {
-                std::io::Error::new(std::io::ErrorKind::NotFound, format!("{host}: no address"))
+                std::io::Error::new(std::io::ErrorKind::NotFound, format!("{name}: no address"))
             })
     });
-    Ok(ShortcutLookup { dns, addr })
+    // A fresh resolver caches nothing yet: only an IP literal is known.
+    let known = host
+        .parse::<std::net::IpAddr>()
+        .ok()
+        .map(|ip| SocketAddr::new(ip, port));
+    Ok(ShortcutLookup { dns, addr, known })
 }

@@ -492,7 +492,7 @@ fn after_reply(early: bool, e: Error) -> Result<Attempt> {
 }
 
 /// The local address the kernel would use towards `dest` (no packet sent).
-fn local_ip_towards(dest: SocketAddr) -> Option<IpAddr> {
+pub(super) fn local_ip_towards(dest: SocketAddr) -> Option<IpAddr> {
     let bind: SocketAddr = if dest.is_ipv4() {
         (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
     } else {

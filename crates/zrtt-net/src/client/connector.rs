@@ -239,6 +239,7 @@ impl ZrttConnector {
         let cfg = &self.config;
         let dns = self.shortcut_dns.clone().filter(|_| cfg.dns_shortcut)?;
         cfg.keys.lookup(host, (cfg.clock)())?;
+        let known = self.resolver.resolve_now(host, port);
         let prefetch = cfg.keys.prefetch(host, (cfg.clock)());
         let resolve = self.resolver.resolve(host, port);
         let bound = self.resolve_timeout;
@@ -251,7 +252,7 @@ impl ZrttConnector {
                 .await
                 .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "address lookup"))?
         });
-        let lookup = super::ShortcutLookup { dns, addr };
+        let lookup = super::ShortcutLookup { dns, addr, known };
         Some(ZrttStream::with_shortcut(
             cfg.clone(),
             host.to_owned(),

@@ -105,6 +105,14 @@ impl DnsAddresses {
 }
 
 impl Resolve for DnsAddresses {
+    fn resolve_now(&self, host: &str, port: u16) -> Option<SocketAddr> {
+        self.dns
+            .resolve_cached(host, super::system_clock())
+            .and_then(|r| r.addrs.first().copied())
+            .map(|ip| SocketAddr::new(ip, port))
+            .or_else(|| self.fallback.resolve_now(host, port))
+    }
+
     fn resolve(&self, host: &str, port: u16) -> ResolveFuture {
         let cached = self
             .dns

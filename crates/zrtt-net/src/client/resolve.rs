@@ -17,6 +17,32 @@ pub trait Resolve: Send + Sync + 'static {
     /// The address to connect to for `host` (a name or an IP literal
     /// without brackets) on `port`.
     fn resolve(&self, host: &str, port: u16) -> ResolveFuture;
+
+    /// The address of `host` on `port` if it is known without waiting
+    /// (overrides, IP literals, a cache, the hosts file), else `None`. The
+    /// DNS shortcut asks this before it sends a query: a known address
+    /// leaves nothing to save. Default: `None`.
+    fn resolve_now(&self, host: &str, port: u16) -> Option<SocketAddr> {
+        let _ = (host, port);
+        None
+    }
+}
+
+/// The first address of `host` in a hosts file's `text` (`/etc/hosts`
+/// syntax: an address, then names; `#` starts a comment), IPv4 first
+/// as `getaddrinfo` usually orders them.
+pub fn hosts_file_lookup(text: &str, host: &str) -> Option<IpAddr> {
+    let host = host.strip_suffix('.').unwrap_or(host);
+    let mut found: Vec<IpAddr> = text
+        .lines()
+        .filter_map(|line| {
+            let mut it = line.split('#').next()?.split_ascii_whitespace();
+            let ip: IpAddr = it.next()?.parse().ok()?;
+            it.any(|n| n.eq_ignore_ascii_case(host)).then_some(ip)
+        })
+        .collect();
+    found.sort_by_key(|ip| ip.is_ipv6());
+    found.first().copied()
 }
 
 /// `--resolve HOST:PORT:ADDR` overrides, then the system resolver
@@ -55,6 +81,20 @@ impl SystemResolver {
 }
 
 impl Resolve for SystemResolver {
+    /// Overrides, IP literals, then `/etc/hosts` (what `getaddrinfo`
+    /// answers from the file without a query, in the usual `files dns`
+    /// order).
+    fn resolve_now(&self, host: &str, port: u16) -> Option<SocketAddr> {
+        if let Some(ip) = self.overrides.get(&(host.to_ascii_lowercase(), port)) {
+            return Some(SocketAddr::new(*ip, port));
+        }
+        if let Ok(ip) = host.parse::<IpAddr>() {
+            return Some(SocketAddr::new(ip, port));
+        }
+        let text = std::fs::read_to_string("/etc/hosts").ok()?;
+        hosts_file_lookup(&text, host).map(|ip| SocketAddr::new(ip, port))
+    }
+
     fn resolve(&self, host: &str, port: u16) -> ResolveFuture {
         if let Some(ip) = self.overrides.get(&(host.to_ascii_lowercase(), port)) {
             let addr = SocketAddr::new(*ip, port);
@@ -78,6 +118,21 @@ impl Resolve for SystemResolver {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hosts_file() {
+        let text = "# comment\n::1 www.example.com\n127.0.0.1 localhost\n\
+                    10.0.0.7  other WWW.example.com # x\n#10.0.0.8 www.example.com\n";
+        let ip = |s: &str| s.parse::<IpAddr>().ok();
+        assert_eq!(hosts_file_lookup(text, "www.example.com."), ip("10.0.0.7"));
+        assert_eq!(hosts_file_lookup(text, "localhost"), ip("127.0.0.1"));
+        assert_eq!(hosts_file_lookup(text, "example.com"), None);
+        let r = SystemResolver::new();
+        assert_eq!(
+            r.resolve_now("127.0.0.9", 80),
+            Some(SocketAddr::from(([127, 0, 0, 9], 80)))
+        );
+    }
 
     #[test]
     fn resolve_overrides() {

@@ -43,7 +43,7 @@ use zrtt_proto::handshake::ClientHandshake;
 use zrtt_proto::shortcut::{self, CompactRequest, Method, TxtAnswer};
 
 use super::config::ClientConfig;
-use super::connect::{establish_as, AppProtocol, Conn, ConnInfo, Mode, Target};
+use super::connect::{establish_as, local_ip_towards, AppProtocol, Conn, ConnInfo, Mode, Target};
 use super::resolve::ResolveFuture;
 use crate::error::{Error, Result};
 use crate::tfo::{self, ConnectMode};
@@ -67,6 +67,10 @@ pub struct ShortcutLookup {
     pub dns: Arc<Resolver>,
     /// The host's address (the plain lookup).
     pub addr: ResolveFuture,
+    /// The address if the caller's caches already hold it, checked
+    /// synchronously ([`Resolve::resolve_now`](super::Resolve::resolve_now):
+    /// overrides, the resolver's cache, `/etc/hosts`): no query is sent.
+    pub known: Option<SocketAddr>,
 }
 
 impl std::fmt::Debug for ShortcutLookup {
@@ -104,6 +108,21 @@ pub fn compact_request(
     let dropped = |name: &str| DROPPED_HEADERS.iter().any(|d| name.eq_ignore_ascii_case(d));
     if !req.headers.iter().all(|h| dropped(h.name)) {
         return Err("a header the compact request cannot carry");
+    }
+    // The gateway sends the key record's name as Host: another Host (a
+    // virtual host behind the same address) would get another answer.
+    let same_host = |h: &httparse::Header<'_>| {
+        let v = std::str::from_utf8(h.value).unwrap_or("").trim();
+        let name = match v.rsplit_once(':') {
+            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+            _ => v,
+        };
+        let trim = |n: &str| n.strip_suffix('.').unwrap_or(n).to_owned();
+        trim(name).eq_ignore_ascii_case(&trim(host))
+    };
+    let host_header = |h: &&httparse::Header<'_>| h.name.eq_ignore_ascii_case("host");
+    if !req.headers.iter().filter(host_header).all(same_host) {
+        return Err("a Host header other than the connection's host");
     }
     let target = req.path.unwrap_or("");
     if target.len() > shortcut::max_target_len(host) {
@@ -254,6 +273,23 @@ fn too_early(response: &[u8]) -> bool {
     r.parse(response).is_ok() && r.code == Some(425)
 }
 
+/// Whether the client holds something that makes its plain flight to
+/// `addr` answered before the handshake: provenance for the local
+/// address towards it, an address token for that address, or a
+/// resumption ticket for `host`. Without one the gateway gates the plain
+/// flight anyway (docs/PROTOCOL.md §8).
+fn proven(cfg: &ClientConfig, host: &str, addr: SocketAddr) -> bool {
+    let local = local_ip_towards(addr);
+    let now = (cfg.clock)();
+    let by_provenance = (cfg.provenance.as_ref())
+        .zip(local)
+        .is_some_and(|(p, ip)| p.for_local(ip, now).is_some());
+    let by_token = cfg.tokens.as_ref().is_some_and(|s| {
+        (cfg.resume && s.tickets(host) > 0) || local.is_some_and(|ip| s.token(host, ip).is_some())
+    });
+    by_provenance || by_token
+}
+
 /// The info of a request answered by the shortcut.
 fn answered(mode: Mode, t0: Instant, rtt: Duration, early: bool, notes: Vec<String>) -> ConnInfo {
     let fetched = mode == Mode::ShortcutFetch;
@@ -311,8 +347,9 @@ fn prepare(
     if rec.body().flags.client_auth_required() {
         return Err("the key record requires client authentication".into());
     }
-    let (hs, flight) = ClientHandshake::start_shortcut(&rec, &creq, None, now, cfg.rng.as_ref())
-        .map_err(|e| format!("flight: {e}"))?;
+    let (hs, flight) =
+        ClientHandshake::start_shortcut(&rec, &creq, None, Some(host), now, cfg.rng.as_ref())
+            .map_err(|e| format!("flight: {e}"))?;
     let qname = shortcut::query_name(&flight, host).map_err(|e| format!("query name: {e}"))?;
     Ok((hs, flight, qname))
 }
@@ -386,7 +423,7 @@ pub(super) async fn establish_shortcut(
     lookup: ShortcutLookup,
 ) -> Result<(Conn, ConnInfo)> {
     let t0 = Instant::now();
-    let ShortcutLookup { dns, addr } = lookup;
+    let ShortcutLookup { dns, addr, known } = lookup;
     let host = target.host.as_str();
     let port = target.addr.port();
     let mut notes = Vec::new();
@@ -406,7 +443,10 @@ pub(super) async fn establish_shortcut(
     let mut addr = addr;
     // An address already known (cached) leaves nothing to save: the plain
     // path at once, and no query that would run the request a second time.
-    let known_now = std::future::poll_fn(|cx| Poll::Ready(addr.as_mut().poll(cx))).await;
+    let known_now = match known {
+        Some(a) => Poll::Ready(Ok(a)),
+        None => std::future::poll_fn(|cx| Poll::Ready(addr.as_mut().poll(cx))).await,
+    };
     let prepared = match known_now {
         Poll::Ready(r) => {
             notes.push("DNS shortcut not used: the address is known".to_owned());
@@ -468,6 +508,8 @@ pub(super) async fn establish_shortcut(
                         _ if plain_path.is_some() => notes.push(
                             "DNS shortcut: FETCH after the plain path started; plain path".into(),
                         ),
+                        // The TCP form is already on its way.
+                        _ if fetching.is_some() => {}
                         Some(ip) => fetching = Some(Box::pin(fetch(cfg, SocketAddr::new(ip.ip(), port), &flight))),
                         None => want_fetch = true,
                     },
@@ -479,12 +521,23 @@ pub(super) async fn establish_shortcut(
                 match resolved(r) {
                     Ok(ip) => {
                         known = Some(ip);
+                        let to = SocketAddr::new(ip.ip(), port);
                         if want_fetch {
-                            fetching = Some(Box::pin(fetch(cfg, SocketAddr::new(ip.ip(), port), &flight)));
+                            fetching = Some(Box::pin(fetch(cfg, to, &flight)));
+                        } else if !txt_done && !proven(cfg, host, to) {
+                            // The plain flight would be gated anyway: the
+                            // shortcut flight's TCP form is the plain path,
+                            // and the gateway's answer cache runs the
+                            // request once whichever copy comes first.
+                            notes.push(format!(
+                                "address after {:.1} ms, before the DNS shortcut's answer, no token: the shortcut flight's TCP form sent",
+                                ms(t0)
+                            ));
+                            fetching = Some(Box::pin(fetch(cfg, to, &flight)));
                         } else {
                             if !txt_done {
                                 notes.push(format!(
-                                    "address after {:.1} ms, before the DNS shortcut's answer: plain path started",
+                                    "address after {:.1} ms, before the DNS shortcut's answer: plain path started (a token: one round trip; the request may run twice)",
                                     ms(t0)
                                 ));
                             }

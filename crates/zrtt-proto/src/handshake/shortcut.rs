@@ -5,13 +5,16 @@
 
 use super::client::encode_payload;
 use super::{
-    read_frame, Accepted, ClientHandshake, ClientParams, Expect, Extensions, Frame, Pattern,
+    ext, read_frame, Accepted, ClientHandshake, ClientParams, Expect, Extensions, Frame, Pattern,
     RecordKind, Transport, MAX_NOISE_MESSAGE,
 };
 use crate::crypto::SecureRandom;
 use crate::error::{Error, HandshakeError, InvalidMessage};
 use crate::record::{Aead, VerifiedKeyRecord};
-use crate::shortcut::{CompactRequest, ShortcutError, MAX_ANSWER_RECORD, MAX_RESPONSE};
+use crate::shortcut::{
+    padded_dns_form_len, CompactRequest, ShortcutError, DNS_FORM_OVERHEAD, MAX_ANSWER_RECORD,
+    MAX_RESPONSE, PADDING_OVERHEAD,
+};
 use crate::time::UnixTime;
 
 /// Response bytes the Reply of an answer stream carries at most: one Noise
@@ -22,10 +25,19 @@ impl ClientHandshake {
     /// Build a shortcut flight (pattern 0x04) for `record` carrying
     /// `request`, at `now`. Returns the state to keep and the flight in its
     /// TCP form ([`crate::shortcut::query_name`] makes its DNS name).
+    ///
+    /// `pad_for: Some(site)` adds the padding extension (`0xFFFF`, zeros)
+    /// so that the DNS form is [`padded_dns_form_len`]`(site)` bytes,
+    /// whatever the target: every query name under `site` is as long as
+    /// the longest one (same answer room under the 3x bound, the target's
+    /// length hidden); a target over [`crate::shortcut::max_target_len`]
+    /// is [`ShortcutError::TooLong`]. The server ignores extensions of
+    /// shortcut flights.
     pub fn start_shortcut(
         record: &VerifiedKeyRecord,
         request: &CompactRequest,
         aead: Option<Aead>,
+        pad_for: Option<&str>,
         now: UnixTime,
         rng: &dyn SecureRandom,
     ) -> Result<(Self, Vec<u8>), Error> {
@@ -39,11 +51,26 @@ impl ClientHandshake {
             Some(a) => return Err(HandshakeError::UnsupportedAead(a as u8).into()),
             None => body.aeads[0],
         };
+        let mut extensions = Extensions::new();
+        if let Some(site) = pad_for {
+            let want = padded_dns_form_len(site);
+            // Unpadded DNS form: the overhead (method byte included) and
+            // the target.
+            let len = DNS_FORM_OVERHEAD + request.target().len() + PADDING_OVERHEAD;
+            let Some(pad) = want.checked_sub(len) else {
+                return Err(ShortcutError::TooLong {
+                    len: crate::shortcut::names::query_name_len(len, site),
+                    max: crate::shortcut::MAX_NAME_LEN,
+                }
+                .into());
+            };
+            extensions.set(ext::PADDING, vec![0; pad]);
+        }
         let params = ClientParams {
             transport: Transport::Shortcut,
             aead: Some(aead),
             static_key: None,
-            extensions: Extensions::new(),
+            extensions,
         };
         let pattern = Pattern::Shortcut;
         let payload = encode_payload(record, &params, pattern, &request.encode(), now)?;

@@ -16,11 +16,14 @@
 
 mod answer;
 mod cache;
-mod names;
+pub(crate) mod names;
 
 pub use answer::TxtAnswer;
 pub use cache::{AnswerCache, CacheFull, Lookup};
-pub use names::{max_target_len, parse_query_name, query_name, zone_name, NameMatch, MAX_NAME_LEN};
+pub use names::{
+    max_target_len, padded_dns_form_len, parse_query_name, query_name, zone_name, NameMatch,
+    MAX_NAME_LEN, PADDING_OVERHEAD,
+};
 
 use crate::codec::Put;
 use crate::handshake::{read_frame, Expect, Frame, Pattern, FRAME_FIRST_FLIGHT, PROTOCOL_VERSION};

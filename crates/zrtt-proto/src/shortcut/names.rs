@@ -33,15 +33,33 @@ fn name_len(dns_form_len: usize, zone_len: usize) -> usize {
     chars + labels + zone_len
 }
 
-/// The longest target (bytes) whose shortcut flight's query name under
-/// `site` fits [`MAX_NAME_LEN`]; 0 when not even `/` fits.
-pub fn max_target_len(site: &str) -> usize {
+/// Length (no trailing dot) of the query name under `site` of a DNS form
+/// of `dns_form_len` bytes.
+pub(crate) fn query_name_len(dns_form_len: usize, site: &str) -> usize {
+    name_len(dns_form_len, zone_name(site).len())
+}
+
+/// Bytes the padding extension (`0xFFFF`) adds besides its value: its
+/// type and length. Every flight made with a site to pad for carries it.
+pub const PADDING_OVERHEAD: usize = 4;
+
+/// The longest DNS form (bytes) whose query name under `site` fits
+/// [`MAX_NAME_LEN`]: a padded flight's DNS form has exactly this length,
+/// whatever its target (docs/PROTOCOL.md §13.1).
+pub fn padded_dns_form_len(site: &str) -> usize {
     let zone_len = zone_name(site).len();
-    let mut target = 0;
-    while name_len(DNS_FORM_OVERHEAD + target + 1, zone_len) <= MAX_NAME_LEN {
-        target += 1;
+    let mut len = 0;
+    while name_len(len + 1, zone_len) <= MAX_NAME_LEN {
+        len += 1;
     }
-    target
+    len
+}
+
+/// The longest target (bytes) whose padded shortcut flight's query name
+/// under `site` fits [`MAX_NAME_LEN`] (the padding extension's 4 bytes
+/// counted, its value empty); 0 when not even `/` fits.
+pub fn max_target_len(site: &str) -> usize {
+    padded_dns_form_len(site).saturating_sub(DNS_FORM_OVERHEAD + PADDING_OVERHEAD)
 }
 
 /// The query name of a shortcut flight given in its TCP form, under

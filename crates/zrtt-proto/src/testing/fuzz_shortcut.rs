@@ -112,11 +112,12 @@ fn answer_stream(rest: &[u8]) {
     let f = fuzz_fixture();
     let req = CompactRequest::new(crate::shortcut::Method::Get, "/").unwrap();
     let (client, flight) =
-        ClientHandshake::start_shortcut(&f.record, &req, None, fuzz_now(), &rng(6)).unwrap();
+        ClientHandshake::start_shortcut(&f.record, &req, None, None, fuzz_now(), &rng(6)).unwrap();
     // Arbitrary bytes as a stream: never a response (they do not decrypt).
     if !rest.is_empty() {
         let (c, _) =
-            ClientHandshake::start_shortcut(&f.record, &req, None, fuzz_now(), &rng(6)).unwrap();
+            ClientHandshake::start_shortcut(&f.record, &req, None, None, fuzz_now(), &rng(6))
+                .unwrap();
         assert!(c.open_shortcut_answer(rest).is_err());
     }
     // The input as a response: what the server sends, the client reads.

@@ -115,9 +115,15 @@ pub fn fuzz_seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     // DNS shortcut: a flight's name, its forms, its plaintext, answers.
     let req =
         crate::shortcut::CompactRequest::new(crate::shortcut::Method::Get, "/index.html").unwrap();
-    let (_, flight) =
-        crate::handshake::ClientHandshake::start_shortcut(&f.record, &req, None, now, &rng(6))
-            .unwrap();
+    let (_, flight) = crate::handshake::ClientHandshake::start_shortcut(
+        &f.record,
+        &req,
+        None,
+        None,
+        now,
+        &rng(6),
+    )
+    .unwrap();
     let name = crate::shortcut::query_name(&flight, NAME).unwrap();
     out.push(("shortcut", "name", [&[0u8][..], name.as_bytes()].concat()));
     let dns = crate::shortcut::dns_form(&flight).unwrap();

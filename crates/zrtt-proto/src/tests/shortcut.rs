@@ -29,7 +29,12 @@ fn verified() -> VerifiedKeyRecord {
 
 fn flight(target: &str, seed: u8) -> (ClientHandshake, Vec<u8>) {
     let req = CompactRequest::new(Method::Get, target).unwrap();
-    ClientHandshake::start_shortcut(&verified(), &req, None, now(), &rng(seed)).unwrap()
+    ClientHandshake::start_shortcut(&verified(), &req, None, None, now(), &rng(seed)).unwrap()
+}
+
+fn padded_flight(target: &str, seed: u8) -> (ClientHandshake, Vec<u8>) {
+    let req = CompactRequest::new(Method::Get, target).unwrap();
+    ClientHandshake::start_shortcut(&verified(), &req, None, Some(SITE), now(), &rng(seed)).unwrap()
 }
 
 fn accept(
@@ -261,4 +266,33 @@ fn budget_and_cache_basics() {
     c.finish(&h, a.clone(), now());
     assert_eq!(c.lookup(&h, now()), Lookup::Done(a));
     assert_eq!(c.len(), 1);
+}
+
+#[test]
+fn a_padded_flight_is_accepted_and_answered_like_any_other() {
+    let server = testing::vector_server();
+    let mut f = filter();
+    let (client, tcp) = padded_flight("/index.html?a=1", 3);
+    let name = query_name(&tcp, SITE).unwrap();
+    assert_eq!(
+        name.len(),
+        MAX_NAME_LEN,
+        "www.example.com's longest name is 253"
+    );
+    let NameMatch::Flight(got) = parse_query_name(&name, SITE) else {
+        panic!("the name of a padded flight");
+    };
+    // Both transports: the DNS name and the TCP form.
+    let strings = serve(&server, &got, &mut f, RESPONSE);
+    let Ok(TxtAnswer::Answer(stream)) = TxtAnswer::from_strings(strings.iter().map(|s| &s[..]))
+    else {
+        panic!("an answer");
+    };
+    assert_eq!(client.open_shortcut_answer(&stream).unwrap(), RESPONSE);
+    let (client, tcp) = padded_flight("/index.html?a=1", 4);
+    let stream = accept(&server, &tcp, Transport::Shortcut, &mut f)
+        .unwrap()
+        .shortcut_answer(RESPONSE)
+        .unwrap();
+    assert_eq!(client.open_shortcut_answer(&stream).unwrap(), RESPONSE);
 }

@@ -26,7 +26,13 @@ fn verified() -> VerifiedKeyRecord {
 
 fn flight(target: &str, seed: u8) -> (ClientHandshake, Vec<u8>) {
     let req = CompactRequest::new(Method::Head, target).unwrap();
-    ClientHandshake::start_shortcut(&verified(), &req, None, now(), &rng(seed)).unwrap()
+    ClientHandshake::start_shortcut(&verified(), &req, None, None, now(), &rng(seed)).unwrap()
+}
+
+fn padded(target: &str, site: &str, seed: u8) -> Result<Vec<u8>, Error> {
+    let req = CompactRequest::new(Method::Head, target).unwrap();
+    ClientHandshake::start_shortcut(&verified(), &req, None, Some(site), now(), &rng(seed))
+        .map(|(_, tcp)| tcp)
 }
 
 /// Sites of several lengths (labels of at most 63 characters).
@@ -45,25 +51,31 @@ fn sites() -> Vec<String> {
 fn max_target_len_is_exact() {
     // www.example.com: 253 = 231 base32 characters in 4 labels (3 dots)
     // + ".zq.www.example.com" (19); 231 characters carry 144 bytes of DNS
-    // form = 66 bytes of overhead + a target of 78.
-    assert_eq!(max_target_len(testing::NAME), 78);
+    // form = 66 bytes of overhead + 4 of padding extension + a target of 74.
+    assert_eq!(padded_dns_form_len(testing::NAME), 144);
+    assert_eq!(max_target_len(testing::NAME), 74);
     for (i, site) in sites().iter().enumerate() {
         let max = max_target_len(site);
         assert!(max > 0, "{site}");
         let fits = format!("/{}", "x".repeat(max - 1));
-        let (_, tcp) = flight(&fits, i as u8);
+        let tcp = padded(&fits, site, i as u8).unwrap();
         let name = query_name(&tcp, site).unwrap();
         assert!(name.len() <= MAX_NAME_LEN, "{site}: {}", name.len());
         assert_eq!(parse_query_name(&name, site), NameMatch::Flight(tcp));
         let over = format!("/{}", "x".repeat(max));
-        let (_, tcp) = flight(&over, i as u8);
         assert!(
             matches!(
-                query_name(&tcp, site),
-                Err(ShortcutError::TooLong { max: 253, .. })
+                padded(&over, site, i as u8),
+                Err(Error::Shortcut(ShortcutError::TooLong { max: 253, .. }))
             ),
             "{site}: a target of {} fits",
             max + 1
+        );
+        // One byte more of DNS form than the padded length does not fit.
+        let (_, tcp) = flight(&fits, i as u8);
+        assert_eq!(
+            dns_form(&tcp).unwrap().len() + PADDING_OVERHEAD,
+            padded_dns_form_len(site)
         );
     }
     let huge = format!(
@@ -74,6 +86,30 @@ fn max_target_len_is_exact() {
         "d".repeat(30)
     );
     assert_eq!(max_target_len(&huge), 0);
+}
+
+/// Padding makes every flight's name under a site as long as the longest
+/// one, whatever its target's length (same answer room, the length
+/// hidden), and the name still decodes to the flight.
+#[test]
+fn every_padded_name_under_a_site_has_the_same_length() {
+    for (i, site) in sites().iter().enumerate() {
+        let mut lens = std::collections::BTreeSet::new();
+        for n in 1..=max_target_len(site) {
+            let target = format!("/{}", "p".repeat(n - 1));
+            let tcp = padded(&target, site, i as u8).unwrap();
+            assert_eq!(dns_form(&tcp).unwrap().len(), padded_dns_form_len(site));
+            let name = query_name(&tcp, site).unwrap();
+            assert_eq!(parse_query_name(&name, site), NameMatch::Flight(tcp));
+            lens.insert(name.len());
+        }
+        assert_eq!(lens.len(), 1, "{site}: {lens:?}");
+        let longest = lens.first().copied().unwrap_or_default();
+        assert!(
+            longest <= MAX_NAME_LEN && longest + 8 > MAX_NAME_LEN,
+            "{site}: {longest}"
+        );
+    }
 }
 
 #[test]

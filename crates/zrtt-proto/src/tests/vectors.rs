@@ -183,7 +183,7 @@ fn compute() -> Vec<(&'static str, String)> {
     use crate::shortcut::{flight_hash, query_name, CompactRequest, Method, TxtAnswer};
     let req = CompactRequest::new(Method::Get, "/index.html").unwrap();
     let (client, flight) =
-        ClientHandshake::start_shortcut(&verified, &req, None, now, &rng(10)).unwrap();
+        ClientHandshake::start_shortcut(&verified, &req, None, None, now, &rng(10)).unwrap();
     v.push(("shortcut_first_flight", hex(&flight)));
     v.push((
         "shortcut_query_name",
