@@ -33,6 +33,8 @@ use zrtt_proto::shortcut::{self, NameMatch, TxtAnswer};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Sdns {
     Answer,
+    /// The answer once `release_txt` is notified; `txt_sent` after.
+    AnswerLate,
     Fetch,
     NxDomain,
     Refused,
@@ -53,6 +55,10 @@ struct Fake {
     flights: Arc<Mutex<Vec<Vec<u8>>>>,
     /// Opens the A answer (held until then).
     release_a: Arc<tokio::sync::Notify>,
+    /// Opens the TXT answer of [`Sdns::AnswerLate`].
+    release_txt: Arc<tokio::sync::Notify>,
+    /// Notified once the TXT answer of [`Sdns::AnswerLate`] is sent.
+    txt_sent: Arc<tokio::sync::Notify>,
 }
 
 fn replay() -> BloomReplayFilter {
@@ -94,6 +100,8 @@ async fn start_sdns(mode: Sdns, server: Arc<ServerConfig>, a_first: bool) -> Fak
         txt_queries: Arc::default(),
         flights: Arc::default(),
         release_a: Arc::new(tokio::sync::Notify::new()),
+        release_txt: Arc::new(tokio::sync::Notify::new()),
+        txt_sent: Arc::new(tokio::sync::Notify::new()),
     };
     if a_first {
         fake.release_a.notify_one();
@@ -104,6 +112,7 @@ async fn start_sdns(mode: Sdns, server: Arc<ServerConfig>, a_first: bool) -> Fak
         fake.flights.clone(),
         fake.release_a.clone(),
     );
+    let (release_txt, txt_sent) = (fake.release_txt.clone(), fake.txt_sent.clone());
     tokio::spawn(async move {
         let mut buf = vec![0u8; 4096];
         loop {
@@ -145,7 +154,9 @@ async fn start_sdns(mode: Sdns, server: Arc<ServerConfig>, a_first: bool) -> Fak
                     };
                     None
                 }
-                Sdns::Answer => Some(TxtAnswer::Answer(answer_stream(&server, &flight))),
+                Sdns::Answer | Sdns::AnswerLate => {
+                    Some(TxtAnswer::Answer(answer_stream(&server, &flight)))
+                }
                 Sdns::Fetch => Some(TxtAnswer::Fetch),
                 // A Reject frame's bytes do not matter to the client.
                 Sdns::Reject => Some(TxtAnswer::Reject(vec![0xD9, 0x07, 0x00, 0x00])),
@@ -159,6 +170,16 @@ async fn start_sdns(mode: Sdns, server: Arc<ServerConfig>, a_first: bool) -> Fak
             if let Some(strings) = strings {
                 let txt = TXT::from_bytes(strings.iter().map(|s| &s[..]).collect());
                 resp.add_answer(Record::from_rdata(query.name().clone(), 0, RData::TXT(txt)));
+            }
+            if mode == Sdns::AnswerLate {
+                let (sock, release_txt, txt_sent) =
+                    (sock.clone(), release_txt.clone(), txt_sent.clone());
+                tokio::spawn(async move {
+                    release_txt.notified().await;
+                    let _ = sock.send_to(&resp.to_vec().unwrap(), from).await;
+                    txt_sent.notify_one();
+                });
+                continue;
             }
             sock.send_to(&resp.to_vec().unwrap(), from).await.unwrap();
             // The A answer only after the TXT one.
@@ -594,5 +615,104 @@ async fn an_address_known_at_once_sends_no_query() {
     let _ = tokio::time::timeout(Duration::from_secs(2), conn).await;
     let _ = stop.send(());
     let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+    env.stop().await;
+}
+
+/// How the client's side of a relayed connection ended.
+#[derive(Debug, PartialEq, Eq)]
+enum ClientEnd {
+    /// End of stream after the gateway's bytes were delivered.
+    InOrder,
+    /// End of stream before anything from the gateway was delivered.
+    Early,
+    /// A reset or another error.
+    Error(std::io::ErrorKind),
+}
+
+/// A relay between the client and `gateway` that delivers the gateway's
+/// bytes only once `release` is notified (its first connection only);
+/// `entered` is notified when the client's connection arrives. Returns
+/// how the client's side ended.
+async fn holding_relay(
+    gateway: SocketAddr,
+    entered: Arc<tokio::sync::Notify>,
+    release: Arc<tokio::sync::Notify>,
+) -> (u16, tokio::task::JoinHandle<ClientEnd>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let task = tokio::spawn(async move {
+        let (client, _) = l.accept().await.unwrap();
+        entered.notify_one();
+        let server = tokio::net::TcpStream::connect(gateway).await.unwrap();
+        let (mut cr, mut cw) = client.into_split();
+        let (mut sr, mut sw) = server.into_split();
+        let delivered = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let d = delivered.clone();
+        let down = tokio::spawn(async move {
+            release.notified().await;
+            let mut buf = [0u8; 16 * 1024];
+            while let Ok(n) = sr.read(&mut buf).await {
+                if n == 0 || cw.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+                d.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+            let _ = cw.shutdown().await;
+        });
+        let mut buf = [0u8; 16 * 1024];
+        let end = loop {
+            match cr.read(&mut buf).await {
+                Ok(0) if delivered.load(std::sync::atomic::Ordering::SeqCst) => {
+                    break ClientEnd::InOrder
+                }
+                Ok(0) => break ClientEnd::Early,
+                Ok(n) => {
+                    if sw.write_all(&buf[..n]).await.is_err() {
+                        break ClientEnd::Error(std::io::ErrorKind::BrokenPipe);
+                    }
+                }
+                Err(e) => break ClientEnd::Error(e.kind()),
+            }
+        };
+        let _ = sw.shutdown().await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), down).await;
+        end
+    });
+    (port, task)
+}
+
+/// The DNS answer overtakes a plain connection under way (a token held,
+/// the address first): that connection is not dropped but finished and
+/// closed in order, after the gateway's reply was read (a reset before
+/// the gateway saw the handshake complete would cost the client's next
+/// connections their round trip). Ordered by construction: the relay
+/// holds the gateway's bytes until the DNS answer is sent.
+#[tokio::test]
+async fn an_overtaken_plain_connection_is_closed_in_order() {
+    let keys = keys();
+    let env = start_gateway(GatewayOpts {
+        keys: keys.clone(),
+        ..Default::default()
+    })
+    .await;
+    let fake = start_sdns(Sdns::AnswerLate, Arc::new(server_keys(&keys)), true).await;
+    let (port, relay) =
+        holding_relay(env.addr, fake.release_txt.clone(), fake.txt_sent.clone()).await;
+    let mut cfg = (*client(&keys)).clone();
+    let tokens = zrtt_net::client::TokenStore::new();
+    tokens.put(HOST, Ipv4Addr::LOCALHOST.into(), vec![7; 16]);
+    cfg.tokens = Some(Arc::new(tokens));
+    let (status, body, info) = send(Arc::new(cfg), lookup(&fake, port), port, get("/x")).await;
+    assert_eq!((status, body.as_str()), (200, "shortcut"), "{info:?}");
+    assert_eq!(info.mode, Mode::DnsShortcut, "{info:?}");
+    assert!(
+        info.notes.iter().any(|n| n.contains("closed in order")),
+        "{info:?}"
+    );
+    let end = tokio::time::timeout(Duration::from_secs(10), relay)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(end, ClientEnd::InOrder);
     env.stop().await;
 }

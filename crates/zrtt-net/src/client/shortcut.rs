@@ -15,17 +15,25 @@
 //!   answer stream is read to the end and opened: [`Mode::ShortcutFetch`];
 //! - REJECT, NXDOMAIN, SERVFAIL, REFUSED, no answer, a malformed answer, a
 //!   response `425 Too Early`: forgotten, the plain path goes on;
-//! - the address first: the plain path ([`establish_as`], a fresh flight
-//!   with the client's token, so a proven client keeps its one round trip)
+//! - an address the caller's caches hold ([`ShortcutLookup::known`]) or a
+//!   lookup ready at its first poll: no query, the plain path only;
+//! - the address first, and the client holds no token, provenance or
+//!   ticket (`proven`): its plain flight would be gated anyway, so the
+//!   shortcut flight's TCP form goes to the site as the plain path, and
+//!   the gateway's answer cache runs the request once whichever copy
+//!   comes first; with one: the plain path ([`establish_as`], a fresh
+//!   flight with the token, so the client keeps its one round trip)
 //!   starts at once, and whichever answers first wins (a DNS answer that
 //!   comes while the plain connection is still being set up ends it).
 //!
-//! A request may then run twice on the backend, both times marked
-//! `Early-Data: 1` by the gateway: only GET and HEAD exist in the compact
-//! request, as for the TLS race. The compact request carries no header:
-//! requests with headers other than [`DROPPED_HEADERS`] do not take the
-//! shortcut (a cookie or an authorisation silently lost would change the
-//! answer).
+//! A request may then (token held) run twice on the backend, both times
+//! marked `Early-Data: 1` by the gateway: only GET and HEAD exist in the
+//! compact request, as for the TLS race. The compact request carries no
+//! header: requests with headers other than [`DROPPED_HEADERS`], or a
+//! Host other than the connection's, do not take the shortcut (a cookie
+//! or an authorisation silently lost would change the answer). Flights
+//! are padded to the longest name under the host (docs/PROTOCOL.md
+//! §13.2).
 
 use std::future::Future;
 use std::io;
