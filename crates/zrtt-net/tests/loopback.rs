@@ -714,3 +714,43 @@ async fn gateways_sharing_key_and_filter_resume_each_others_tickets() {
     a.stop().await;
     b.stop().await;
 }
+
+/// Keys still coming once the address is known: the TLS connection raced
+/// beside them connects at once but holds its ClientHello until
+/// `KEY_RACE_GRACE` after the race began, so keys a little behind drop a
+/// connection that carried nothing, and a path of RTT at least the grace
+/// loses no time to it (docs/DNS.md §6b). Bytes and order only: the first
+/// byte on the wire is a TLS handshake record, and it was not sent before
+/// the grace (a lower bound the scheduler cannot break).
+#[tokio::test]
+async fn raced_tls_holds_its_client_hello_for_the_grace() {
+    use zrtt_net::client::{establish_when_keys, Target, KEY_RACE_GRACE};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let target = Target {
+        host: HOST.into(),
+        addr: listener.local_addr().unwrap(),
+    };
+    let cfg = Arc::new(client_config(Vec::new()));
+    let t0 = std::time::Instant::now();
+    let race = tokio::spawn(async move {
+        // Keys that never come: TLS is the only way.
+        let keys: zrtt_net::client::PrefetchFuture = Box::pin(std::future::pending());
+        let _ = establish_when_keys(&cfg, &target, b"GET / HTTP/1.1\r\n\r\n", keys).await;
+    });
+    let (mut tcp, _) = tokio::time::timeout(Duration::from_secs(10), listener.accept())
+        .await
+        .expect("the raced TLS connection")
+        .unwrap();
+    let mut first = [0u8; 1];
+    tokio::time::timeout(Duration::from_secs(10), tcp.read_exact(&mut first))
+        .await
+        .expect("a ClientHello")
+        .unwrap();
+    let sent_after = t0.elapsed();
+    assert_eq!(first[0], 0x16, "a TLS handshake record");
+    assert!(
+        sent_after >= KEY_RACE_GRACE,
+        "ClientHello {sent_after:?} after the race began, before the grace {KEY_RACE_GRACE:?}"
+    );
+    race.abort();
+}

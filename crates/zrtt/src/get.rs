@@ -14,7 +14,6 @@ use http_body_util::{BodyExt, Full};
 use zrtt_dns::resolver::{ResolveError, Resolved, Resolver, ResolverConfig, Trust};
 use zrtt_net::client::{
     CertKeySource, ClientConfig, ConnInfo, DnsKeySource, KeySource, Target, ZrttStream,
-    KEY_RACE_GRACE,
 };
 
 use crate::dnskeys::{parse_dns_server, ClientFlags};
@@ -180,11 +179,9 @@ async fn dns_lookup(
         biased;
         r = &mut full => r,
         Ok(found) = rx, if !a.no_key_race => {
-            // Keys that are only a little behind the address still win
-            // without a TLS handshake started for nothing.
-            if let Ok(r) = tokio::time::timeout(KEY_RACE_GRACE, &mut full).await {
-                return Ok(lookup_done(resolver, r, &server, notes));
-            }
+            // Keys only a little behind the address still win without a
+            // TLS handshake for nothing: the raced ClientHello waits
+            // KEY_RACE_GRACE (`establish_when_keys`).
             notes.push(format!(
                 "DNS {server}: {} address(es) in {:.1} ms, key records still coming \
                  (TLS starts beside them)",

@@ -268,7 +268,7 @@ pub async fn establish_as(
         biased;
         r = &mut zrtt => r,
         () = race.late.notified(), if cfg.tls_fallback => {
-            let tls = tls_handshake(cfg, target, protocol, t0);
+            let tls = tls_handshake(cfg, target, protocol, t0, None);
             tokio::pin!(tls);
             tokio::select! {
                 biased;
@@ -304,7 +304,7 @@ pub async fn establish_as(
     }
     let tls = match spare {
         Some(ready) => ready,
-        None => tls_handshake(cfg, target, protocol, t0).await?,
+        None => tls_handshake(cfg, target, protocol, t0, None).await?,
     };
     let (conn, mut info) = tls_send(tls, protocol, request).await?;
     info.round_trips += spent;

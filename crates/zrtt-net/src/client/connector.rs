@@ -26,7 +26,6 @@ use hyper_util::rt::TokioIo;
 
 use super::config::ClientConfig;
 use super::connect::{ConnInfo, Target};
-use super::key_race::KEY_RACE_GRACE;
 use super::resolve::{Resolve, SystemResolver};
 use super::stream::{ConnInfoHandle, ZrttStream};
 use crate::error::{Error, Result};
@@ -185,7 +184,8 @@ impl tower_service::Service<Uri> for ZrttConnector {
                 return Ok(TokioIo::new(stream));
             }
             // Keys and address in parallel; keys still missing once the
-            // address is known (and KEY_RACE_GRACE later) race TLS.
+            // address is known race TLS, whose ClientHello waits
+            // KEY_RACE_GRACE for them (`key_race.rs`).
             let mut keys = Box::pin(tokio::time::timeout(
                 this.resolve_timeout,
                 cfg.keys.prefetch(&host, (cfg.clock)()),
@@ -209,11 +209,6 @@ impl tower_service::Service<Uri> for ZrttConnector {
             let addr = addr
                 .map_err(|_| Error::Timeout("resolving the gateway"))?
                 .map_err(Error::io("resolving the gateway"))?;
-            if !keys_done {
-                keys_done = tokio::time::timeout(KEY_RACE_GRACE, keys.as_mut())
-                    .await
-                    .is_ok();
-            }
             let target = Target { host, addr };
             Ok(TokioIo::new(if keys_done {
                 ZrttStream::new(this.config.clone(), target)

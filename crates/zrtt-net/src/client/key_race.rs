@@ -23,13 +23,17 @@ use super::connect::{establish_as, tls_handshake, tls_send, AppProtocol, Conn, C
 use super::keys::PrefetchFuture;
 use crate::error::Result;
 
-/// How long a client that has the address waits for key records that are
-/// still coming before it starts TLS beside them (RFC 8305's "Resolution
-/// Delay" idea, far shorter than its 50 ms: a late key costs only a TLS
-/// handshake that starts as a backup). Keys from one server queried in
-/// parallel with the address usually come within it, so no handshake is
-/// started for nothing; keys a minimising resolver fetches a round trip
-/// later do not.
+/// How long after the address the TLS handshake raced beside key records
+/// still coming holds its ClientHello (RFC 8305's "Resolution Delay" idea,
+/// far shorter than its 50 ms). The TLS connection's TCP handshake starts
+/// at once, so on any path whose RTT is at least this the race loses no
+/// time to it (a client is never slower than a TLS client because of the
+/// key lookup); keys that come before the TCP handshake completed (one
+/// server answering four parallel queries: microseconds behind) drop that
+/// connection in SYN-SENT, which costs the server one SYN-ACK answered by
+/// a reset and no TLS work; keys that come after the TCP handshake but
+/// within this close a connection that carried nothing. Keys a minimising
+/// resolver fetches a round trip later meet a TLS handshake under way.
 pub const KEY_RACE_GRACE: Duration = Duration::from_millis(2);
 
 /// Connect to `target` (its address already resolved) and send `request`,
@@ -62,7 +66,7 @@ pub async fn establish_when_keys_as(
     }
     let t0 = Instant::now();
     let mut keys = keys;
-    let tls = tls_handshake(cfg, target, protocol, t0);
+    let tls = tls_handshake(cfg, target, protocol, t0, Some(t0 + KEY_RACE_GRACE));
     tokio::pin!(tls);
     tokio::select! {
         biased;

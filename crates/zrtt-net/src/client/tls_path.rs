@@ -32,11 +32,15 @@ impl TlsReady {
 
 /// TCP connect and TLS 1.3 handshake on the same port, offering the ALPN
 /// of `protocol` (HTTP/2: only `h2`, on a copy of the configuration).
+/// With `hello_at`, the ClientHello is not sent before that instant (the
+/// TCP handshake starts at once): a race that is dropped before it costs
+/// the server no TLS work ([`super::KEY_RACE_GRACE`]).
 pub(super) async fn tls_handshake(
     cfg: &ClientConfig,
     target: &Target,
     protocol: AppProtocol,
     t0: Instant,
+    hello_at: Option<Instant>,
 ) -> Result<TlsReady> {
     let tcp = tokio::time::timeout(cfg.connect_timeout, TcpStream::connect(target.addr))
         .await
@@ -44,6 +48,9 @@ pub(super) async fn tls_handshake(
         .map_err(Error::io("connect"))?;
     tcp.set_nodelay(true).map_err(Error::io("TCP_NODELAY"))?;
     let time_connect = t0.elapsed();
+    if let Some(at) = hello_at {
+        tokio::time::sleep_until(at.into()).await;
+    }
     let name = pki_types::ServerName::try_from(target.host.clone())
         .map_err(|_| Error::Config(format!("{:?} is not a valid server name", target.host)))?;
     let tls_cfg = match protocol {
