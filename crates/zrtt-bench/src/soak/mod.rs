@@ -1,5 +1,6 @@
 //! `zrtt lab soak`: a long run of new connections at a fixed rate through
-//! the lab at one RTT, against a `zrtt gateway` (in front of the faults
+//! the lab at one RTT (or, `colocated`, from the server's own host over
+//! the kernel's loopback path), against a `zrtt gateway` (in front of the faults
 //! scenario's small in-process backend) whose keys rotate every period,
 //! whose token keys rotate every period and whose certificate is replaced
 //! on disk every period, while the gateway's memory and open files are
@@ -64,6 +65,12 @@ pub struct SoakOpts {
     pub period: Duration,
     /// Round-trip time between client and server, milliseconds.
     pub rtt_ms: u64,
+    /// Run the load and the events in the server's host, to the server's
+    /// own lab address (the kernel's loopback path, no hub, no RTT): for
+    /// rates whose packets the lab's hub cannot carry (its one thread
+    /// writes every packet of both hosts into their TUN devices). `rtt_ms`
+    /// is not used then.
+    pub colocated: bool,
     /// Share of requests from clients that keep their state (tokens).
     pub kept_share: f64,
     /// How many such clients.
@@ -89,6 +96,7 @@ impl Default for SoakOpts {
             duration: Duration::from_secs(600),
             period: Duration::from_secs(60),
             rtt_ms: 20,
+            colocated: false,
             kept_share: 0.5,
             kept_clients: 16,
             body_bytes: 512,
@@ -250,7 +258,8 @@ pub fn run(bench: &Bench, o: &SoakOpts) -> Result<SoakOutcome> {
     // A fresh gateway refuses flights stamped before its start + 2 s.
     std::thread::sleep(Duration::from_millis(2500));
     let addr = SocketAddr::from((lab.addr("server")?, GW_PORT));
-    let client_ip = std::net::IpAddr::V4(lab.addr("client")?);
+    let load_host = if o.colocated { "server" } else { "client" };
+    let client_ip = std::net::IpAddr::V4(lab.addr(load_host)?);
     let tls = client_tls(&pki)?;
     let view = Arc::new(View::new(HOST, Published::read(&ks)?));
     let kept: Vec<Arc<ClientConfig>> = (0..o.kept_clients)
@@ -272,7 +281,7 @@ pub fn run(bench: &Bench, o: &SoakOpts) -> Result<SoakOutcome> {
     let kernel_before = kernel_counters(&lab)?;
     let stop = Arc::new(AtomicBool::new(false));
     let t0 = Instant::now();
-    let ev = lab.spawn_in_host("client", {
+    let ev = lab.spawn_in_host(load_host, {
         let spec = events::Spec {
             zrtt: bench.zrtt.clone(),
             ks: ks.clone(),
@@ -304,7 +313,7 @@ pub fn run(bench: &Bench, o: &SoakOpts) -> Result<SoakOutcome> {
             tls: tls.clone(),
             kept: kept.clone(),
         };
-        gens.push(lab.spawn_in_host("client", move || load::run(spec))?);
+        gens.push(lab.spawn_in_host(load_host, move || load::run(spec))?);
     }
     let mut progress = Progress::new(
         &bench.console,

@@ -157,11 +157,22 @@ pub(super) fn build(i: &Input) -> SoakOutcome {
     );
     r.standard_setup();
     let (lifetime, ttl, rotation) = i.key_policy;
+    let path = if o.colocated {
+        "--colocated".to_string()
+    } else {
+        format!("--rtt {}", o.rtt_ms)
+    };
     r.setup.push(format!(
-        "`zrtt lab soak --rate {} --duration {}s --period {}s --rtt {}`: open-loop load, {} generator threads, {:.0}% of requests from {} clients that keep their state (tokens), the rest a new client each; body {} bytes; {} retries of a GET without an answer",
-        o.rate, o.duration.as_secs(), o.period.as_secs(), o.rtt_ms, super::THREADS,
+        "`zrtt lab soak --rate {} --duration {}s --period {}s {path}`: open-loop load, {} generator threads, {:.0}% of requests from {} clients that keep their state (tokens), the rest a new client each; body {} bytes; {} retries of a GET without an answer",
+        o.rate, o.duration.as_secs(), o.period.as_secs(), super::THREADS,
         o.kept_share * 100.0, o.kept_clients, o.body_bytes, o.retries
     ));
+    if o.colocated {
+        r.setup.push(
+            "Colocated: the load, the probes and the events run in the server's host and connect to its own lab address (the kernel's loopback path: no hub, no RTT, MTU 65,536); the client and the gateway share the machine's cores"
+                .into(),
+        );
+    }
     r.setup.push(format!(
         "Key store: lifetime {lifetime} s, TTL {ttl} s, rotation {rotation} s; `zrtt keys rotate` every {p} s then SIGHUP; certificate replaced every {p} s (half a period after each rotation); gateway `--token-rotation {p}s --token-lifetime {}s`, `--refresh` 10 s",
         2 * o.period.as_secs(), p = o.period.as_secs()
@@ -467,7 +478,7 @@ pub(super) fn build(i: &Input) -> SoakOutcome {
         _ => BTreeMap::new(),
     };
     r.data = json!({
-        "rate": o.rate, "duration_s": d, "period_s": o.period.as_secs(), "rtt_ms": o.rtt_ms,
+        "rate": o.rate, "duration_s": d, "period_s": o.period.as_secs(), "rtt_ms": o.rtt_ms, "colocated": o.colocated,
         "kept_share": o.kept_share, "kept_clients": o.kept_clients, "body_bytes": o.body_bytes,
         "retries": o.retries, "max_in_flight": o.max_in_flight, "max_drift_pct": o.max_drift_pct,
         "key_policy": {"lifetime_s": lifetime, "ttl_s": ttl, "rotation_s": rotation},
