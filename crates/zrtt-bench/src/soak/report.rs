@@ -430,6 +430,24 @@ pub(super) fn build(i: &Input) -> SoakOutcome {
     if skipped > 0 {
         notes.push("The in-flight cap was reached: the asked rate was not sustained.".into());
     }
+    if let (Some(a), Some(b)) = (i.metrics.first(), i.metrics.last()) {
+        let gw = crate::faults::gateway::delta(&a.1, &b.1);
+        let c = |k: &str| gw.get(k).copied().unwrap_or(0.0);
+        notes.push(format!(
+            "The gateway's counters over the run: {:.0} flights accepted, {:.0} answered before the TCP handshake completed, {:.0} after it, {:.0} resumed with a ticket, {:.0} tokens accepted, {:.0} TLS connections.{}",
+            c("zrtt_accepted"),
+            c("zrtt_answered_early"),
+            c("zrtt_answered_gated"),
+            c("zrtt_resumed"),
+            c("tokens_accepted"),
+            c("tls_connections"),
+            if o.colocated {
+                " Colocated, the clients' early/gated columns mean little: they infer the path from timing, and the loopback path has no RTT to time; these counters are the gateway's own."
+            } else {
+                ""
+            }
+        ));
+    }
     r.notes = notes;
 
     let xs: Vec<f64> = i.samples.iter().map(|s| round3(s.at_s)).collect();
