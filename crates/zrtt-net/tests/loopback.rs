@@ -754,3 +754,40 @@ async fn raced_tls_holds_its_client_hello_for_the_grace() {
     );
     race.abort();
 }
+
+/// Attack review, issue 11 item 8: a reverse proxy opens no tunnels. A
+/// CONNECT inside the zrtt channel and one over the TLS path get 405 and
+/// reach no backend; the connection still serves the next request.
+#[tokio::test]
+async fn connect_is_refused_on_both_paths_and_reaches_no_backend() {
+    let env = start_gateway(GatewayOpts {
+        trusted: trusted_loopback(),
+        ..Default::default()
+    })
+    .await;
+    let connect = || {
+        hyper::Request::builder()
+            .method("CONNECT")
+            .uri("www.example.com:443")
+            .header("host", "www.example.com:443")
+            .body(Full::new(Bytes::new()))
+            .unwrap()
+    };
+    for records in [env.records.clone(), Vec::new()] {
+        let tls = records.is_empty();
+        let cfg = Arc::new(client_config(records));
+        let (resp, info) = fetch(cfg, env.addr, vec![connect(), get("/after")])
+            .await
+            .unwrap();
+        assert_eq!(info.mode == Mode::TlsFallback, tls, "{info:?}");
+        assert_eq!(resp[0].0, 405, "{resp:?}");
+        assert_eq!(resp[1], (200, "GET /after early=- body=0".to_owned()));
+    }
+    let seen = env.seen.lock().unwrap().clone();
+    assert!(
+        seen.iter().all(|r| !r.starts_with("CONNECT")),
+        "a CONNECT reached the backend: {seen:?}"
+    );
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    env.stop().await;
+}
