@@ -191,6 +191,9 @@ pub fn first_request(bytes: &[u8], max_early: usize) -> FirstRequest {
     let mut pos = PREFACE.len();
     // (stream, END_STREAM, first block byte is GET) of the open header block.
     let mut block: Option<(u32, bool, bool)> = None;
+    // The highest stream a request opened: a request's HEADERS opens an odd
+    // stream above it (RFC 9113 §5.1.1), the rule `walk_early` counts by.
+    let mut highest = 0u32;
     // `None` until the first request's block is complete; then the end of
     // the early part so far (`Some(None)`: nothing may be early).
     let mut early: Option<Option<usize>> = None;
@@ -211,9 +214,11 @@ pub fn first_request(bytes: &[u8], max_early: usize) -> FirstRequest {
             // Connection-level frames and PRIORITY open no stream.
             (kind::SETTINGS | kind::WINDOW_UPDATE | kind::PING | kind::PRIORITY, None) => None,
             (kind::HEADERS, None) => {
-                let Some(fragment) = header_fragment(h, payload) else {
+                let opens = h.stream % 2 == 1 && h.stream > highest;
+                let Some(fragment) = header_fragment(h, payload).filter(|_| opens) else {
                     return ready(early.or(Some(None)));
                 };
+                highest = h.stream;
                 let get = fragment.first() == Some(&INDEXED_GET);
                 let end_stream = h.flags & flag::END_STREAM != 0;
                 Some((h.stream, end_stream, get))
@@ -509,6 +514,36 @@ mod tests {
         );
         // Not HTTP/2 at all.
         assert_eq!(fr(b"GET / HTTP/1.1\r\n\r\n"), not_early);
+        // A request on an even stream, or on one not above the last, opens
+        // no request (RFC 9113 §5.1.1), as `walk_early` counts.
+        assert_eq!(
+            with(&[frame(kind::HEADERS, ES_EH, 2, GET_BLOCK)]),
+            not_early
+        );
+        let first = frame(kind::HEADERS, ES_EH, 3, GET_BLOCK);
+        let n = start().len() + first.len();
+        assert_eq!(
+            with(&[first, frame(kind::HEADERS, ES_EH, 1, GET_BLOCK)]),
+            FirstRequest::Ready { early: Some(n) }
+        );
+    }
+
+    /// Found by the `http2_early` fuzz target (2026-12-06): a GET's header
+    /// block on stream 0x8282 (even) was early for `first_request` while
+    /// `walk_early` saw no request begun.
+    #[test]
+    fn a_headers_frame_on_an_even_stream_is_no_early_request() {
+        let b: &[u8] = &[
+            80, 82, 73, 32, 42, 32, 72, 84, 84, 80, 47, 50, 46, 48, 13, 10, 13, 10, 83, 77, 13, 10,
+            13, 10, 0, 0, 10, 1, 183, 0, 0, 130, 130, 130, 130, 130, 130, 130, 130, 32, 42, 32, 72,
+            84, 255, 84, 88, 0, 63, 0, 0, 0, 0, 0, 0, 58, 92, 13, 84, 88, 0, 63, 0, 0, 0, 0, 0, 0,
+            58, 92, 13, 10, 10,
+        ];
+        crate::testing::http2_walkers(b);
+        assert_eq!(
+            first_request(b, usize::MAX),
+            FirstRequest::Ready { early: None }
+        );
     }
 
     proptest::proptest! {
