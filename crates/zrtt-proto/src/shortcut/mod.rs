@@ -169,6 +169,10 @@ pub fn dns_form(frame: &[u8]) -> Result<Vec<u8>, ShortcutError> {
     if used != frame.len() {
         return Err(ShortcutError::BadFlight("trailing bytes"));
     }
+    // No Noise message at all has no DNS form: `tcp_form` refuses it too.
+    if noise.is_empty() {
+        return Err(ShortcutError::BadFlight("truncated"));
+    }
     let mut out = Vec::with_capacity(DNS_FORM_HEADER_LEN + noise.len());
     out.extend_from_slice(&header.encode()[1..]);
     out.extend_from_slice(noise);

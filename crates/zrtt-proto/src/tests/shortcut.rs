@@ -296,3 +296,20 @@ fn a_padded_flight_is_accepted_and_answered_like_any_other() {
         .unwrap();
     assert_eq!(client.open_shortcut_answer(&stream).unwrap(), RESPONSE);
 }
+
+/// Found by the `shortcut` fuzz target (2026-12-06): a FirstFlight frame
+/// with the shortcut pattern and an empty Noise message had a DNS form
+/// that `tcp_form` refused, so the two were not inverses (the gateway's
+/// answer cache keys TCP flights by their DNS form). Neither form exists
+/// for it now.
+#[test]
+fn a_shortcut_frame_without_a_noise_message_has_no_dns_form() {
+    let frame = [0xd7, 0x01, 0x04, 0x71, 0x68, 0xde, 0x1f, 0xc6, 0x00, 0x00];
+    assert!(matches!(dns_form(&frame), Err(ShortcutError::BadFlight(_))));
+    assert!(flight_hash(&frame).is_err());
+    assert!(tcp_form(&frame[1..8]).is_err());
+    // The fuzz target's input, whole (mode 2: the forms).
+    testing::shortcut(&[
+        2, 0xd7, 0x01, 0x04, 0x71, 0x68, 0xde, 0x1f, 0xc6, 0x00, 0x00,
+    ]);
+}
