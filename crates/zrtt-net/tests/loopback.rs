@@ -791,3 +791,80 @@ async fn connect_is_refused_on_both_paths_and_reaches_no_backend() {
     assert_eq!(seen.len(), 2, "{seen:?}");
     env.stop().await;
 }
+
+/// The race budget (paths.rs): a server whose zrtt answers are late gets a
+/// TLS handshake raced beside a flight only while the destination's budget
+/// lasts. The fake server takes flights and never answers (it closes each
+/// once a raced TLS connection came, or after 2 s, without marking the
+/// path), and closes TLS connections at once; with a budget of one raced
+/// handshake and no steady rate, four requests race exactly once (the
+/// second to fourth add a tenth of a race each). Without the budget every
+/// one raced.
+#[tokio::test]
+async fn late_answers_race_tls_only_within_the_budget() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use zrtt_net::client::PathMemory;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let open_flights = Arc::new(AtomicUsize::new(0));
+    let raced = Arc::new(AtomicUsize::new(0));
+    let after = Arc::new(AtomicUsize::new(0));
+    let tls_came = Arc::new(tokio::sync::Notify::new());
+    let server = tokio::spawn({
+        let (open_flights, raced, after, tls_came) = (
+            open_flights.clone(),
+            raced.clone(),
+            after.clone(),
+            tls_came.clone(),
+        );
+        async move {
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                let mut first = [0u8; 1];
+                if tcp.peek(&mut first).await.unwrap_or(0) == 0 {
+                    continue;
+                }
+                if first[0] == 0x16 {
+                    if open_flights.load(Ordering::SeqCst) > 0 {
+                        raced.fetch_add(1, Ordering::SeqCst);
+                        tls_came.notify_one();
+                    } else {
+                        after.fetch_add(1, Ordering::SeqCst);
+                    }
+                    drop(tcp);
+                    continue;
+                }
+                assert_eq!(first[0], FRAME_FIRST_FLIGHT);
+                open_flights.fetch_add(1, Ordering::SeqCst);
+                let (open_flights, tls_came) = (open_flights.clone(), tls_came.clone());
+                tokio::spawn(async move {
+                    let _ = tokio::time::timeout(Duration::from_secs(2), tls_came.notified()).await;
+                    open_flights.fetch_sub(1, Ordering::SeqCst);
+                    drop(tcp);
+                });
+            }
+        }
+    });
+    let (rec, _) = record("zrtt test key 1", 16384);
+    let mut cfg = client_config(vec![rec]);
+    cfg.fast_open = false;
+    cfg.paths = Arc::new(PathMemory::default().with_race_budget(1, 0));
+    let cfg = Arc::new(cfg);
+    for i in 0..4 {
+        assert!(
+            fetch(cfg.clone(), addr, vec![get("/")]).await.is_err(),
+            "request {i} answered by a server that never answers"
+        );
+    }
+    assert_eq!(raced.load(Ordering::SeqCst), 1, "raced TLS handshakes");
+    assert_eq!(
+        after.load(Ordering::SeqCst),
+        4,
+        "TLS fallbacks after zrtt failed"
+    );
+    assert_eq!(
+        cfg.paths.zrtt_blocked(addr, std::time::Instant::now()),
+        None
+    );
+    server.abort();
+}

@@ -268,22 +268,29 @@ pub async fn establish_as(
         biased;
         r = &mut zrtt => r,
         () = race.late.notified(), if cfg.tls_fallback => {
-            let tls = tls_handshake(cfg, target, protocol, t0, None);
-            tokio::pin!(tls);
-            tokio::select! {
-                biased;
-                r = &mut zrtt => r,
-                t = &mut tls => match t {
-                    Ok(ready) => match switch_to_tls(&race, &ready, zrtt.as_mut()).await {
-                        Ok(why) => return tls_won(cfg, target, protocol, request, t0, ready, why).await,
-                        Err(r) => {
-                            spare = Some(ready);
-                            r
-                        }
+            if !cfg.paths.take_race(target.addr, Instant::now()) {
+                // Over the race budget (paths.rs): wait for zrtt; TLS
+                // still follows below if it fails.
+                tracing::debug!("{}: zrtt is late, no TLS raced (budget spent)", target.host);
+                zrtt.await
+            } else {
+                let tls = tls_handshake(cfg, target, protocol, t0, None);
+                tokio::pin!(tls);
+                tokio::select! {
+                    biased;
+                    r = &mut zrtt => r,
+                    t = &mut tls => match t {
+                        Ok(ready) => match switch_to_tls(&race, &ready, zrtt.as_mut()).await {
+                            Ok(why) => return tls_won(cfg, target, protocol, request, t0, ready, why).await,
+                            Err(r) => {
+                                spare = Some(ready);
+                                r
+                            }
+                        },
+                        // TLS failed: zrtt keeps the request.
+                        Err(_) => zrtt.await,
                     },
-                    // TLS failed: zrtt keeps the request.
-                    Err(_) => zrtt.await,
-                },
+                }
             }
         }
     };
@@ -387,6 +394,7 @@ async fn zrtt_attempts(
     let mut fast_open = cfg.fast_open && cfg.paths.fast_open_allowed(target.addr, t0);
     let mut ticket_refused = false;
     while let Some(rec) = record.take() {
+        cfg.paths.zrtt_started(target.addr, Instant::now());
         // The ticket key id of the ticket this attempt presented, if any.
         let mut resumed = None;
         let attempt = attempt_zrtt(

@@ -16,6 +16,15 @@
 //!   segment (the client's ACK, or the Reply) can do that once, a path that
 //!   drops zrtt's bytes after the SYN does it every time.
 //!
+//! - **Raced TLS handshakes** are budgeted per destination, as retries
+//!   are in Finagle and Envoy: [`RACE_BUDGET_BURST`] at once, refilled by
+//!   [`RACE_BUDGET_PER_SEC`] a second and by [`RACE_BUDGET_SHARE_PERCENT`] % of each
+//!   zrtt connection started. A gateway so loaded that most answers are
+//!   late would otherwise get a TLS handshake beside nearly every flight,
+//!   twice the work, which keeps it overloaded (docs/RELIABILITY.md, the
+//!   loaded soak). Past the budget a late zrtt answer is waited for; TLS
+//!   still follows if zrtt fails.
+//!
 //! Bounded: at most `max_entries` destinations; when full, expired entries
 //! go first, then everything (the memory is an optimisation, never a
 //! correctness condition).
@@ -40,6 +49,18 @@ pub const MIN_RACE_DELAY: Duration = Duration::from_millis(250);
 /// for a gated answer, one of margin.
 pub const RACE_RTTS: u32 = 3;
 
+/// Raced TLS handshakes a destination allows at once.
+pub const RACE_BUDGET_BURST: u64 = 10;
+/// Raced TLS handshakes a destination allows per second, whatever its load.
+pub const RACE_BUDGET_PER_SEC: u64 = 1;
+/// Share of a destination's zrtt connections that may race TLS beyond the
+/// steady rate, in percent (Finagle's retry budget: 20%; zrtt's race is
+/// not a retry of a failure, only a hedge against lateness, so less).
+pub const RACE_BUDGET_SHARE_PERCENT: u64 = 10;
+
+/// The budget's unit: a thousandth of a raced handshake.
+const MILLI: u64 = 1000;
+
 #[derive(Clone, Copy, Debug, Default)]
 struct Entry {
     srtt: Option<Duration>,
@@ -47,21 +68,46 @@ struct Entry {
     zrtt_until: Option<Instant>,
     zrtt_failures: u32,
     zrtt_overdue: u32,
+    /// Raced handshakes still allowed, in thousandths, and when that was
+    /// counted (`None`: a full budget).
+    race_budget: Option<(u64, Instant)>,
 }
 
 impl Entry {
-    fn expired(&self, now: Instant) -> bool {
+    fn expired(&self, now: Instant, b: RaceBudget) -> bool {
         self.srtt.is_none()
             && self.zrtt_overdue == 0
             && self.fast_open_until.is_none_or(|t| t <= now)
             && self.zrtt_until.is_none_or(|t| t <= now)
+            && self.race_tokens(now, b) >= b.burst * MILLI
     }
+
+    fn race_tokens(&self, now: Instant, b: RaceBudget) -> u64 {
+        // At least one raced handshake can be saved up, whatever the burst.
+        let cap = b.burst.max(1) * MILLI;
+        match self.race_budget {
+            None => b.burst * MILLI,
+            Some((tokens, at)) => {
+                let ms = u64::try_from(now.saturating_duration_since(at).as_millis())
+                    .unwrap_or(u64::MAX);
+                tokens.saturating_add(ms.saturating_mul(b.per_sec)).min(cap)
+            }
+        }
+    }
+}
+
+/// The race budget of a [`PathMemory`] (module docs).
+#[derive(Clone, Copy, Debug)]
+struct RaceBudget {
+    burst: u64,
+    per_sec: u64,
 }
 
 /// Per-destination memory of RTTs and failures; share one per client.
 #[derive(Debug)]
 pub struct PathMemory {
     max_entries: usize,
+    race: RaceBudget,
     entries: Mutex<HashMap<SocketAddr, Entry>>,
 }
 
@@ -76,14 +122,28 @@ impl PathMemory {
     pub fn new(max_entries: usize) -> Self {
         Self {
             max_entries: max_entries.max(1),
+            race: RaceBudget {
+                burst: RACE_BUDGET_BURST,
+                per_sec: RACE_BUDGET_PER_SEC,
+            },
             entries: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The same memory with another race budget per destination: `burst`
+    /// raced handshakes at once, `per_sec` more a second (plus
+    /// [`RACE_BUDGET_SHARE_PERCENT`] % of each zrtt connection). `0, 0`
+    /// allows a race only for every tenth zrtt connection.
+    pub fn with_race_budget(mut self, burst: u64, per_sec: u64) -> Self {
+        self.race = RaceBudget { burst, per_sec };
+        self
     }
 
     fn with<R>(&self, addr: SocketAddr, now: Instant, f: impl FnOnce(&mut Entry) -> R) -> R {
         let mut map = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         if !map.contains_key(&addr) && map.len() >= self.max_entries {
-            map.retain(|_, e| !e.expired(now));
+            let b = self.race;
+            map.retain(|_, e| !e.expired(now, b));
             if map.len() >= self.max_entries {
                 map.clear();
             }
@@ -151,6 +211,30 @@ impl PathMemory {
             e.zrtt_until = None;
             e.zrtt_overdue = 0;
         });
+    }
+
+    /// A zrtt connection to `addr` starts: it adds
+    /// [`RACE_BUDGET_SHARE_PERCENT`] % of a raced handshake to the budget.
+    pub fn zrtt_started(&self, addr: SocketAddr, now: Instant) {
+        let b = self.race;
+        self.with(addr, now, |e| {
+            let t = (e.race_tokens(now, b) + RACE_BUDGET_SHARE_PERCENT * MILLI / 100)
+                .min(b.burst.max(1) * MILLI);
+            e.race_budget = Some((t, now));
+        });
+    }
+
+    /// Whether a late zrtt answer from `addr` may race a TLS handshake
+    /// now; `true` spends one from the budget (module docs).
+    pub fn take_race(&self, addr: SocketAddr, now: Instant) -> bool {
+        let b = self.race;
+        self.with(addr, now, |e| {
+            let t = e.race_tokens(now, b);
+            let allowed = t >= MILLI;
+            let left = if allowed { t - MILLI } else { t };
+            e.race_budget = Some((left, now));
+            allowed
+        })
     }
 
     /// Record the smoothed RTT measured on a connection to `addr` (zero,
@@ -235,6 +319,44 @@ mod tests {
             m.zrtt_reply_overdue(a(1), later),
             Some(2 * ZRTT_FIRST_COOLDOWN)
         );
+    }
+
+    #[test]
+    fn raced_handshakes_are_budgeted_per_destination() {
+        let m = PathMemory::default();
+        let t = Instant::now();
+        // A burst, then nothing more at the same instant.
+        for i in 0..10 {
+            assert!(m.take_race(a(1), t), "race {i} of the burst");
+        }
+        assert!(!m.take_race(a(1), t));
+        assert!(m.take_race(a(2), t), "per destination");
+        // One a second comes back.
+        assert!(!m.take_race(a(1), t + Duration::from_millis(999)));
+        assert!(m.take_race(a(1), t + Duration::from_millis(1000)));
+        assert!(!m.take_race(a(1), t + Duration::from_millis(1000)));
+        // And a tenth of one per zrtt connection started.
+        let t2 = t + Duration::from_millis(1000);
+        for _ in 0..10 {
+            m.zrtt_started(a(1), t2);
+        }
+        assert!(m.take_race(a(1), t2));
+        assert!(!m.take_race(a(1), t2));
+        // Refills stop at the burst.
+        let later = t + Duration::from_secs(3600);
+        for _ in 0..100 {
+            m.zrtt_started(a(1), later);
+        }
+        let taken = (0..20).filter(|_| m.take_race(a(1), later)).count();
+        assert_eq!(taken, 10);
+        // No burst, no steady rate: one race per ten zrtt connections.
+        let m = PathMemory::default().with_race_budget(0, 0);
+        let mut raced = 0;
+        for i in 0..30 {
+            m.zrtt_started(a(1), t + Duration::from_secs(i));
+            raced += usize::from(m.take_race(a(1), t + Duration::from_secs(i)));
+        }
+        assert_eq!(raced, 3);
     }
 
     #[test]
