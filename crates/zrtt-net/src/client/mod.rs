@@ -61,7 +61,9 @@ pub use connector::{conn_info, ZrttConnector, ZrttConnectorBuilder};
 pub use dns::{DnsAddresses, DnsKeySource};
 pub use key_race::{establish_when_keys, establish_when_keys_as, KEY_RACE_GRACE};
 pub use keys::{CertKeySource, KeySource, PrefetchFuture};
-pub use paths::{PathMemory, OVERDUE_STRIKES};
+pub use paths::{
+    PathMemory, OVERDUE_STRIKES, RACE_BUDGET_BURST, RACE_BUDGET_PER_SEC, RACE_BUDGET_SHARE_PERCENT,
+};
 pub use reply_wait::{reply_overdue_at, MIN_OVERDUE_SLACK, OVERDUE_SLACK_RTTS};
 pub use resolve::{Resolve, ResolveFuture, SystemResolver};
 pub use shortcut::{compact_request, AnswerStream, ShortcutLookup, DROPPED_HEADERS};
