@@ -295,8 +295,7 @@ mod tests {
 
     use super::*;
     use std::task::Waker;
-    use zrtt_proto::handshake::{ClientHandshake, ClientParams, Extensions, Transport};
-    use zrtt_proto::testing::{fuzz_fixture, fuzz_now, rng, NoReplayFilter};
+    use zrtt_proto::testing::fuzz_channels;
 
     /// A socket whose peer never reads: every write waits.
     struct Stuck;
@@ -327,31 +326,6 @@ mod tests {
         }
     }
 
-    /// The server's channel after a real handshake with the fixture keys.
-    fn server_channel() -> Channel {
-        let f = fuzz_fixture();
-        let (_, flight) = ClientHandshake::start(
-            &f.record,
-            &ClientParams::default(),
-            b"GET",
-            fuzz_now(),
-            &rng(5),
-        )
-        .unwrap();
-        let (frame, _) = read_frame(&flight, Expect::FirstFlight).unwrap().unwrap();
-        let acc = f
-            .server
-            .accept(
-                &frame,
-                Transport::Tcp,
-                fuzz_now(),
-                &mut NoReplayFilter,
-                &rng(6),
-            )
-            .unwrap();
-        acc.reply(&Extensions::new(), b"").unwrap().0
-    }
-
     /// Attack review, issue 11 item 4: a client that stops reading costs the
     /// gateway at most `MAX_PENDING_WRITE` sealed bytes (plus the one record
     /// being sealed), and further writes wait, which is the backpressure
@@ -359,7 +333,8 @@ mod tests {
     /// taken and the buffer grew with the response (1.7 MB per slow reader).
     #[test]
     fn a_peer_that_never_reads_holds_at_most_the_write_bound() {
-        let mut s = ChannelStream::new(Stuck, server_channel(), Vec::new(), Vec::new(), Vec::new());
+        let mut s =
+            ChannelStream::new(Stuck, fuzz_channels().1, Vec::new(), Vec::new(), Vec::new());
         let mut cx = Context::from_waker(Waker::noop());
         let chunk = vec![0x61u8; 4096];
         let mut taken = 0usize;

@@ -430,9 +430,12 @@ pub(super) fn build(i: &Input) -> SoakOutcome {
     if skipped > 0 {
         notes.push("The in-flight cap was reached: the asked rate was not sustained.".into());
     }
-    if let (Some(a), Some(b)) = (i.metrics.first(), i.metrics.last()) {
-        let gw = crate::faults::gateway::delta(&a.1, &b.1);
-        let c = |k: &str| gw.get(k).copied().unwrap_or(0.0);
+    let gw_total = match (i.metrics.first(), i.metrics.last()) {
+        (Some(a), Some(b)) => crate::faults::gateway::delta(&a.1, &b.1),
+        _ => BTreeMap::new(),
+    };
+    if !gw_total.is_empty() {
+        let c = |k: &str| gw_total.get(k).copied().unwrap_or(0.0);
         notes.push(format!(
             "The gateway's counters over the run: {:.0} flights accepted, {:.0} answered before the TCP handshake completed, {:.0} after it, {:.0} resumed with a ticket, {:.0} tokens accepted, {:.0} TLS connections.{}",
             c("zrtt_accepted"),
@@ -491,10 +494,6 @@ pub(super) fn build(i: &Input) -> SoakOutcome {
             reference: false,
         }],
     });
-    let gw_total = match (i.metrics.first(), i.metrics.last()) {
-        (Some(a), Some(b)) => crate::faults::gateway::delta(&a.1, &b.1),
-        _ => BTreeMap::new(),
-    };
     r.data = json!({
         "rate": o.rate, "duration_s": d, "period_s": o.period.as_secs(), "rtt_ms": o.rtt_ms, "colocated": o.colocated,
         "kept_share": o.kept_share, "kept_clients": o.kept_clients, "body_bytes": o.body_bytes,

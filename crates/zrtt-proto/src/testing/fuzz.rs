@@ -259,13 +259,9 @@ pub fn client_reply(data: &[u8]) {
     }
 }
 
-/// The channel after a real handshake, driven by a list of operations
-/// (`u8 op || u16 len || bytes`): the server seals arbitrary plaintexts
-/// (kind byte and body) for the client to open; raw bytes go to the
-/// client's frame reader and `open`; the client seals records of every
-/// kind for the server; tampered records must never open, and a failed
-/// channel must stay failed.
-pub fn channel(data: &[u8]) {
+/// The client's and the server's channels after a real NK handshake with
+/// the fixture's keys (the same every call).
+pub fn fuzz_channels() -> (crate::handshake::Channel, crate::handshake::Channel) {
     let f = fuzz_fixture();
     let params = ClientParams::default();
     let (client, flight) =
@@ -281,9 +277,19 @@ pub fn channel(data: &[u8]) {
             &rng(6),
         )
         .unwrap();
-    let (mut server, reply) = acc.reply(&Extensions::new(), b"").unwrap();
+    let (server, reply) = acc.reply(&Extensions::new(), b"").unwrap();
     let (frame, _) = read_frame(&reply, Expect::ReplyOrReject).unwrap().unwrap();
-    let mut client = client.handle_reply(&frame).unwrap().channel;
+    (client.handle_reply(&frame).unwrap().channel, server)
+}
+
+/// The channel after a real handshake, driven by a list of operations
+/// (`u8 op || u16 len || bytes`): the server seals arbitrary plaintexts
+/// (kind byte and body) for the client to open; raw bytes go to the
+/// client's frame reader and `open`; the client seals records of every
+/// kind for the server; tampered records must never open, and a failed
+/// channel must stay failed.
+pub fn channel(data: &[u8]) {
+    let (mut client, mut server) = fuzz_channels();
     let mut client_failed = false;
     let mut r = crate::codec::Reader::new(data);
     while let (Ok(op), Ok(len)) = (r.u8(), r.u16()) {
