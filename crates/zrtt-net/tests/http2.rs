@@ -116,6 +116,58 @@ async fn an_h2_get_rides_the_first_flight_and_is_marked_early() {
     env.stop().await;
 }
 
+/// HEAD and OPTIONS, which hyper's h2 writes as Huffman-coded literals of
+/// `:method` (not the indexed GET), ride the first flight too: the
+/// client recognises them as safe (`zrtt_proto::http2::first_request`).
+#[tokio::test]
+async fn an_h2_head_or_options_rides_the_first_flight_as_a_get_does() {
+    let env = start_gateway(GatewayOpts {
+        keys: vec![record_h2("zrtt h2 key", 16384)],
+        ..Default::default()
+    })
+    .await;
+    for (n, method) in [hyper::Method::HEAD, hyper::Method::OPTIONS]
+        .into_iter()
+        .enumerate()
+    {
+        let cfg = h2_client(env.records.clone(), Http2Policy::WhenAdvertised);
+        let target = Target {
+            host: HOST.into(),
+            addr: env.addr,
+        };
+        let stream = ZrttStream::new(cfg, target);
+        let info = stream.info();
+        let (mut sender, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        let req = hyper::Request::builder()
+            .method(method.clone())
+            .uri(url(env.addr, "/m"))
+            .body(Empty::<Bytes>::new())
+            .unwrap();
+        let resp = tokio::time::timeout(PATIENCE, sender.send_request(req))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(resp.status(), 200, "{method}");
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        if method == hyper::Method::OPTIONS {
+            assert_eq!(body, "OPTIONS /m early=1 body=0");
+        } else {
+            assert!(body.is_empty(), "a HEAD answer has no body");
+        }
+        let i = info.lock().unwrap().clone().unwrap();
+        assert_eq!(i.protocol, AppProtocol::Http2);
+        assert!(i.early_data, "{method} travelled in the first flight");
+        assert_eq!(env.metric("early_requests"), n as u64 + 1, "{method}");
+        drop(sender);
+    }
+    assert_eq!(env.metric("zrtt_flights"), 2);
+    env.stop().await;
+}
+
 #[tokio::test]
 async fn the_connector_multiplexes_a_hosts_requests_over_one_zrtt_connection() {
     let env = start_gateway(GatewayOpts {

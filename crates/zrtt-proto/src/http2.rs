@@ -15,9 +15,10 @@
 //! - The client ([`first_request`]) decides when the bytes hyper wrote for
 //!   a new connection (preface, SETTINGS, its first request) are complete
 //!   enough to become the first flight, and how much may travel as early
-//!   data: the bytes up to the end of the leading run of bodiless `GET`s
-//!   (END_STREAM on their HEADERS, each block starting with the
-//!   static-table `:method: GET`, 0x82), if the first request is one and
+//!   data: the bytes up to the end of the leading run of bodiless safe
+//!   requests (END_STREAM on their HEADERS, each block starting with the
+//!   static-table `:method: GET`, 0x82, or a literal `:method` of HEAD or
+//!   OPTIONS, raw or Huffman-coded), if the first request is one and
 //!   nothing before it opens or feeds a stream; what follows the run (a
 //!   request with a body, a DATA frame) goes inside the channel.
 
@@ -162,7 +163,7 @@ pub enum FirstRequest {
     /// something this module cannot read): connect now.
     Ready {
         /// `Some(n)`: the first `n` bytes (preface, connection-level
-        /// frames, and the leading run of bodiless GETs that fits) may
+        /// frames, and the leading run of bodiless safe requests that fits) may
         /// travel as early data; the rest goes inside the channel.
         early: Option<usize>,
     },
@@ -171,6 +172,36 @@ pub enum FirstRequest {
 /// Static-table index 2, `:method: GET`, as an indexed field (RFC 7541
 /// §6.1, Appendix A); what h2's encoder writes for GET.
 const INDEXED_GET: u8 = 0x82;
+
+/// The values of a literal `:method` field (RFC 7541 §5.2 string literal:
+/// length prefix with the Huffman bit, then the octets) that name a safe
+/// method other than GET (RFC 9110 §9.2.1): HEAD and OPTIONS, each raw and
+/// Huffman-coded (h2's encoder always writes Huffman: `c7 82 1b ff` is
+/// "HEAD", `d5 af 7e 4d 5a 77 7f` is "OPTIONS", from RFC 7541 Appendix B).
+const SAFE_METHOD_VALUES: [&[u8]; 4] = [
+    &[0x84, 0xc7, 0x82, 0x1b, 0xff],
+    &[0x87, 0xd5, 0xaf, 0x7e, 0x4d, 0x5a, 0x77, 0x7f],
+    b"\x04HEAD",
+    b"\x07OPTIONS",
+];
+
+/// Whether a request's header block starts with `:method` naming a safe
+/// method (GET, HEAD, OPTIONS), read without an HPACK decoder: the indexed
+/// static GET (0x82), or a literal field whose name is static index 2
+/// (`:method`), with incremental indexing (0x42), without indexing (0x02)
+/// or never indexed (0x12), and one of [`SAFE_METHOD_VALUES`] as its value.
+/// A method taken from the dynamic table (a second HEAD on a connection,
+/// which h2 writes as an index above 61) or in any other form is not
+/// recognised: the request is then treated as unsafe (conservative).
+fn starts_with_safe_method(block: &[u8]) -> bool {
+    match block.split_first() {
+        Some((&INDEXED_GET, _)) => true,
+        Some((0x42 | 0x02 | 0x12, value)) => {
+            SAFE_METHOD_VALUES.iter().any(|v| value.starts_with(v))
+        }
+        _ => false,
+    }
+}
 
 /// Whether the client's buffered connection start `bytes` holds its first
 /// request's complete header block, and how much of it may be early data
@@ -189,7 +220,7 @@ pub fn first_request(bytes: &[u8], max_early: usize) -> FirstRequest {
         return NOT_EARLY;
     }
     let mut pos = PREFACE.len();
-    // (stream, END_STREAM, first block byte is GET) of the open header block.
+    // (stream, END_STREAM, block starts with a safe method) of the open header block.
     let mut block: Option<(u32, bool, bool)> = None;
     // The highest stream a request opened: a request's HEADERS opens an odd
     // stream above it (RFC 9113 §5.1.1), the rule `walk_early` counts by.
@@ -219,7 +250,7 @@ pub fn first_request(bytes: &[u8], max_early: usize) -> FirstRequest {
                     return ready(early.or(Some(None)));
                 };
                 highest = h.stream;
-                let get = fragment.first() == Some(&INDEXED_GET);
+                let get = starts_with_safe_method(fragment);
                 let end_stream = h.flags & flag::END_STREAM != 0;
                 Some((h.stream, end_stream, get))
             }
@@ -413,6 +444,68 @@ mod tests {
     }
 
     #[test]
+    fn head_and_options_are_safe_in_every_literal_form() {
+        let early_alone = |block: &[u8]| {
+            let mut b = start();
+            b.extend(frame(kind::HEADERS, ES_EH, 1, block));
+            fr(&b)
+                == FirstRequest::Ready {
+                    early: Some(b.len()),
+                }
+        };
+        let rest = [0x87, 0x84, 0x41, 0x01, b'a'];
+        let block = |first: u8, value: &[u8]| {
+            let mut v = vec![first];
+            v.extend(value);
+            v.extend(rest);
+            v
+        };
+        for value in SAFE_METHOD_VALUES {
+            for first in [0x42, 0x02, 0x12] {
+                assert!(early_alone(&block(first, value)), "{first:#x} {value:x?}");
+            }
+            // Any other name index, or an indexed field, is not `:method`.
+            assert!(!early_alone(&block(0x43, value)));
+            assert!(!early_alone(&block(0x03, value)));
+        }
+        // Values that only look alike: longer, shorter, another method.
+        for value in [
+            &b"\x05HEADX"[..],
+            b"\x03HEA",
+            b"\x04POST",
+            b"\x06DELETE",
+            b"\x07OPTIONZ",
+            &[0x83, 0xc7, 0x82, 0x1b],
+            &[0x85, 0xc7, 0x82, 0x1b, 0xff, 0xff],
+        ] {
+            assert!(!early_alone(&block(0x42, value)), "{value:x?}");
+        }
+        // A method from the dynamic table (index 62 and up) is not read.
+        assert!(!early_alone(&[0xbe, 0x87, 0x84]));
+        // A run of HEAD, OPTIONS and GET requests is early as a whole.
+        let mut b = start();
+        b.extend(frame(
+            kind::HEADERS,
+            ES_EH,
+            1,
+            &block(0x42, SAFE_METHOD_VALUES[0]),
+        ));
+        b.extend(frame(
+            kind::HEADERS,
+            ES_EH,
+            3,
+            &block(0x42, SAFE_METHOD_VALUES[1]),
+        ));
+        b.extend(frame(kind::HEADERS, ES_EH, 5, GET_BLOCK));
+        assert_eq!(
+            fr(&b),
+            FirstRequest::Ready {
+                early: Some(b.len())
+            }
+        );
+    }
+
+    #[test]
     fn only_a_leading_run_of_bodiless_gets_is_early() {
         let not_early = FirstRequest::Ready { early: None };
         let with = |frames: &[Vec<u8>]| {
@@ -422,23 +515,13 @@ mod tests {
             }
             fr(&b)
         };
-        // POST, or GET with a body (no END_STREAM), or HEAD/OPTIONS
-        // (literal :method, not recognised: conservative).
+        // POST, or GET with a body (no END_STREAM).
         assert_eq!(
             with(&[frame(kind::HEADERS, ES_EH, 1, POST_BLOCK)]),
             not_early
         );
         assert_eq!(
             with(&[frame(kind::HEADERS, flag::END_HEADERS, 1, GET_BLOCK)]),
-            not_early
-        );
-        assert_eq!(
-            with(&[frame(
-                kind::HEADERS,
-                ES_EH,
-                1,
-                &[0x42, 4, b'H', b'E', b'A', b'D']
-            )]),
             not_early
         );
         // A run of bodiless GETs is early; what follows it stays out.
