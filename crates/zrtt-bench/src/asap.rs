@@ -298,7 +298,7 @@ fn report(
         &[
             "size (KB)",
             "TLS 1.3",
-            "zrtt proven (3x bound)",
+            "zrtt proven (default window)",
             "saved (RTTs)",
             "zrtt proven, strict 3x",
             "saved (RTTs)",
@@ -395,7 +395,7 @@ fn report(
                 reference: false,
             },
             Series {
-                name: "zrtt, first contact (3x bound)".into(),
+                name: "zrtt, first contact (default window)".into(),
                 values: z_series,
                 reference: false,
             },

@@ -27,6 +27,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+mod admin_page;
 pub mod asap;
 pub mod browser;
 mod client;

@@ -5,8 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -256,14 +255,7 @@ impl Proxy {
 
     /// The proxy's counters (`/metrics`), then stops it (SIGTERM by PID).
     pub(super) fn finish(self, lab: &Lab) -> Result<BTreeMap<String, f64>> {
-        let page = lab.in_host(CLIENT, || -> std::io::Result<String> {
-            let mut s = TcpStream::connect_timeout(&PROXY_ADMIN, Duration::from_secs(5))?;
-            s.set_read_timeout(Some(Duration::from_secs(5)))?;
-            s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
-            let mut b = String::new();
-            s.read_to_string(&mut b)?;
-            Ok(b)
-        })?;
+        let page = crate::admin_page::fetch(lab, CLIENT, PROXY_ADMIN);
         let _ = self.child.terminate(Duration::from_secs(2));
         Ok(parse_metrics(&page.context("reading the proxy's metrics")?))
     }

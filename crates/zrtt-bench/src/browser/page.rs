@@ -60,7 +60,11 @@ const SCRIPT: &str = r#"addEventListener('load', function () {
     url: location.href,
     resources: r.length,
     images: imgs.length,
-    images_loaded: imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length
+    images_loaded: imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length,
+    waterfall: r.map(function (e) {
+      return [new URL(e.name).host, Math.round(e.startTime), Math.round(e.connectEnd - e.connectStart),
+        Math.round(e.responseStart), Math.round(e.responseEnd)];
+    })
   };
   document.getElementById('summary').textContent = location.href + ' loaded in ' +
     Math.round(n.loadEventStart) + ' ms (Navigation Timing loadEventStart), ' +

@@ -4,8 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -134,15 +133,9 @@ impl Drop for GatewayProc {
 
 /// The gateway's counters (`*_total` without labels) from its admin endpoint.
 pub(crate) fn scrape(lab: &Lab) -> Result<BTreeMap<String, f64>> {
-    let text = lab.in_host("server", || -> std::io::Result<String> {
-        let mut c = TcpStream::connect_timeout(&ADMIN, Duration::from_secs(2))?;
-        c.set_read_timeout(Some(Duration::from_secs(5)))?;
-        c.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
-        let mut s = String::new();
-        c.read_to_string(&mut s)?;
-        Ok(s)
-    })??;
-    Ok(parse_metrics(&text))
+    Ok(parse_metrics(&crate::admin_page::fetch(
+        lab, "server", ADMIN,
+    )?))
 }
 
 pub(crate) fn parse_metrics(text: &str) -> BTreeMap<String, f64> {

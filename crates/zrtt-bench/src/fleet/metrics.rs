@@ -3,9 +3,6 @@
 //! fleet and taken apart per phase.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
 
 use zrtt_lab::Lab;
 
@@ -24,17 +21,9 @@ pub(super) struct Scrape {
 
 /// Reads `gateway`'s admin page (an empty scrape if it is down).
 pub(super) fn scrape(lab: &Lab, gateway: &str) -> Scrape {
-    let text = lab.in_host(gateway, || -> std::io::Result<String> {
-        let mut c = TcpStream::connect_timeout(&ADMIN, Duration::from_secs(2))?;
-        c.set_read_timeout(Some(Duration::from_secs(5)))?;
-        c.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
-        let mut s = String::new();
-        c.read_to_string(&mut s)?;
-        Ok(s)
-    });
-    match text {
-        Ok(Ok(t)) => parse(&t),
-        _ => Scrape::default(),
+    match crate::admin_page::fetch(lab, gateway, ADMIN) {
+        Ok(t) => parse(&t),
+        Err(_) => Scrape::default(),
     }
 }
 

@@ -54,7 +54,7 @@ impl Nginx {
         let mut s = format!(
             "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
 events {{ worker_connections 8192; }}\n\
-http {{\n  access_log off;\n  ssl_ecdh_curve X25519;\n  ssl_prefer_server_ciphers on;\n  ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  default_type text/html;\n  sendfile on;\n  tcp_nodelay on;\n"
+http {{\n  access_log off;\n  ssl_ecdh_curve X25519;\n  ssl_prefer_server_ciphers on;\n  ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  default_type text/html;\n  sendfile on;\n  tcp_nopush on;\n  tcp_nodelay on;\n"
         );
         if self.keepalive_requests == 0 {
             s.push_str("  keepalive_timeout 0;\n");

@@ -23,7 +23,6 @@
 //! docs/LAB.md (section throughput) has the method and the reading.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -458,15 +457,11 @@ pub fn run(bench: &Bench, o: &ThroughputOpts) -> Result<Report> {
 
 /// A gateway's counters, read from its admin port inside the lab host.
 fn scrape_metrics(lab: &Lab, port: u16) -> Result<BTreeMap<String, u64>> {
-    let text = lab.in_host(HOST, || -> std::io::Result<String> {
-        let mut s = std::net::TcpStream::connect_timeout(&loopback(port), Duration::from_secs(2))?;
-        s.set_read_timeout(Some(Duration::from_secs(2)))?;
-        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")?;
-        let mut out = String::new();
-        s.read_to_string(&mut out)?;
-        Ok(out)
-    })??;
-    Ok(parse_metrics(&text))
+    Ok(parse_metrics(&crate::admin_page::fetch(
+        lab,
+        HOST,
+        loopback(port),
+    )?))
 }
 
 /// The gateway's admin page (`zrtt_gateway_<name>_total <value>` lines,
