@@ -43,12 +43,40 @@ pub struct TcpInfo {
     /// Segments carrying data sent so far, retransmissions included
     /// (`tcpi_data_segs_out`, Linux 4.6+).
     pub data_segs_out: u32,
+    /// Payload bytes per segment the socket sends, TCP options such as
+    /// timestamps taken off (`tcpi_snd_mss`).
+    pub snd_mss: u32,
+    /// Congestion window in segments (`tcpi_snd_cwnd`).
+    pub snd_cwnd: u32,
+    /// The peer's receive window in bytes (`tcpi_snd_wnd`, Linux 5.4+;
+    /// 0 on older kernels).
+    pub snd_wnd: u32,
 }
 
 impl TcpInfo {
     /// The SYN carried data that the peer acknowledged (client) or accepted (server).
     pub fn syn_data(&self) -> bool {
         self.options & TCPI_OPT_SYN_DATA != 0
+    }
+
+    /// Payload bytes the kernel sends now without waiting for an ACK: the
+    /// free part of the congestion window, in full segments, and no more
+    /// whole segments than the peer's receive window holds. Before a
+    /// server's handshake completes that is its first flight (ten segments
+    /// by default, RFC 6928): anything written beyond it waits one round
+    /// trip, for the client's ACK. `None` when the kernel reports no
+    /// segment size or congestion window (unknown, not zero); a receive
+    /// window of 0 is read as unknown too (kernels before 5.4).
+    pub fn send_window_bytes(&self) -> Option<usize> {
+        if self.snd_mss == 0 || self.snd_cwnd == 0 {
+            return None;
+        }
+        let mss = self.snd_mss as usize;
+        let mut segments = self.snd_cwnd.saturating_sub(self.unacked) as usize;
+        if self.snd_wnd > 0 {
+            segments = segments.min(self.snd_wnd as usize / mss);
+        }
+        Some(segments.saturating_mul(mss))
     }
 }
 
@@ -119,6 +147,9 @@ pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<TcpInfo> {
         rtt_us: info.tcpi_rtt,
         unacked: info.tcpi_unacked,
         data_segs_out: info.tcpi_data_segs_out,
+        snd_mss: info.tcpi_snd_mss,
+        snd_cwnd: info.tcpi_snd_cwnd,
+        snd_wnd: info.tcpi_snd_wnd,
     })
 }
 
@@ -215,5 +246,45 @@ pub fn release_free_memory() -> bool {
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     {
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(snd_mss: u32, snd_cwnd: u32, unacked: u32, snd_wnd: u32) -> TcpInfo {
+        TcpInfo {
+            state: state::SYN_RECV,
+            options: 0,
+            rtt_us: 0,
+            unacked,
+            data_segs_out: 0,
+            snd_mss,
+            snd_cwnd,
+            snd_wnd,
+        }
+    }
+
+    #[test]
+    fn the_send_window_is_whole_free_segments_within_the_peers_window() {
+        // A Fast Open child before anything was written (measured: cwnd 10,
+        // MSS 1448 with timestamps, nothing in flight).
+        assert_eq!(info(1448, 10, 0, 65_535).send_window_bytes(), Some(14_480));
+        // Segments in flight take their slots.
+        assert_eq!(
+            info(1448, 10, 3, 65_535).send_window_bytes(),
+            Some(7 * 1448)
+        );
+        // A small receive window: only the whole segments it holds.
+        assert_eq!(info(1448, 10, 0, 4000).send_window_bytes(), Some(2 * 1448));
+        // After SYN-ACK timeouts the window is one segment.
+        assert_eq!(info(1448, 1, 0, 65_535).send_window_bytes(), Some(1448));
+        // Unknown receive window (kernels before 5.4): the congestion window.
+        assert_eq!(info(524, 10, 0, 0).send_window_bytes(), Some(5240));
+        // No size or window reported: unknown, not zero.
+        assert_eq!(info(0, 10, 0, 65_535).send_window_bytes(), None);
+        assert_eq!(info(1448, 0, 0, 65_535).send_window_bytes(), None);
+        assert_eq!(info(1448, 10, 12, 65_535).send_window_bytes(), Some(0));
     }
 }

@@ -339,7 +339,7 @@ impl EarlyAnswer {
         };
         let now = std::time::Instant::now();
         if completed {
-            let unused = self.budget.map_or(0, |b| b.remaining());
+            let unused = self.budget.map_or(0, |b| b.unused());
             grant
                 .admission
                 .early_answer_completed(grant.peer, unused, now);
@@ -443,6 +443,11 @@ impl EarlyAnswer {
                 self.state = State::Failed;
                 return Poll::Ready(Err(e.into()));
             }
+            // Before the handshake no more than the kernel sends before the
+            // client's ACK, as it stands now (gate.rs, within_first_window).
+            self.budget = self
+                .budget
+                .map(|b| super::gate::within_first_window(b, self.gate.socket()));
             // Before the handshake, the Reply itself must fit the budget.
             let fits = self
                 .budget

@@ -293,11 +293,26 @@ pub(super) async fn serve(
     record(m, &decision, peer);
     // A proven source is real before its handshake completes; an unproven
     // one takes its place once it has (in the relay).
+    // A grant that will not be used goes back (admission, released).
+    let release = |budget: Option<zrtt_proto::admission::AmplificationBudget>| {
+        if let Some(b) = budget {
+            shared
+                .admission
+                .early_answer_released(peer.ip(), b.unused(), Instant::now());
+        }
+    };
     if decision.answers_early() && !slot.claim() {
         Metrics::inc(&m.source_limited);
+        release(decision.budget);
         return Ok(());
     }
-    let gate = Arc::new(Gate::new(gate_fd, decision.answers_early(), t.gate)?);
+    let gate = match Gate::new(gate_fd, decision.answers_early(), t.gate) {
+        Ok(g) => Arc::new(g),
+        Err(e) => {
+            release(decision.budget);
+            return Err(e);
+        }
+    };
     let issue = match (&shared.cfg.admission.tokens, accepted.client_static) {
         (Some(ring), Some(client_static)) => Some(TokenIssue {
             // The key in force when the flight was accepted seals its token.

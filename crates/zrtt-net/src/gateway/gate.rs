@@ -134,6 +134,26 @@ impl Gate {
     }
 }
 
+/// `budget`, kept within what the kernel sends now without the client's
+/// ACK while `fd`'s handshake is incomplete
+/// (`AmplificationBudget::within_window` with
+/// `TcpInfo::send_window_bytes`); call it when the bytes are about to be
+/// planned (the window shrinks after SYN-ACK timeouts). Unchanged once the
+/// handshake has completed, when `TCP_INFO` fails or when it reports no
+/// window (only ever lowers the budget).
+pub(super) fn within_first_window(
+    budget: zrtt_proto::admission::AmplificationBudget,
+    fd: std::os::fd::BorrowedFd<'_>,
+) -> zrtt_proto::admission::AmplificationBudget {
+    match sys::tcp_info(fd) {
+        Ok(i) if i.state == state::SYN_RECV => match i.send_window_bytes() {
+            Some(w) => budget.within_window(w),
+            None => budget,
+        },
+        _ => budget,
+    }
+}
+
 /// Run `read` (reading a first flight or a ClientHello) for at most `limit`,
 /// but give up after `gate` if the TCP handshake of `fd` still has not
 /// completed: the rest of a partial first flight or ClientHello from a

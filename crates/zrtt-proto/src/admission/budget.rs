@@ -29,6 +29,9 @@ pub const INITIAL_WINDOW: usize = 14_600;
 pub struct AmplificationBudget {
     limit: usize,
     spent: usize,
+    /// Bytes of the grant kept back by [`Self::within_window`]: not sent
+    /// before the handshake, but still the grant's ([`Self::unused`]).
+    held: usize,
 }
 
 /// How the buffered start of a response goes out under the budget (see
@@ -51,7 +54,37 @@ impl ReplyPlan {
 impl AmplificationBudget {
     /// A budget of exactly `limit` bytes.
     pub fn new(limit: usize) -> Self {
-        Self { limit, spent: 0 }
+        Self {
+            limit,
+            spent: 0,
+            held: 0,
+        }
+    }
+
+    /// Keep what goes out before the handshake within `window` bytes, the
+    /// sender's first flight (the kernel's free congestion window in full
+    /// segments: `zrtt_net::sys::TcpInfo::send_window_bytes`). Bytes
+    /// written beyond it leave only when the client's ACK arrives, one
+    /// round trip later, and a Reply frame whose end waits there cannot be
+    /// opened until then: its response bytes arrive a round trip late even
+    /// though most of them came in the first. The window of ten 1460-byte
+    /// segments ([`INITIAL_WINDOW`]) is 120 bytes more than ten segments
+    /// carry with TCP timestamps (1448 bytes each), so an answer that fills
+    /// it would lose that round trip. Only lowers the limit; the part held
+    /// back stays in [`Self::unused`], so a grant taken from the
+    /// per-destination budgets is returned whole.
+    pub fn within_window(mut self, window: usize) -> Self {
+        let cut = self.limit.saturating_sub(window.max(self.spent));
+        self.limit -= cut;
+        self.held += cut;
+        self
+    }
+
+    /// Bytes of the grant not sent before the handshake: what is still
+    /// allowed plus what [`Self::within_window`] kept back (returned to the
+    /// per-destination budgets once the handshake completes).
+    pub fn unused(&self) -> usize {
+        self.remaining() + self.held
     }
 
     /// The budget of a connection whose first flight was `received` bytes:
@@ -145,6 +178,36 @@ impl AmplificationBudget {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_kernels_window_lowers_the_limit_and_the_grant_stays_whole() {
+        // Ten 1448-byte segments, 120 bytes under the 14,600-byte window.
+        let mut b = AmplificationBudget::for_flight(112, INITIAL_WINDOW).within_window(14_480);
+        assert_eq!(b.limit(), 14_480);
+        assert_eq!(b.unused(), INITIAL_WINDOW);
+        let plan = b.plan_reply(100_000, 65_000, 0).unwrap();
+        assert_eq!(plan.sent() + REPLY_OVERHEAD, 14_480);
+        assert_eq!(b.remaining(), 0);
+        assert_eq!(b.take_record(10), 0, "nothing past the kernel's window");
+        assert_eq!(b.unused(), 120, "the part held back is returned");
+        // A larger window, or one already spent, changes nothing.
+        let wide = AmplificationBudget::for_flight(112, INITIAL_WINDOW).within_window(1 << 20);
+        assert_eq!(
+            (wide.limit(), wide.unused()),
+            (INITIAL_WINDOW, INITIAL_WINDOW)
+        );
+        let mut spent = AmplificationBudget::new(1000);
+        assert_eq!(spent.take_bytes(600), 600);
+        let spent = spent.within_window(100);
+        assert_eq!(
+            (spent.limit(), spent.remaining(), spent.unused()),
+            (600, 0, 400)
+        );
+        // A window of nothing: the Reply waits for the handshake.
+        let mut none = AmplificationBudget::for_flight(112, INITIAL_WINDOW).within_window(0);
+        assert_eq!(none.plan_reply(10, 65_000, 0), None);
+        assert_eq!(none.unused(), INITIAL_WINDOW);
+    }
 
     #[test]
     fn three_times_the_flight_or_the_window() {

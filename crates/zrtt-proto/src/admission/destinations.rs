@@ -237,6 +237,24 @@ impl DestinationBudgets {
         self.forget_if_idle(dest, now);
     }
 
+    /// A grant that sent nothing and never will: the connection was closed
+    /// before its answer for a reason of the gateway's own (the source at
+    /// its connection cap, an error setting it up). The `granted` bytes go
+    /// back and the answer stops counting as pending; strikes and
+    /// cool-down stay as they are (nothing shows the address is real).
+    pub fn released(&mut self, dest: IpAddr, granted: usize, now: Instant) {
+        let dest = canonical_ip(dest);
+        if let Some(d) = self.addresses.get_mut(&dest) {
+            d.outstanding = d.outstanding.saturating_sub(1);
+            d.bytes.give_back(granted as f64);
+        }
+        if let Some(p) = self.prefixes.get_mut(&source_prefix(dest)) {
+            p.give_back(granted as f64);
+        }
+        self.global.give_back(granted as f64);
+        self.forget_if_idle(dest, now);
+    }
+
     /// An early answer was not followed by a completed handshake (reset,
     /// timeout, unreachable): the address gets no early answers for a
     /// cool-down, doubled for each failure in a row.
@@ -383,6 +401,31 @@ mod tests {
             b.reserve(ip("10.9.0.1"), 100, 100, t0),
             Err(Withheld::OverBudget)
         );
+    }
+
+    #[test]
+    fn a_released_grant_goes_back_without_forgiving() {
+        let t0 = Instant::now();
+        let mut b = DestinationBudgets::new(small(), t0);
+        let v = ip("198.18.0.1");
+        // Six pending answers at most: released ones stop counting.
+        let mut l = small();
+        l.max_pending_per_address = 2;
+        let mut p = DestinationBudgets::new(l, t0);
+        for _ in 0..10 {
+            assert_eq!(p.reserve(v, 100, 100, t0), Ok(100));
+            assert_eq!(p.reserve(v, 100, 100, t0), Ok(100));
+            p.released(v, 100, t0);
+            p.released(v, 100, t0);
+        }
+        // The bytes come back whole (the burst is 3000).
+        assert_eq!(b.reserve(v, 3000, 3000, t0), Ok(3000));
+        b.released(v, 3000, t0);
+        assert_eq!(b.reserve(v, 3000, 3000, t0), Ok(3000));
+        // A cool-down is not lifted by a release.
+        b.failed(v, t0);
+        b.released(v, 0, t0);
+        assert!(b.cooling_down(v, t0 + Duration::from_secs(9)));
     }
 
     #[test]

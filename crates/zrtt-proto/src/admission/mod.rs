@@ -542,6 +542,15 @@ impl Admission {
         }
     }
 
+    /// A decision's budget of `granted` bytes for `peer` will not be used:
+    /// the connection closed before its answer for the gateway's own
+    /// reasons (source cap, setup error). Without this the grant would stay
+    /// pending, and after `max_pending_per_address` such closes the address
+    /// would get no early answer again.
+    pub fn early_answer_released(&self, peer: IpAddr, granted: usize, mono: Instant) {
+        lock(&self.destinations).released(peer, granted, mono);
+    }
+
     /// An early answer to `peer` (a decision with a budget) was followed by
     /// a completed handshake; `unused` bytes of its budget were not sent.
     pub fn early_answer_completed(&self, peer: IpAddr, unused: usize, mono: Instant) {

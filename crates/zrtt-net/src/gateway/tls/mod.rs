@@ -156,15 +156,19 @@ pub(super) async fn serve(
                 gate.set_proven();
                 Metrics::inc(&m.tls_answered_early);
                 tls.answer_early(
-                    budget,
+                    super::gate::within_first_window(budget, gate.socket()),
                     Grant {
                         admission: shared.admission.clone(),
                         peer: peer.ip(),
                     },
                 );
             }
-            Some(_) => {
+            Some(budget) => {
                 Metrics::inc(&m.source_limited);
+                // The grant goes back: nothing was sent on it.
+                shared
+                    .admission
+                    .early_answer_released(peer.ip(), budget.unused(), Instant::now());
                 return;
             }
             None if d.withheld.is_some() => Metrics::inc(&m.early_withheld_budget),

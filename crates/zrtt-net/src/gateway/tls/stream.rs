@@ -167,7 +167,7 @@ impl EarlyTls {
         };
         let now = std::time::Instant::now();
         if completed {
-            let unused = self.budget.map_or(0, |b| b.remaining());
+            let unused = self.budget.map_or(0, |b| b.unused());
             grant
                 .admission
                 .early_answer_completed(grant.peer, unused, now);
