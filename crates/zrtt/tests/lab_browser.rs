@@ -1,8 +1,8 @@
 //! `zrtt lab browser` as a smoke test: one RTT, one cold Chromium load per
-//! mode. Asserts facts only (the page and all its objects loaded, through
-//! the proxy over zrtt and not its TLS fallback, the browser's timings
-//! parsed, a screenshot written), never a timing. Needs root, nginx,
-//! chromium and openssl; says why it skips.
+//! mode, driven over the DevTools pipe. Asserts facts only (the page and
+//! all its objects loaded, through the proxy over zrtt and not its TLS
+//! fallback, the browser's timings parsed, a screenshot written), never a
+//! timing. Needs root, nginx, chromium and openssl; says why it skips.
 
 mod common;
 use common::lab_skip as skip;
@@ -69,6 +69,12 @@ fn browser_loads_the_page_through_zrtt_proxy() {
         assert!(s["load_ms"].as_f64().unwrap() > 0.0, "{id}");
         assert_eq!(s["page"]["url"], m["url"], "{id}");
         assert_eq!(s["page"]["next_hop_protocol"], "http/1.1", "{id}");
+        // Navigated through DevTools after the browser's start, with the
+        // machine's load measured around it.
+        assert!(s["settled"].is_boolean(), "{id}");
+        assert!(s["settle_ms"].is_u64(), "{id}");
+        let busy = s["cpu_busy"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&busy), "{id}: {busy}");
         let proxy = &s["proxy"];
         if id != "zrtt-proxy" {
             assert!(proxy.is_null(), "{id}");

@@ -8,11 +8,14 @@ use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use base64::Engine as _;
+use serde_json::{json, Value};
 use zrtt_lab::{Lab, LabChild};
 
+use super::cdp::{self, Cdp};
 use super::page::{parse_timing, Timing};
 use crate::proc::{run_capture, wait_listening};
 use crate::stack::Site;
@@ -116,14 +119,10 @@ pub(super) fn spki_hash(cert: &Path) -> Result<String> {
     Ok(h)
 }
 
-/// Chromium's arguments for one cold load of `url`.
-pub(super) fn chromium_args(
-    profile: &Path,
-    url: &str,
-    route: &Route,
-    screenshot: Option<&Path>,
-    netlog: Option<&Path>,
-) -> Vec<OsString> {
+/// Chromium's arguments: a new profile under `profile`, the route to the
+/// origins, DevTools on the pipe (descriptors 3 and 4), and `about:blank`
+/// until [`load`] navigates.
+pub(super) fn chromium_args(profile: &Path, route: &Route, netlog: Option<&Path>) -> Vec<OsString> {
     let mut a: Vec<OsString> = [
         "--headless=new",
         "--no-sandbox", // root in the lab; nothing but the lab's pages is loaded
@@ -136,7 +135,7 @@ pub(super) fn chromium_args(
         "--disable-extensions",
         "--disable-sync",
         "--window-size=1000,760",
-        "--dump-dom",
+        "--remote-debugging-pipe",
     ]
     .map(OsString::from)
     .into();
@@ -153,23 +152,88 @@ pub(super) fn chromium_args(
         }
         Route::Proxy => a.push(format!("--proxy-server=http://{PROXY}").into()),
     }
-    if let Some(p) = screenshot {
-        let mut s = OsString::from("--screenshot=");
-        s.push(p);
-        a.push(s);
-    }
     if let Some(p) = netlog {
         let mut s = OsString::from("--log-net-log=");
         s.push(p);
         a.push(s);
     }
-    a.push(url.into());
+    a.push("about:blank".into());
     a
 }
 
-/// Loads `url` once in a fresh Chromium with a fresh profile under `dir`;
-/// the page's own timing. With `netlog`, Chromium writes its network log
-/// there (`--log-net-log`, for a kept working directory).
+/// The machine counts as quiet once its CPUs were at most this busy over
+/// [`QUIET_WINDOW`] (the lab's hub and servers idle at a few per cent).
+pub(super) const QUIET_BUSY: f64 = 0.25;
+pub(super) const QUIET_WINDOW: Duration = Duration::from_millis(200);
+/// Longest wait for a quiet machine after Chromium starts.
+pub(super) const SETTLE_MAX: Duration = Duration::from_secs(10);
+/// How long DevTools commands other than the load may take.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Busy and total clock ticks of all CPUs (`/proc/stat`'s `cpu` line; busy
+/// is everything but idle and iowait).
+fn cpu_ticks(proc_stat: &str) -> Option<(u64, u64)> {
+    let line = proc_stat
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some("cpu"))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    if v.len() < 8 {
+        return None;
+    }
+    let total: u64 = v.iter().take(8).sum();
+    Some((total - v[3] - v[4], total))
+}
+
+fn machine_ticks() -> Option<(u64, u64)> {
+    cpu_ticks(&std::fs::read_to_string("/proc/stat").ok()?)
+}
+
+/// Share of the CPUs' time that was busy between two [`machine_ticks`].
+fn busy_between(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<f64> {
+    let ((b0, t0), (b1, t1)) = (a?, b?);
+    (t1 > t0).then(|| (b1.saturating_sub(b0)) as f64 / (t1 - t0) as f64)
+}
+
+/// Waits until the machine is quiet (Chromium has finished starting):
+/// how long that took, and whether it happened within [`SETTLE_MAX`].
+fn settle() -> (Duration, bool) {
+    let t0 = Instant::now();
+    let mut last = machine_ticks();
+    while t0.elapsed() < SETTLE_MAX {
+        std::thread::sleep(QUIET_WINDOW);
+        let now = machine_ticks();
+        if busy_between(last, now).is_some_and(|b| b <= QUIET_BUSY) {
+            return (t0.elapsed(), true);
+        }
+        last = now;
+    }
+    (t0.elapsed(), false)
+}
+
+/// One page load, and the state of the machine around it.
+pub(super) struct Load {
+    pub(super) timing: Timing,
+    /// From Chromium answering on its pipe to the quiet machine the
+    /// navigation started on.
+    pub(super) settle: Duration,
+    /// The machine became quiet within [`SETTLE_MAX`].
+    pub(super) settled: bool,
+    /// Share of all CPUs busy from the navigation to the load event.
+    pub(super) cpu_busy: Option<f64>,
+}
+
+/// Loads `url` once in a fresh Chromium with a fresh profile under `dir`
+/// (no cache, no cookies, no socket kept): the browser starts on
+/// `about:blank`, and once the machine is quiet again (its start-up done:
+/// a running browser, as a reader has) it navigates through DevTools;
+/// then the page's own timing, from its DOM, which goes to `dom.html`.
+/// With `screenshot`, a PNG of the loaded page; with `netlog`, Chromium
+/// writes its network log there (`--log-net-log`, for a kept working
+/// directory).
 pub(super) fn load(
     lab: &Lab,
     dir: &Path,
@@ -177,30 +241,119 @@ pub(super) fn load(
     route: &Route,
     screenshot: Option<&Path>,
     netlog: Option<&Path>,
-) -> Result<Timing> {
+) -> Result<Load> {
     let profile = dir.join("chromium-profile");
     let _ = std::fs::remove_dir_all(&profile);
     std::fs::create_dir_all(&profile)?;
-    let dom_file = dir.join("dom.html");
     let log_file = dir.join("chromium.log");
-    let mut c = lab.command(CLIENT, "chromium")?;
-    c.args(chromium_args(&profile, url, route, screenshot, netlog))
+    // The shell hands our pipes to Chromium as its descriptors 3 (commands)
+    // and 4 (answers) and execs it: the PID the lab tracks is Chromium's.
+    let mut c = lab.command(CLIENT, "sh")?;
+    c.arg("-c")
+        .arg("exec \"$@\" 3<&0 4>&1 0</dev/null 1>/dev/null")
+        .arg("sh")
+        .arg("chromium")
+        .args(chromium_args(&profile, route, netlog))
         // Chromium keeps its NSS database under $HOME: the profile's.
         .env("HOME", &profile)
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&dom_file)?)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
         .stderr(std::fs::File::create(&log_file)?);
-    let child = lab.spawn(CLIENT, c)?;
-    let status = child.wait_timeout(LOAD_TIMEOUT)?;
-    if status.is_none() {
+    let mut child = lab.spawn(CLIENT, c)?;
+    let r = drive(&mut child, dir, url, screenshot);
+    if child.wait_timeout(Duration::from_secs(10))?.is_none() {
         let _ = child.kill();
     }
     let _ = std::fs::remove_dir_all(&profile);
-    let dom = std::fs::read_to_string(&dom_file).unwrap_or_default();
-    parse_timing(&dom).with_context(|| {
+    r.with_context(|| {
         let log = std::fs::read_to_string(&log_file).unwrap_or_default();
         let tail: String = log.lines().rev().take(8).collect::<Vec<_>>().join("\n");
-        format!("chromium {url} ({status:?}); its stderr ends:\n{tail}")
+        format!("chromium {url}; its stderr ends:\n{tail}")
+    })
+}
+
+/// The DevTools side of [`load`]: attach to the page, settle, navigate,
+/// wait for the load event, read the DOM (and take the screenshot), close.
+fn drive(child: &mut LabChild, dir: &Path, url: &str, screenshot: Option<&Path>) -> Result<Load> {
+    let out = child.stdout.take().context("Chromium's answer pipe")?;
+    let to = child.stdin.take().context("Chromium's command pipe")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || cdp::reader(out, tx));
+    let mut cdp = Cdp::new(to, rx);
+    let started = Instant::now();
+    let target = loop {
+        let r = cdp.call(None, "Target.getTargets", json!({}), COMMAND_TIMEOUT)?;
+        let page = r["targetInfos"].as_array().and_then(|t| {
+            t.iter()
+                .find(|t| t["type"] == "page")
+                .and_then(|t| t["targetId"].as_str().map(String::from))
+        });
+        match page {
+            Some(p) => break p,
+            None if started.elapsed() > COMMAND_TIMEOUT => bail!("Chromium opened no page"),
+            None => std::thread::sleep(Duration::from_millis(50)),
+        }
+    };
+    let attached = cdp.call(
+        None,
+        "Target.attachToTarget",
+        json!({"targetId": target, "flatten": true}),
+        COMMAND_TIMEOUT,
+    )?;
+    let session = attached["sessionId"]
+        .as_str()
+        .context("attachToTarget without a sessionId")?
+        .to_string();
+    let s = Some(session.as_str());
+    cdp.call(s, "Page.enable", json!({}), COMMAND_TIMEOUT)?;
+    let (settle, settled) = settle();
+    cdp.drain_events();
+    let before = machine_ticks();
+    let nav = cdp.call(s, "Page.navigate", json!({"url": url}), COMMAND_TIMEOUT)?;
+    if let Some(e) = nav.get("errorText").and_then(Value::as_str) {
+        bail!("navigating to {url}: {e}");
+    }
+    let deadline = Instant::now() + LOAD_TIMEOUT;
+    cdp.wait_event(s, "Page.loadEventFired", deadline)?;
+    let cpu_busy = busy_between(before, machine_ticks());
+    // The page's script writes its result in the load event; read the DOM
+    // until it is there.
+    let dom = loop {
+        let r = cdp.call(
+            s,
+            "Runtime.evaluate",
+            json!({"expression": "document.documentElement.outerHTML", "returnByValue": true}),
+            COMMAND_TIMEOUT,
+        )?;
+        let dom = r["result"]["value"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if dom.contains(super::page::MARKER) || Instant::now() > deadline {
+            break dom;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::fs::write(dir.join("dom.html"), &dom)?;
+    let timing = parse_timing(&dom)?;
+    if let Some(p) = screenshot {
+        let r = cdp.call(
+            s,
+            "Page.captureScreenshot",
+            json!({"format": "png"}),
+            COMMAND_TIMEOUT,
+        )?;
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(r["data"].as_str().context("a screenshot without data")?)
+            .context("the screenshot's base64")?;
+        std::fs::write(p, png).with_context(|| format!("writing {}", p.display()))?;
+    }
+    let _ = cdp.call(None, "Browser.close", json!({}), COMMAND_TIMEOUT);
+    Ok(Load {
+        timing,
+        settle,
+        settled,
+        cpu_busy,
     })
 }
 
@@ -293,26 +446,33 @@ mod tests {
 
     #[test]
     fn chromium_arguments() {
-        let a = chromium_args(Path::new("/p"), "http://x/", &Route::Proxy, None, None);
+        let a = chromium_args(Path::new("/p"), &Route::Proxy, None);
         let a: Vec<String> = a.iter().map(|s| s.to_string_lossy().into()).collect();
         assert!(a.contains(&"--proxy-server=http://127.0.0.1:18080".to_string()));
         assert!(a.contains(&"--user-data-dir=/p".to_string()));
-        assert_eq!(a.last().unwrap(), "http://x/");
+        assert!(a.contains(&"--remote-debugging-pipe".to_string()));
+        assert_eq!(a.last().unwrap(), "about:blank");
         let d = Route::Direct {
             resolver_rules: "MAP a 1.2.3.4".into(),
             spki: "h".into(),
         };
-        let a = chromium_args(
-            Path::new("/p"),
-            "https://a/",
-            &d,
-            Some(Path::new("/s.png")),
-            None,
-        );
+        let a = chromium_args(Path::new("/p"), &d, Some(Path::new("/n.json")));
         let a: Vec<String> = a.iter().map(|s| s.to_string_lossy().into()).collect();
         assert!(a.contains(&"--host-resolver-rules=MAP a 1.2.3.4".to_string()));
         assert!(a.contains(&"--ignore-certificate-errors-spki-list=h".to_string()));
-        assert!(a.contains(&"--screenshot=/s.png".to_string()));
+        assert!(a.contains(&"--log-net-log=/n.json".to_string()));
         assert!(!a.iter().any(|x| x.starts_with("--proxy-server")));
+        assert!(!a.iter().any(|x| x == "--dump-dom"));
+    }
+
+    #[test]
+    fn cpu_share_from_proc_stat() {
+        let a = cpu_ticks("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3 4 5 6 7 8\n").unwrap();
+        assert_eq!(a, (150, 1000));
+        let b = cpu_ticks("cpu  160 0 90 900 50 0 0 0 0 0\n").unwrap();
+        // 100 of 200 ticks busy; iowait counts as idle.
+        assert_eq!(busy_between(Some(a), Some(b)), Some(0.5));
+        assert_eq!(busy_between(Some(b), Some(b)), None);
+        assert_eq!(cpu_ticks("intr 1 2 3\n"), None);
     }
 }

@@ -5,8 +5,9 @@
 //! gateways in front of the same nginx (first contact, proven by
 //! provenance verifiers). The page-load time is the browser's own
 //! Navigation Timing (`loadEventStart`), which the page writes into its
-//! DOM for `--dump-dom`. docs/LAB.md (section browser) has the method and
-//! the reading.
+//! DOM, read over the DevTools pipe once the load event has fired; the
+//! browser navigates only once its start-up is over. docs/LAB.md (section
+//! browser) has the method and the reading.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -17,6 +18,7 @@ use anyhow::{bail, Result};
 use serde_json::{json, Value};
 use zrtt_lab::{Lab, Topology};
 
+mod cdp;
 mod chromium;
 mod page;
 
@@ -113,6 +115,29 @@ struct Sample {
     /// flight was answered, where the proxy's early/gated label is
     /// inferred from timing.
     gateways: Option<BTreeMap<String, f64>>,
+    /// From the browser's start to the quiet machine the navigation began on.
+    settle: Duration,
+    /// The machine was quiet by then (else the load began at the limit).
+    settled: bool,
+    /// Share of the machine's CPUs busy from the navigation to the load event.
+    cpu_busy: Option<f64>,
+}
+
+impl Sample {
+    fn of(
+        load: chromium::Load,
+        proxy: Option<BTreeMap<String, f64>>,
+        gateways: Option<BTreeMap<String, f64>>,
+    ) -> Sample {
+        Sample {
+            timing: load.timing,
+            proxy,
+            gateways,
+            settle: load.settle,
+            settled: load.settled,
+            cpu_busy: load.cpu_busy,
+        }
+    }
 }
 
 /// The gateways' counters, summed over the hosts.
@@ -214,16 +239,16 @@ pub fn run(bench: &Bench, o: &BrowserOpts) -> Result<Report> {
                     .then(|| dir.join(format!("netlog-{rtt_ms}-{}-{n}.json", m.id())));
                 let netlog = netlog.as_deref();
                 let s = match m {
-                    Mode::Http | Mode::Tls13 => Sample {
-                        timing: chromium::load(&lab, &dir, &m.url(), &direct, None, netlog)?,
-                        proxy: None,
-                        gateways: None,
-                    },
+                    Mode::Http | Mode::Tls13 => Sample::of(
+                        chromium::load(&lab, &dir, &m.url(), &direct, None, netlog)?,
+                        None,
+                        None,
+                    ),
                     Mode::ZrttProxy => {
                         let before = gateway_counters(&lab)?;
                         let proxy =
                             Proxy::start(bench, &lab, &dir, &sites, &gateways, &verifiers.state)?;
-                        let timing = chromium::load(
+                        let load = chromium::load(
                             &lab,
                             &dir,
                             &m.url(),
@@ -234,11 +259,11 @@ pub fn run(bench: &Bench, o: &BrowserOpts) -> Result<Report> {
                         let metrics = proxy.finish(&lab)?;
                         let after = gateway_counters(&lab)?;
                         shot = None;
-                        Sample {
-                            timing: timing?,
-                            proxy: Some(metrics),
-                            gateways: Some(crate::faults::gateway::delta(&before, &after)),
-                        }
+                        Sample::of(
+                            load?,
+                            Some(metrics),
+                            Some(crate::faults::gateway::delta(&before, &after)),
+                        )
                     }
                 };
                 samples[ri][mi].push(s);
@@ -352,6 +377,38 @@ fn gateways_note(rtt: u64, samples: &[Sample]) -> Option<String> {
     })
 }
 
+/// How busy the machine was during the loads, per mode, and how long
+/// Chromium took to settle before each navigation.
+fn machine_note(samples: &[Vec<Vec<Sample>>]) -> String {
+    let busy: Vec<String> = MODES
+        .iter()
+        .enumerate()
+        .map(|(mi, m)| {
+            let v: Vec<f64> = samples
+                .iter()
+                .flat_map(|r| r[mi].iter().filter_map(|s| s.cpu_busy))
+                .collect();
+            if v.is_empty() {
+                format!("{} unknown", m.id())
+            } else {
+                format!("{} {:.0}%", m.id(), Summary::of(&v).median * 100.0)
+            }
+        })
+        .collect();
+    let all: Vec<&Sample> = samples.iter().flatten().flatten().collect();
+    let settle: Vec<f64> = all.iter().map(|s| s.settle.as_secs_f64() * 1e3).collect();
+    format!(
+        "The machine's CPUs (both cores) were busy, from the navigation to the load event (median of every RTT's loads): {}. Before each navigation Chromium had started on about:blank and the machine had settled (a {} ms window at most {:.0}% busy) after a median {:.0} ms; {} of {} loads settled within the {} s limit.",
+        busy.join(", "),
+        chromium::QUIET_WINDOW.as_millis(),
+        chromium::QUIET_BUSY * 100.0,
+        Summary::of(&settle).median,
+        all.iter().filter(|s| s.settled).count(),
+        all.len(),
+        chromium::SETTLE_MAX.as_secs(),
+    )
+}
+
 fn report(o: &BrowserOpts, run: &RunInfo, samples: &[Vec<Vec<Sample>>]) -> Report {
     let mut r = Report::new(
         "browser",
@@ -360,7 +417,7 @@ fn report(o: &BrowserOpts, run: &RunInfo, samples: &[Vec<Vec<Sample>>]) -> Repor
     r.standard_setup();
     let bytes: usize = page::html().len() + objects().iter().map(|o| o.2).sum::<usize>();
     r.setup.push(format!(
-        "Page: the plt page (HTML {} B on {} plus {} images, {} KB in all, on three hosts at the same RTT), loaded by headless Chromium (`--headless=new`, a new profile and, through the proxy, a new `zrtt proxy` per load: cold, first contact); page-load time = Navigation Timing `loadEventStart`; median of {} loads per mode, modes interleaved, {:?} apart; nginx 1.22 (HTTP/1.1, TLS 1.3 without tickets) on every host, `zrtt gateway` in front of the same nginx.",
+        "Page: the plt page (HTML {} B on {} plus {} images, {} KB in all, on three hosts at the same RTT), loaded by headless Chromium (`--headless=new`, a new browser with a new profile and, through the proxy, a new `zrtt proxy` per load: cold, first contact; the browser starts on about:blank and navigates through DevTools once the machine is quiet again, as a running browser would); page-load time = Navigation Timing `loadEventStart`; median of {} loads per mode, modes interleaved, {:?} apart; nginx 1.22 (HTTP/1.1, TLS 1.3 without tickets) on every host, `zrtt gateway` in front of the same nginx.",
         page::html().len(), HOSTS[0], objects().len(), bytes / 1024, o.samples, o.think
     ));
     r.setup.push(format!(
@@ -456,6 +513,9 @@ fn report(o: &BrowserOpts, run: &RunInfo, samples: &[Vec<Vec<Sample>>]) -> Repor
                     "page": s.timing.raw,
                     "proxy": s.proxy.as_ref().map(proxy_json),
                     "gateways": s.gateways.as_ref().map(gateways_json),
+                    "settle_ms": s.settle.as_millis() as u64,
+                    "settled": s.settled,
+                    "cpu_busy": s.cpu_busy.map(round3),
                 })).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
         }));
@@ -486,6 +546,7 @@ fn report(o: &BrowserOpts, run: &RunInfo, samples: &[Vec<Vec<Sample>>]) -> Repor
         get("passthrough_requests"),
         get("bad_gateway"),
     ));
+    notes.push(machine_note(samples));
     if o.screenshot.is_some() {
         notes.push("![The page loaded through zrtt proxy](browser.png)".into());
     }
@@ -512,6 +573,9 @@ mod tests {
             },
             proxy: None,
             gateways: g.map(|g| g.iter().map(|(k, v)| (k.to_string(), *v)).collect()),
+            settle: Duration::ZERO,
+            settled: true,
+            cpu_busy: None,
         }
     }
 

@@ -1,7 +1,7 @@
 //! The page Chromium loads: the `plt` scenario's 31 objects (same hosts,
 //! paths and sizes), with images a browser can decode and a script that
-//! writes the browser's own Navigation Timing into the DOM, which
-//! `--dump-dom` prints.
+//! writes the browser's own Navigation Timing into the DOM, which the
+//! scenario reads over DevTools.
 
 use anyhow::{anyhow, Context, Result};
 use serde_json::Value;
@@ -44,8 +44,8 @@ pub(super) fn html() -> String {
     s
 }
 
-/// Runs in the load event (so `loadEventStart` is set and `--dump-dom`,
-/// which prints after the load event, sees the result).
+/// Runs in the load event (so `loadEventStart` is set, and the DOM read
+/// after `Page.loadEventFired` has the result).
 const SCRIPT: &str = r#"addEventListener('load', function () {
   var n = performance.getEntriesByType('navigation')[0];
   var r = performance.getEntriesByType('resource');
@@ -113,7 +113,7 @@ pub(super) fn bmp(host: usize, index: usize, size: usize) -> Vec<u8> {
     b
 }
 
-/// What the page's script reported, from Chromium's `--dump-dom` output.
+/// What the page's script reported, from the page's DOM.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Timing {
     /// `loadEventStart`: the page-load time, ms from the navigation's start.
