@@ -266,6 +266,14 @@ pub fn run(bench: &Bench, o: &BrowserOpts) -> Result<Report> {
                         )
                     }
                 };
+                if o.keep {
+                    // Each load's DOM (its resource waterfall in the timing
+                    // block), beside its network log.
+                    let _ = std::fs::rename(
+                        dir.join("dom.html"),
+                        dir.join(format!("dom-{rtt_ms}-{}-{n}.html", m.id())),
+                    );
+                }
                 samples[ri][mi].push(s);
             }
         }

@@ -134,6 +134,10 @@ fn machine_lines() -> Vec<String> {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
         .unwrap_or_default();
+    // The lab's namespaces inherit it (docs/LAB.md): every stack's TCP.
+    let cc = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into());
     let version = |prog: &str, args: &[&str]| -> String {
         Command::new(prog)
             .args(args)
@@ -155,7 +159,7 @@ fn machine_lines() -> Vec<String> {
     };
     vec![
         format!(
-            "Machine: {cpu}, {cores} cores, Linux {kernel}; run {}.",
+            "Machine: {cpu}, {cores} cores, Linux {kernel}, TCP congestion control {cc}; run {}.",
             zrtt_dns::fmt_time(zrtt_net::client::system_clock().as_secs())
         ),
         format!(
