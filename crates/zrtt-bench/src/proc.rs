@@ -257,6 +257,21 @@ pub(crate) fn time_client(
     }
 }
 
+/// The first eight counters (user, nice, system, idle, iowait, irq,
+/// softirq, steal; clock ticks) of `/proc/stat`'s line `name` (`cpu` for
+/// all CPUs, `cpu<N>` for one).
+pub(crate) fn proc_stat_cpu(proc_stat: &str, name: &str) -> Option<[u64; 8]> {
+    let line = proc_stat
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    v.get(..8)?.try_into().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

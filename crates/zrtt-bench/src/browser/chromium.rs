@@ -173,18 +173,8 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(20);
 /// Busy and total clock ticks of all CPUs (`/proc/stat`'s `cpu` line; busy
 /// is everything but idle and iowait).
 fn cpu_ticks(proc_stat: &str) -> Option<(u64, u64)> {
-    let line = proc_stat
-        .lines()
-        .find(|l| l.split_whitespace().next() == Some("cpu"))?;
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .map(|x| x.parse().ok())
-        .collect::<Option<_>>()?;
-    if v.len() < 8 {
-        return None;
-    }
-    let total: u64 = v.iter().take(8).sum();
+    let v = crate::proc::proc_stat_cpu(proc_stat, "cpu")?;
+    let total: u64 = v.iter().sum();
     Some((total - v[3] - v[4], total))
 }
 

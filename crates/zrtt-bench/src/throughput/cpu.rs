@@ -27,18 +27,7 @@ fn parse_stat_cpu(stat: &str) -> Option<u64> {
 /// softirq). Busy is user + nice + system + irq + softirq + steal (not idle,
 /// not iowait).
 fn parse_core_busy(proc_stat: &str, cpu: usize) -> Option<(u64, u64)> {
-    let name = format!("cpu{cpu}");
-    let line = proc_stat
-        .lines()
-        .find(|l| l.split_whitespace().next() == Some(name.as_str()))?;
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .map(|x| x.parse().ok())
-        .collect::<Option<_>>()?;
-    if v.len() < 8 {
-        return None;
-    }
+    let v = crate::proc::proc_stat_cpu(proc_stat, &format!("cpu{cpu}"))?;
     Some((v[0] + v[1] + v[2] + v[5] + v[6] + v[7], v[5] + v[6]))
 }
 
