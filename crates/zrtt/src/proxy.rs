@@ -1,4 +1,5 @@
-//! `zrtt proxy`: a local HTTP/1.1 forward proxy. Unmodified programs
+//! `zrtt proxy`: a local HTTP/1.1 forward proxy (over TLS with HTTP/2 too,
+//! given `--tls-cert`). Unmodified programs
 //! (`curl -x http://127.0.0.1:8080 http://www.example.com/`) get zrtt for
 //! hosts with a verified key record; other hosts and `CONNECT` tunnels pass
 //! through unchanged. The work is in `zrtt_net::proxy`.
@@ -30,6 +31,16 @@ pub struct ProxyArgs {
     /// Address to listen on (keep it on loopback: the proxy has no authentication).
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
+    /// Serve the proxy over TLS with this PEM certificate chain (an HTTPS
+    /// proxy: HTTP/2 to clients that offer it, e.g. Chromium's
+    /// `--proxy-server=https://127.0.0.1:8443`); needs --tls-key. The
+    /// certificate is for the address clients connect to and
+    /// authenticates the proxy only.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Key record file(s); hosts with a valid record go over zrtt. Without
     /// them, keys (and addresses) come from DNS.
     #[arg(long = "record")]
@@ -183,6 +194,9 @@ pub fn run(a: ProxyArgs) -> Result<ExitCode> {
     cfg.max_connections = a.max_connections;
     cfg.pool_max_idle_per_origin = a.max_idle_per_origin;
     cfg.maps = a.maps.clone();
+    if let (Some(cert), Some(key)) = (&a.tls_cert, &a.tls_key) {
+        cfg.tls = Some(zrtt_net::proxy::proxy_tls_config(cert, key)?);
+    }
     if let Some(t) = a.response_timeout {
         cfg.timeouts.response = t;
     }

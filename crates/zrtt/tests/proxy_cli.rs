@@ -412,3 +412,122 @@ fn sidecar_requests_and_websockets(h2: bool) {
         "{metrics}"
     );
 }
+
+#[test]
+fn https_proxy_carries_curl_over_tls_to_zrtt_and_refuses_plain_http() {
+    if !have("curl") {
+        eprintln!("skipped: curl is not installed (scripts/install-deps.sh installs it)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    key_and_record(dir, HOST);
+    // The proxy's own certificate, for the address clients connect to.
+    std::fs::create_dir(dir.join("ptls")).unwrap();
+    ok(
+        dir,
+        &["keys", "cert", "--name", "127.0.0.1", "--out-dir", "ptls"],
+    );
+    let plain = backend();
+    let (gw_port, admin_port, proxy_port, padmin_port) =
+        (free_port(), free_port(), free_port(), free_port());
+    let (gw, admin, proxy, padmin) = (
+        format!("127.0.0.1:{gw_port}"),
+        format!("127.0.0.1:{admin_port}"),
+        format!("127.0.0.1:{proxy_port}"),
+        format!("127.0.0.1:{padmin_port}"),
+    );
+    let _gw = spawn(
+        dir,
+        &[
+            "gateway",
+            "--listen",
+            &gw,
+            "--backend",
+            &plain.to_string(),
+            "--key",
+            "k1.key",
+            "--record",
+            "k1.rec",
+            "--cert",
+            "cert.pem",
+            "--cert-key",
+            "cert.key",
+            "--admin",
+            &admin,
+        ],
+    );
+    let _proxy = spawn(
+        dir,
+        &[
+            "proxy",
+            "--listen",
+            &proxy,
+            "--tls-cert",
+            "ptls/cert.pem",
+            "--tls-key",
+            "ptls/cert.key",
+            "--admin",
+            &padmin,
+            "--record",
+            "k1.rec",
+            "--cert",
+            "cert.pem",
+            "--cacert",
+            "ca.pem",
+            "--zrtt-port",
+            &format!("{HOST}={gw_port}"),
+            "--resolve",
+            &format!("{HOST}:{gw_port}:127.0.0.1"),
+        ],
+    );
+    wait_listening(&gw);
+    wait_listening(&padmin);
+    wait_listening(&proxy);
+    std::thread::sleep(Duration::from_secs(3));
+
+    // curl speaks TLS to the proxy (checking its certificate) and the
+    // proxy carries the request over zrtt.
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "20", "--proxy"])
+        .arg(format!("https://{proxy}"))
+        .args(["--proxy-cacert", "ptls/ca.pem"])
+        .arg(format!("http://{HOST}/"))
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "curl: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok");
+    assert_eq!(gateway_counter(&admin, "zrtt_accepted"), 1);
+    // A certificate curl does not trust: refused by curl, nothing sent.
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "20", "--proxy"])
+        .arg(format!("https://{proxy}"))
+        .args(["--proxy-cacert", "ca.pem"])
+        .arg(format!("http://{HOST}/"))
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert_eq!(gateway_counter(&admin, "zrtt_accepted"), 1);
+    // Plain HTTP to the TLS listener gets no HTTP answer (a TLS alert, or
+    // a closed or reset connection).
+    let mut s = TcpStream::connect(&proxy).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(format!("GET http://{HOST}/ HTTP/1.1\r\nHost: {HOST}\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut resp = Vec::new();
+    let _ = s.read_to_end(&mut resp);
+    assert!(!resp.starts_with(b"HTTP/"), "{resp:?}");
+    // Failed handshakes: the untrusted curl, the plain request, and
+    // wait_listening's probe (connected and closed).
+    let m = admin_metrics(&padmin);
+    assert!(m.contains("zrtt_proxy_connections_total 4\n"), "{m}");
+    assert!(m.contains("zrtt_proxy_tls_failures_total 3\n"), "{m}");
+    assert!(m.contains("zrtt_proxy_h2_connections_total 0\n"), "{m}");
+    assert!(m.contains("zrtt_proxy_zrtt_requests_total 1\n"), "{m}");
+}

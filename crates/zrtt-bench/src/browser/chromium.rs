@@ -42,10 +42,16 @@ pub(super) enum Route {
     Direct {
         resolver_rules: String,
         spki: String,
+        /// HTTP/2 when the server offers it; else `--disable-http2`
+        /// (HTTP/1.1, six connections per host).
+        http2: bool,
     },
     /// Through `zrtt proxy` on [`PROXY`] (`--proxy-server`): the proxy
-    /// resolves the names.
-    Proxy,
+    /// resolves the names. With `tls`, an HTTPS proxy (the SPKI hash of
+    /// its certificate trusted), to which Chromium speaks HTTP/2: every
+    /// request of the page on one connection, none queued behind six per
+    /// host; without, plain HTTP/1.1 to the proxy.
+    Proxy { tls: Option<String> },
 }
 
 /// `chromium --version`'s line, e.g. "Chromium 156.0.8078.108 built on
@@ -146,11 +152,19 @@ pub(super) fn chromium_args(profile: &Path, route: &Route, netlog: Option<&Path>
         Route::Direct {
             resolver_rules,
             spki,
+            http2,
         } => {
             a.push(format!("--host-resolver-rules={resolver_rules}").into());
             a.push(format!("--ignore-certificate-errors-spki-list={spki}").into());
+            if !http2 {
+                a.push("--disable-http2".into());
+            }
         }
-        Route::Proxy => a.push(format!("--proxy-server=http://{PROXY}").into()),
+        Route::Proxy { tls: None } => a.push(format!("--proxy-server=http://{PROXY}").into()),
+        Route::Proxy { tls: Some(spki) } => {
+            a.push(format!("--proxy-server=https://{PROXY}").into());
+            a.push(format!("--ignore-certificate-errors-spki-list={spki}").into());
+        }
     }
     if let Some(p) = netlog {
         let mut s = OsString::from("--log-net-log=");
@@ -347,6 +361,32 @@ fn drive(child: &mut LabChild, dir: &Path, url: &str, screenshot: Option<&Path>)
     })
 }
 
+/// The HTTPS proxy's certificate (for 127.0.0.1, by `zrtt keys cert`)
+/// and the SPKI hash Chromium trusts it by.
+pub(super) struct ProxyCert {
+    cert: std::path::PathBuf,
+    key: std::path::PathBuf,
+    pub(super) spki: String,
+}
+
+impl ProxyCert {
+    /// Creates it under `dir/proxy-tls`.
+    pub(super) fn create(bench: &Bench, dir: &Path) -> Result<ProxyCert> {
+        let out = dir.join("proxy-tls");
+        std::fs::create_dir_all(&out)?;
+        let mut c = Command::new(&bench.zrtt);
+        c.args(["keys", "cert", "--name", "127.0.0.1", "--out-dir"])
+            .arg(&out);
+        run_capture(c).context("creating the proxy's certificate")?;
+        let cert = out.join("cert.pem");
+        Ok(ProxyCert {
+            spki: spki_hash(&cert)?,
+            key: out.join("cert.key"),
+            cert,
+        })
+    }
+}
+
 /// A running `zrtt proxy` for the sites' hosts.
 pub(super) struct Proxy {
     child: LabChild,
@@ -356,7 +396,8 @@ impl Proxy {
     /// Starts `zrtt proxy` in the client on [`PROXY`]: the sites' key
     /// records (one certificate signs them all), their gateways at
     /// `gateways`, the client's provenance certificates (a copy of
-    /// `pv_state`), no token state; waits until it listens.
+    /// `pv_state`), no token state, over TLS with `tls` (certificate and
+    /// key); waits until it listens.
     pub(super) fn start(
         bench: &Bench,
         lab: &Lab,
@@ -364,6 +405,7 @@ impl Proxy {
         sites: &[Site],
         gateways: &[SocketAddr],
         pv_state: &Path,
+        tls: Option<&ProxyCert>,
     ) -> Result<Proxy> {
         let pv = dir.join("proxy-pv.state");
         std::fs::copy(pv_state, &pv).context("copying the provenance state")?;
@@ -378,6 +420,12 @@ impl Proxy {
             .arg("--provenance-state")
             .arg(&pv)
             .arg("--no-state");
+        if let Some(t) = tls {
+            c.arg("--tls-cert")
+                .arg(&t.cert)
+                .arg("--tls-key")
+                .arg(&t.key);
+        }
         for (s, gw) in sites.iter().zip(gateways) {
             c.arg("--record").arg(&s.records);
             c.args(["--zrtt-port", &format!("{}={}", s.name, gw.port())]);
@@ -436,21 +484,34 @@ mod tests {
 
     #[test]
     fn chromium_arguments() {
-        let a = chromium_args(Path::new("/p"), &Route::Proxy, None);
+        let a = chromium_args(Path::new("/p"), &Route::Proxy { tls: None }, None);
         let a: Vec<String> = a.iter().map(|s| s.to_string_lossy().into()).collect();
         assert!(a.contains(&"--proxy-server=http://127.0.0.1:18080".to_string()));
+        assert!(!a
+            .iter()
+            .any(|x| x.starts_with("--ignore-certificate-errors")));
+        let t = Route::Proxy {
+            tls: Some("p".into()),
+        };
+        let t = chromium_args(Path::new("/p"), &t, None);
+        let t: Vec<String> = t.iter().map(|s| s.to_string_lossy().into()).collect();
+        assert!(t.contains(&"--proxy-server=https://127.0.0.1:18080".to_string()));
+        assert!(t.contains(&"--ignore-certificate-errors-spki-list=p".to_string()));
+        assert!(!t.iter().any(|x| x == "--disable-http2"));
         assert!(a.contains(&"--user-data-dir=/p".to_string()));
         assert!(a.contains(&"--remote-debugging-pipe".to_string()));
         assert_eq!(a.last().unwrap(), "about:blank");
         let d = Route::Direct {
             resolver_rules: "MAP a 1.2.3.4".into(),
             spki: "h".into(),
+            http2: false,
         };
         let a = chromium_args(Path::new("/p"), &d, Some(Path::new("/n.json")));
         let a: Vec<String> = a.iter().map(|s| s.to_string_lossy().into()).collect();
         assert!(a.contains(&"--host-resolver-rules=MAP a 1.2.3.4".to_string()));
         assert!(a.contains(&"--ignore-certificate-errors-spki-list=h".to_string()));
         assert!(a.contains(&"--log-net-log=/n.json".to_string()));
+        assert!(a.contains(&"--disable-http2".to_string()));
         assert!(!a.iter().any(|x| x.starts_with("--proxy-server")));
         assert!(!a.iter().any(|x| x == "--dump-dom"));
     }

@@ -240,6 +240,7 @@ pub fn run(bench: &Bench, o: &LadderOpts) -> Result<Report> {
                 protocols: "TLSv1.2 TLSv1.3",
                 resumption: true,
                 early_data: true,
+                http2: false,
             },
             true,
         )

@@ -18,6 +18,8 @@ pub(crate) struct NginxTls {
     pub(crate) resumption: bool,
     /// `ssl_early_data on` (TLS 1.3 0-RTT; needs `resumption`).
     pub(crate) early_data: bool,
+    /// HTTP/2 offered by ALPN beside HTTP/1.1 (`listen ... http2`).
+    pub(crate) http2: bool,
 }
 
 impl NginxTls {
@@ -27,6 +29,7 @@ impl NginxTls {
         protocols: "TLSv1.3",
         resumption: false,
         early_data: false,
+        http2: false,
     };
 }
 
@@ -78,13 +81,14 @@ http {{\n  access_log off;\n  ssl_ecdh_curve X25519;\n  ssl_prefer_server_cipher
                     } else {
                         "ssl_session_tickets off; ssl_session_cache off;"
                     };
+                    let h2 = if t.http2 { " http2" } else { "" };
                     let ed = if t.early_data {
                         " ssl_early_data on;"
                     } else {
                         ""
                     };
                     s.push_str(&format!(
-                        "  server {{ listen {} ssl backlog=4096{fo}; server_name {}; ssl_protocols {}; {res}{ed}\n    ssl_certificate {}; ssl_certificate_key {}; root {}; }}\n",
+                        "  server {{ listen {} ssl{h2} backlog=4096{fo}; server_name {}; ssl_protocols {}; {res}{ed}\n    ssl_certificate {}; ssl_certificate_key {}; root {}; }}\n",
                         srv.listen,
                         site.name,
                         t.protocols,
@@ -131,6 +135,7 @@ mod tests {
                         protocols: "TLSv1.2 TLSv1.3",
                         resumption: true,
                         early_data: true,
+                        http2: true,
                     }),
                     fast_open: false,
                 },
@@ -142,7 +147,7 @@ mod tests {
             c.contains("listen 198.18.0.2:80 fastopen=256; root /srv/x/www;"),
             "{c}"
         );
-        assert!(c.contains("listen 198.18.0.2:443 ssl backlog=4096; server_name www.example.com; ssl_protocols TLSv1.2 TLSv1.3; ssl_session_tickets on;"), "{c}");
+        assert!(c.contains("listen 198.18.0.2:443 ssl http2 backlog=4096; server_name www.example.com; ssl_protocols TLSv1.2 TLSv1.3; ssl_session_tickets on;"), "{c}");
         assert!(c.contains("ssl_early_data on;"));
         assert!(c.contains("keepalive_timeout 0;"));
         assert!(c.contains("pid /p/nginx.pid;"));

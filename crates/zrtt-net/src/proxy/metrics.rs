@@ -82,6 +82,10 @@ macro_rules! counters {
 counters! {
     /// Client connections accepted.
     connections,
+    /// Client connections that chose HTTP/2 (HTTPS proxy only).
+    h2_connections,
+    /// TLS handshakes with clients that failed or timed out (HTTPS proxy only).
+    tls_failures,
     /// Requests sent over zrtt (or its TLS fallback).
     zrtt_requests,
     /// Requests forwarded as plain HTTP.
@@ -105,6 +109,8 @@ impl Default for ProxyMetrics {
     fn default() -> Self {
         Self {
             connections: Counter::default(),
+            h2_connections: Counter::default(),
+            tls_failures: Counter::default(),
             zrtt_requests: Counter::default(),
             passthrough_requests: Counter::default(),
             tunnels: Counter::default(),
