@@ -437,26 +437,7 @@ fn https_proxy_carries_curl_over_tls_to_zrtt_and_refuses_plain_http() {
         format!("127.0.0.1:{proxy_port}"),
         format!("127.0.0.1:{padmin_port}"),
     );
-    let _gw = spawn(
-        dir,
-        &[
-            "gateway",
-            "--listen",
-            &gw,
-            "--backend",
-            &plain.to_string(),
-            "--key",
-            "k1.key",
-            "--record",
-            "k1.rec",
-            "--cert",
-            "cert.pem",
-            "--cert-key",
-            "cert.key",
-            "--admin",
-            &admin,
-        ],
-    );
+    let _gw = spawn_gateway(dir, &gw, &plain.to_string(), &admin, KEY_FLAGS);
     let _proxy = spawn(
         dir,
         &[
@@ -481,7 +462,6 @@ fn https_proxy_carries_curl_over_tls_to_zrtt_and_refuses_plain_http() {
             &format!("{HOST}:{gw_port}:127.0.0.1"),
         ],
     );
-    wait_listening(&gw);
     wait_listening(&padmin);
     wait_listening(&proxy);
     std::thread::sleep(Duration::from_secs(3));
