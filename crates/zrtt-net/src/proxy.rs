@@ -99,7 +99,9 @@ pub struct ProxyTimeouts {
     pub header_read: Duration,
     /// Resolving and connecting to a plain origin or a `CONNECT` target.
     pub connect: Duration,
-    /// From sending a request until the origin's response head (then 504).
+    /// From a request's arrival (a wait for a free origin connection
+    /// included, [`ProxyConfig::max_conns_per_origin`]) until the origin's
+    /// response head (then 504).
     pub response: Duration,
     /// Whole lifetime of a `CONNECT` tunnel.
     pub tunnel: Duration,
@@ -142,6 +144,12 @@ pub struct ProxyConfig {
     pub max_connections: usize,
     /// Idle origin connections kept per scheme and authority.
     pub pool_max_idle_per_origin: usize,
+    /// HTTP/1.1 requests in flight per scheme and authority, i.e. origin
+    /// connections in use (0: no bound). Further requests wait for a
+    /// response to finish and then reuse its connection. Requests that go
+    /// over HTTP/2 in the zrtt channel ([`Http2Policy`]) are not bounded
+    /// (they share one connection). Sidecar ports are not bounded.
+    pub max_conns_per_origin: usize,
     /// Sidecar ports: each local address serves one HTTPS origin over zrtt
     /// (crate::sidecar).
     pub maps: Vec<SidecarMap>,
@@ -158,6 +166,7 @@ impl std::fmt::Debug for ProxyConfig {
             .field("tls", &self.tls.is_some())
             .field("timeouts", &self.timeouts)
             .field("max_connections", &self.max_connections)
+            .field("max_conns_per_origin", &self.max_conns_per_origin)
             .finish_non_exhaustive()
     }
 }
@@ -167,9 +176,14 @@ impl ProxyConfig {
     pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
     /// Idle origin connections kept per scheme and authority by default.
     pub const DEFAULT_MAX_IDLE_PER_ORIGIN: usize = 8;
+    /// HTTP/1.1 requests in flight per origin by default: six, as browsers
+    /// open per host, and as many early answers as a zrtt gateway has
+    /// pending per client address (docs/PROTOCOL.md §8).
+    pub const DEFAULT_MAX_CONNS_PER_ORIGIN: usize = 6;
 
     /// Defaults: system resolver, gateway on 443, [`Self::DEFAULT_MAX_CONNECTIONS`]
-    /// connections, 8 idle connections per origin, [`ProxyTimeouts::default`].
+    /// connections, 8 idle connections and 6 HTTP/1.1 requests in flight
+    /// per origin, [`ProxyTimeouts::default`].
     pub fn new(client: Arc<ClientConfig>) -> Self {
         Self {
             client,
@@ -179,6 +193,7 @@ impl ProxyConfig {
             timeouts: ProxyTimeouts::default(),
             max_connections: Self::DEFAULT_MAX_CONNECTIONS,
             pool_max_idle_per_origin: Self::DEFAULT_MAX_IDLE_PER_ORIGIN,
+            max_conns_per_origin: Self::DEFAULT_MAX_CONNS_PER_ORIGIN,
             maps: Vec::new(),
             shortcut_dns: None,
         }
@@ -207,6 +222,7 @@ pub fn proxy_tls_config(
 }
 
 mod metrics;
+mod slots;
 pub(crate) use metrics::inc;
 pub use metrics::ProxyMetrics;
 
@@ -275,6 +291,8 @@ pub(crate) struct ProxyShared {
     /// HTTP/1.1 only, for upgrades (WebSocket) when `zrtt` may speak
     /// HTTP/2 (which has no `Upgrade`); `None`: `zrtt` is HTTP/1.1.
     pub(crate) zrtt_h1: Option<Client<ZrttConnector, Incoming>>,
+    /// [`ProxyConfig::max_conns_per_origin`].
+    origin_slots: slots::OriginSlots,
 }
 
 type Shared = ProxyShared;
@@ -339,6 +357,7 @@ impl Proxy {
         let zrtt_h1 = (cfg.client.http2 != Http2Policy::Never)
             .then(|| zrtt_client(Arc::new(cfg.client.with_http2(Http2Policy::Never))));
         let tls = cfg.tls.clone().map(tokio_rustls::TlsAcceptor::from);
+        let origin_slots = slots::OriginSlots::new(cfg.max_conns_per_origin);
         Ok(Self {
             listener,
             tls,
@@ -350,6 +369,7 @@ impl Proxy {
                 plain,
                 zrtt,
                 zrtt_h1,
+                origin_slots,
             }),
         })
     }
@@ -572,21 +592,32 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBo
     let keys = shared.cfg.client.keys.clone();
     let clock = shared.cfg.client.clock;
     let started = std::time::Instant::now();
+    // Some(whether the record says the gateway serves HTTP/2) if a verified
+    // record is held.
     let held = |keys: Arc<dyn crate::client::KeySource>, host: String| async move {
-        tokio::task::spawn_blocking(move || keys.lookup(&host, clock()).is_some())
-            .await
-            .unwrap_or(false)
+        tokio::task::spawn_blocking(move || {
+            keys.lookup(&host, clock()).map(|r| r.body().flags.http2())
+        })
+        .await
+        .unwrap_or(None)
     };
     // With the DNS shortcut, a key already held does not wait for the
     // lookup: the connector races it (client::ZrttStream::with_shortcut).
-    let shortcut = shortcut_ok(&shared, &req) && held(keys.clone(), host.clone()).await;
+    let mut record = None;
+    if shortcut_ok(&shared, &req) {
+        record = held(keys.clone(), host.clone()).await;
+    }
+    let shortcut = record.is_some();
     let prefetched = match shortcut {
         true => Ok(()),
         false => {
             tokio::time::timeout(shared.cfg.timeouts.connect, keys.prefetch(&host, clock())).await
         }
     };
-    let zrtt = shortcut || held(keys, host.clone()).await;
+    if !shortcut {
+        record = held(keys, host.clone()).await;
+    }
+    let zrtt = record.is_some();
     let outcome = match (zrtt, prefetched) {
         (true, _) => "verified",
         (false, Ok(())) => "none",
@@ -619,13 +650,49 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBo
     let out = Request::from_parts(parts, body);
 
     let response = shared.cfg.timeouts.response;
+    let deadline = tokio::time::Instant::now() + response;
+    // HTTP/1.1 to the origin: one request per connection at a time, so a
+    // bounded number in flight (HTTP/2 in the channel multiplexes).
+    let h1 = !zrtt
+        || match shared.cfg.client.http2 {
+            Http2Policy::Never => true,
+            Http2Policy::Always => false,
+            Http2Policy::WhenAdvertised => record != Some(true),
+        };
+    let slot = if h1 {
+        let origin = format!(
+            "{}://{}",
+            target.scheme_str().unwrap_or("http"),
+            target.authority().map_or("", |a| a.as_str())
+        )
+        .to_ascii_lowercase();
+        match tokio::time::timeout_at(deadline, shared.origin_slots.acquire(&origin)).await {
+            Ok(s) => s,
+            Err(_) => {
+                inc(&m.gateway_timeout);
+                return text(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    format!(
+                        "zrtt proxy: {host}: no free connection within {response:?} ({} requests in flight)",
+                        shared.cfg.max_conns_per_origin
+                    ),
+                );
+            }
+        }
+    } else {
+        slots::Slot::Unbounded
+    };
+    if matches!(slot, slots::Slot::Waited(_)) {
+        inc(&m.origin_waits);
+    }
+    // Time to first byte from here: a wait for a slot is not the origin's.
     let started = std::time::Instant::now();
     let result = if zrtt {
         inc(&m.zrtt_requests);
-        tokio::time::timeout(response, shared.zrtt.request(out)).await
+        tokio::time::timeout_at(deadline, shared.zrtt.request(out)).await
     } else {
         inc(&m.passthrough_requests);
-        tokio::time::timeout(response, shared.plain.request(out)).await
+        tokio::time::timeout_at(deadline, shared.plain.request(out)).await
     };
     let via = if zrtt { "zrtt" } else { "plain HTTP" };
     match result {
@@ -636,7 +703,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBo
             );
             let (mut parts, body) = resp.into_parts();
             strip_hop_by_hop(&mut parts.headers);
-            Response::from_parts(parts, body.boxed())
+            Response::from_parts(parts, slots::hold(body.boxed(), slot))
         }
         Ok(Err(e)) => {
             inc(&m.bad_gateway);

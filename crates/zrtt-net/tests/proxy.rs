@@ -49,6 +49,16 @@ async fn start_proxy(
     zrtt_port: u16,
     resolve: &[(&str, u16)],
 ) -> ProxyEnv {
+    start_proxy_with(records, zrtt_port, resolve, |_| {}).await
+}
+
+/// [`start_proxy`], with `tweak` applied to the configuration.
+async fn start_proxy_with(
+    records: Vec<zrtt_proto::record::KeyRecord>,
+    zrtt_port: u16,
+    resolve: &[(&str, u16)],
+    tweak: impl FnOnce(&mut ProxyConfig),
+) -> ProxyEnv {
     let mut client = client_config(records);
     client.fast_open = false;
     client.connect_timeout = Duration::from_secs(2);
@@ -63,6 +73,7 @@ async fn start_proxy(
     cfg.zrtt_ports = ports;
     cfg.timeouts.connect = Duration::from_secs(2);
     cfg.timeouts.response = Duration::from_secs(5);
+    tweak(&mut cfg);
     let proxy = Proxy::bind("127.0.0.1:0".parse().unwrap(), cfg)
         .await
         .unwrap();
@@ -301,4 +312,111 @@ async fn origin_form_is_refused() {
     assert_eq!(resp[0].0, 400);
     assert!(resp[0].1.contains("not a proxy request"), "{resp:?}");
     proxy.stop().await;
+}
+
+/// A plain HTTP origin whose answers wait for a permit of `release`;
+/// counts requests in flight, their maximum, and all requests.
+struct HeldOrigin {
+    port: u16,
+    release: Arc<tokio::sync::Semaphore>,
+    in_flight: Arc<std::sync::atomic::AtomicUsize>,
+    max: Arc<std::sync::atomic::AtomicUsize>,
+    seen: Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+async fn held_origin() -> HeldOrigin {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
+    let (in_flight, max, seen) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let (r, f, m, n) = (
+        release.clone(),
+        in_flight.clone(),
+        max.clone(),
+        seen.clone(),
+    );
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = l.accept().await else {
+                return;
+            };
+            let (r, f, m, n) = (r.clone(), f.clone(), m.clone(), n.clone());
+            tokio::spawn(async move {
+                let svc =
+                    hyper::service::service_fn(move |_req: Request<hyper::body::Incoming>| {
+                        let (r, f, m, n) = (r.clone(), f.clone(), m.clone(), n.clone());
+                        async move {
+                            n.fetch_add(1, SeqCst);
+                            let now = f.fetch_add(1, SeqCst) + 1;
+                            m.fetch_max(now, SeqCst);
+                            r.acquire().await.unwrap().forget();
+                            f.fetch_sub(1, SeqCst);
+                            Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
+                                Bytes::from_static(b"held"),
+                            )))
+                        }
+                    });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tcp), svc)
+                    .await;
+            });
+        }
+    });
+    HeldOrigin {
+        port,
+        release,
+        in_flight,
+        max,
+        seen,
+        task,
+    }
+}
+
+#[tokio::test]
+async fn requests_in_flight_per_origin_are_bounded_and_the_rest_wait() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let origin = held_origin().await;
+    let proxy = start_proxy_with(Vec::new(), 1, &[("held.test", origin.port)], |cfg| {
+        cfg.max_conns_per_origin = 2
+    })
+    .await;
+    let url = format!("http://held.test:{}/x", origin.port);
+    // Five clients, each on its own connection to the proxy.
+    let clients: Vec<_> = (0..5)
+        .map(|_| {
+            let url = url.clone();
+            let addr = proxy.addr;
+            tokio::spawn(async move { via_proxy(addr, vec![absolute("GET", &url, b"")]).await })
+        })
+        .collect();
+    // Two reach the origin ...
+    for _ in 0..500 {
+        if origin.seen.load(SeqCst) >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(origin.seen.load(SeqCst), 2);
+    // ... and the other three wait in the proxy (no third arrives while
+    // the first two are held).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(origin.seen.load(SeqCst), 2);
+    assert_eq!(origin.in_flight.load(SeqCst), 2);
+    // Each answer lets one waiting request through.
+    origin.release.add_permits(5);
+    for c in clients {
+        assert_eq!(c.await.unwrap(), vec![(200, "held".to_owned())]);
+    }
+    assert_eq!(origin.seen.load(SeqCst), 5);
+    assert_eq!(origin.max.load(SeqCst), 2);
+    assert_eq!(proxy.metric("passthrough_requests"), 5);
+    assert_eq!(proxy.metric("origin_waits"), 3);
+    proxy.stop().await;
+    origin.task.abort();
 }

@@ -95,6 +95,12 @@ pub struct ProxyArgs {
     /// `http-reuse never`), so each one is a first flight.
     #[arg(long, default_value_t = ProxyConfig::DEFAULT_MAX_IDLE_PER_ORIGIN)]
     max_idle_per_origin: usize,
+    /// HTTP/1.1 requests in flight per scheme and authority (origin
+    /// connections in use); further ones wait for a response to finish and
+    /// reuse its connection. 0: no bound. Matters for clients that speak
+    /// HTTP/2 to the HTTPS proxy (a browser sends every request at once).
+    #[arg(long, default_value_t = ProxyConfig::DEFAULT_MAX_CONNS_PER_ORIGIN)]
+    max_conns_per_origin: usize,
     /// Admin endpoint on this address, e.g. 127.0.0.1:9155: /metrics
     /// (OpenMetrics: requests, errors, time to first byte by mode, key
     /// lookups), /healthz, /readyz (200 while serving with trust roots).
@@ -193,6 +199,7 @@ pub fn run(a: ProxyArgs) -> Result<ExitCode> {
     cfg.zrtt_ports = ports;
     cfg.max_connections = a.max_connections;
     cfg.pool_max_idle_per_origin = a.max_idle_per_origin;
+    cfg.max_conns_per_origin = a.max_conns_per_origin;
     cfg.maps = a.maps.clone();
     if let (Some(cert), Some(key)) = (&a.tls_cert, &a.tls_key) {
         cfg.tls = Some(zrtt_net::proxy::proxy_tls_config(cert, key)?);

@@ -98,6 +98,9 @@ counters! {
     bad_gateway,
     /// 504 answers (no response head in time).
     gateway_timeout,
+    /// Requests that waited for another request to the same origin to
+    /// finish (`max_conns_per_origin` HTTP/1.1 requests were in flight).
+    origin_waits,
 }
 
 fn buckets() -> impl Iterator<Item = f64> {
@@ -117,6 +120,7 @@ impl Default for ProxyMetrics {
             bad_requests: Counter::default(),
             bad_gateway: Counter::default(),
             gateway_timeout: Counter::default(),
+            origin_waits: Counter::default(),
             first_byte: Family::new_with_constructor(|| Histogram::new(buckets())),
             setup: Family::new_with_constructor(|| Histogram::new(buckets())),
             new_connections: Family::default(),
