@@ -488,7 +488,18 @@ async fn accept_loop(
 async fn serve_tls(shared: Arc<Shared>, tcp: TcpStream, tls: tokio_rustls::TlsAcceptor) {
     let _ = tcp.set_nodelay(true);
     let bound = shared.cfg.timeouts.header_read;
-    let stream = match tokio::time::timeout(bound, tls.accept(tcp)).await {
+    let deadline = tokio::time::Instant::now() + bound;
+    // A connection that never sends a byte (a readiness probe, a
+    // browser's unused preconnection) is not a failed handshake.
+    let mut first = [0u8; 1];
+    if !matches!(
+        tokio::time::timeout_at(deadline, tcp.peek(&mut first)).await,
+        Ok(Ok(n)) if n > 0
+    ) {
+        inc(&shared.metrics.tls_unused);
+        return;
+    }
+    let stream = match tokio::time::timeout_at(deadline, tls.accept(tcp)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             inc(&shared.metrics.tls_failures);

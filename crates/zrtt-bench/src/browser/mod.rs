@@ -363,7 +363,7 @@ fn loadavg() -> String {
 }
 
 /// The proxy counters the report keeps (by the metric's name and labels).
-const PROXY_COUNTERS: [&str; 10] = [
+const PROXY_COUNTERS: [&str; 11] = [
     "zrtt_proxy_zrtt_requests_total",
     "zrtt_proxy_passthrough_requests_total",
     "zrtt_proxy_tunnels_total",
@@ -374,6 +374,7 @@ const PROXY_COUNTERS: [&str; 10] = [
     "zrtt_proxy_connections_total",
     "zrtt_proxy_h2_connections_total",
     "zrtt_proxy_tls_failures_total",
+    "zrtt_proxy_tls_unused_total",
 ];
 
 fn proxy_json(m: &BTreeMap<String, f64>) -> Value {

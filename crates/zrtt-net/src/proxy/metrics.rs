@@ -84,8 +84,12 @@ counters! {
     connections,
     /// Client connections that chose HTTP/2 (HTTPS proxy only).
     h2_connections,
-    /// TLS handshakes with clients that failed or timed out (HTTPS proxy only).
+    /// TLS handshakes with clients that failed or timed out after the
+    /// client's first byte (HTTPS proxy only).
     tls_failures,
+    /// Client connections closed, reset or timed out before their first
+    /// byte: readiness probes, unused preconnections (HTTPS proxy only).
+    tls_unused,
     /// Requests sent over zrtt (or its TLS fallback).
     zrtt_requests,
     /// Requests forwarded as plain HTTP.
@@ -114,6 +118,7 @@ impl Default for ProxyMetrics {
             connections: Counter::default(),
             h2_connections: Counter::default(),
             tls_failures: Counter::default(),
+            tls_unused: Counter::default(),
             zrtt_requests: Counter::default(),
             passthrough_requests: Counter::default(),
             tunnels: Counter::default(),
