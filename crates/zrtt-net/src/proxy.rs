@@ -99,9 +99,10 @@ pub struct ProxyTimeouts {
     pub header_read: Duration,
     /// Resolving and connecting to a plain origin or a `CONNECT` target.
     pub connect: Duration,
-    /// From a request's arrival (a wait for a free origin connection
-    /// included, [`ProxyConfig::max_conns_per_origin`]) until the origin's
-    /// response head (then 504).
+    /// From a request's dispatch (after the host's key lookup; a wait for
+    /// a free origin connection included,
+    /// [`ProxyConfig::max_conns_per_origin`]) until the origin's response
+    /// head (then 504).
     pub response: Duration,
     /// Whole lifetime of a `CONNECT` tunnel.
     pub tunnel: Duration,
@@ -145,10 +146,13 @@ pub struct ProxyConfig {
     /// Idle origin connections kept per scheme and authority.
     pub pool_max_idle_per_origin: usize,
     /// HTTP/1.1 requests in flight per scheme and authority, i.e. origin
-    /// connections in use (0: no bound). Further requests wait for a
-    /// response to finish and then reuse its connection. Requests that go
-    /// over HTTP/2 in the zrtt channel ([`Http2Policy`]) are not bounded
-    /// (they share one connection). Sidecar ports are not bounded.
+    /// connections in use (0: no bound), for all the proxy's clients
+    /// together. Further requests wait, first come first served, for a
+    /// response to finish and then usually reuse its connection. A response
+    /// whose body lasts longer than 10 s (a long poll, an event stream, a
+    /// client that stopped reading) stops counting against the bound then.
+    /// Requests that go over HTTP/2 in the zrtt channel ([`Http2Policy`])
+    /// are not bounded (they share one connection), nor are sidecar ports.
     pub max_conns_per_origin: usize,
     /// Sidecar ports: each local address serves one HTTPS origin over zrtt
     /// (crate::sidecar).
@@ -677,25 +681,29 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBo
             target.authority().map_or("", |a| a.as_str())
         )
         .to_ascii_lowercase();
-        match tokio::time::timeout_at(deadline, shared.origin_slots.acquire(&origin)).await {
-            Ok(s) => s,
-            Err(_) => {
-                inc(&m.gateway_timeout);
-                return text(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    format!(
-                        "zrtt proxy: {host}: no free connection within {response:?} ({} requests in flight)",
-                        shared.cfg.max_conns_per_origin
-                    ),
-                );
+        match shared.origin_slots.try_acquire(&origin) {
+            slots::Acquire::Ready(s) => s,
+            slots::Acquire::Wait(sem) => {
+                inc(&m.origin_waits);
+                match tokio::time::timeout_at(deadline, slots::wait(sem)).await {
+                    Ok(s) => s,
+                    Err(_) => {
+                        inc(&m.origin_wait_timeouts);
+                        inc(&m.gateway_timeout);
+                        return text(
+                            StatusCode::GATEWAY_TIMEOUT,
+                            format!(
+                                "zrtt proxy: {host}: no free connection within {response:?} ({} requests in flight)",
+                                shared.cfg.max_conns_per_origin
+                            ),
+                        );
+                    }
+                }
             }
         }
     } else {
         slots::Slot::Unbounded
     };
-    if matches!(slot, slots::Slot::Waited(_)) {
-        inc(&m.origin_waits);
-    }
     // Time to first byte from here: a wait for a slot is not the origin's.
     let started = std::time::Instant::now();
     let result = if zrtt {
@@ -714,7 +722,10 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBo
             );
             let (mut parts, body) = resp.into_parts();
             strip_hop_by_hop(&mut parts.headers);
-            Response::from_parts(parts, slots::hold(body.boxed(), slot))
+            Response::from_parts(
+                parts,
+                slots::hold(body.boxed(), slot, m.origin_long_holds.clone()),
+            )
         }
         Ok(Err(e)) => {
             inc(&m.bad_gateway);

@@ -403,9 +403,15 @@ async fn requests_in_flight_per_origin_are_bounded_and_the_rest_wait() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(origin.seen.load(SeqCst), 2);
-    // ... and the other three wait in the proxy (no third arrives while
-    // the first two are held).
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // ... and the other three wait in the proxy (counted as they start
+    // waiting; none reaches the origin while the first two are held).
+    for _ in 0..500 {
+        if proxy.metric("origin_waits") >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(proxy.metric("origin_waits"), 3);
     assert_eq!(origin.seen.load(SeqCst), 2);
     assert_eq!(origin.in_flight.load(SeqCst), 2);
     // Each answer lets one waiting request through.
@@ -417,6 +423,8 @@ async fn requests_in_flight_per_origin_are_bounded_and_the_rest_wait() {
     assert_eq!(origin.max.load(SeqCst), 2);
     assert_eq!(proxy.metric("passthrough_requests"), 5);
     assert_eq!(proxy.metric("origin_waits"), 3);
+    assert_eq!(proxy.metric("origin_wait_timeouts"), 0);
+    assert_eq!(proxy.metric("origin_long_holds"), 0);
     proxy.stop().await;
     origin.task.abort();
 }

@@ -96,9 +96,11 @@ pub struct ProxyArgs {
     #[arg(long, default_value_t = ProxyConfig::DEFAULT_MAX_IDLE_PER_ORIGIN)]
     max_idle_per_origin: usize,
     /// HTTP/1.1 requests in flight per scheme and authority (origin
-    /// connections in use); further ones wait for a response to finish and
-    /// reuse its connection. 0: no bound. Matters for clients that speak
-    /// HTTP/2 to the HTTPS proxy (a browser sends every request at once).
+    /// connections in use), for all clients together; further ones wait
+    /// for a response to finish and reuse its connection. A response body
+    /// that lasts over 10 s stops counting. 0: no bound. Matters for
+    /// clients that speak HTTP/2 to the HTTPS proxy (a browser sends every
+    /// request at once).
     #[arg(long, default_value_t = ProxyConfig::DEFAULT_MAX_CONNS_PER_ORIGIN)]
     max_conns_per_origin: usize,
     /// Admin endpoint on this address, e.g. 127.0.0.1:9155: /metrics

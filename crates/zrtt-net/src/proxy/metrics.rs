@@ -102,9 +102,15 @@ counters! {
     bad_gateway,
     /// 504 answers (no response head in time).
     gateway_timeout,
-    /// Requests that waited for another request to the same origin to
-    /// finish (`max_conns_per_origin` HTTP/1.1 requests were in flight).
+    /// Requests that found `max_conns_per_origin` HTTP/1.1 requests in
+    /// flight to their origin and waited for one to finish.
     origin_waits,
+    /// Of those, the ones that got no slot within the response timeout
+    /// (answered 504).
+    origin_wait_timeouts,
+    /// Responses that held their origin slot for 10 s and gave it up while
+    /// their body went on.
+    origin_long_holds,
 }
 
 fn buckets() -> impl Iterator<Item = f64> {
@@ -126,6 +132,8 @@ impl Default for ProxyMetrics {
             bad_gateway: Counter::default(),
             gateway_timeout: Counter::default(),
             origin_waits: Counter::default(),
+            origin_wait_timeouts: Counter::default(),
+            origin_long_holds: Counter::default(),
             first_byte: Family::new_with_constructor(|| Histogram::new(buckets())),
             setup: Family::new_with_constructor(|| Histogram::new(buckets())),
             new_connections: Family::default(),

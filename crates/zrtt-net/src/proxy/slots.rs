@@ -13,20 +13,30 @@
 //! left idle, already past slow start's first window.
 //!
 //! A slot is an owned semaphore permit, held until the response body has
-//! been sent (or dropped). Origins are keyed by scheme and authority; the
-//! map holds weak references, so an origin without requests in flight
-//! costs nothing once the map is swept.
+//! been sent (or dropped), but for at most [`HOLD_LIMIT`]: a long poll, an
+//! event stream or a reader that stopped reading must not keep an origin
+//! from every other client of the proxy. Origins are keyed by scheme and
+//! authority; the map holds weak references, so an origin without requests
+//! in flight costs nothing once the map is swept. Plain HTTP origins are
+//! bounded too (RFC 9112 §9.4: a client ought to limit its simultaneous
+//! connections to a server).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use http_body_util::BodyExt;
+use prometheus_client::metrics::counter::Counter;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::http::Body;
 
 /// Map entries above which dead ones are swept on the next insert.
 const SWEEP_ABOVE: usize = 256;
+
+/// The longest a response holds its slot; after it the body goes on
+/// without counting against the bound.
+pub(crate) const HOLD_LIMIT: Duration = Duration::from_secs(10);
 
 /// Per-origin semaphores, `limit` permits each (0: no bound).
 #[derive(Debug)]
@@ -35,23 +45,21 @@ pub(crate) struct OriginSlots {
     map: Mutex<HashMap<String, Weak<Semaphore>>>,
 }
 
-/// What [`OriginSlots::acquire`] got.
+/// A request's place in its origin's bound.
+#[derive(Debug)]
 pub(crate) enum Slot {
-    /// No bound, or not an HTTP/1.1 origin.
+    /// No bound (0, or not an HTTP/1.1 origin).
     Unbounded,
-    /// A slot was free.
-    Free(OwnedSemaphorePermit),
-    /// The request waited for a slot.
-    Waited(OwnedSemaphorePermit),
+    /// One of the origin's slots.
+    Held(OwnedSemaphorePermit),
 }
 
-impl Slot {
-    fn permit(self) -> Option<OwnedSemaphorePermit> {
-        match self {
-            Slot::Unbounded => None,
-            Slot::Free(p) | Slot::Waited(p) => Some(p),
-        }
-    }
+/// What [`OriginSlots::try_acquire`] found.
+pub(crate) enum Acquire {
+    /// A slot (or no bound).
+    Ready(Slot),
+    /// Every slot is taken: [`wait`] on this.
+    Wait(Arc<Semaphore>),
 }
 
 impl OriginSlots {
@@ -80,19 +88,14 @@ impl OriginSlots {
     }
 
     /// A slot for one request to `origin` (scheme and authority, e.g.
-    /// `https://www.example.com:443`), waiting while `limit` requests are
-    /// in flight to it. Cancel-safe: dropping the future gives up the wait.
-    pub(crate) async fn acquire(&self, origin: &str) -> Slot {
+    /// `https://www.example.com:443`) if one is free.
+    pub(crate) fn try_acquire(&self, origin: &str) -> Acquire {
         let Some(s) = self.semaphore(origin) else {
-            return Slot::Unbounded;
+            return Acquire::Ready(Slot::Unbounded);
         };
         match s.clone().try_acquire_owned() {
-            Ok(p) => Slot::Free(p),
-            // The semaphore is never closed.
-            Err(_) => match s.acquire_owned().await {
-                Ok(p) => Slot::Waited(p),
-                Err(_) => Slot::Unbounded,
-            },
+            Ok(p) => Acquire::Ready(Slot::Held(p)),
+            Err(_) => Acquire::Wait(s),
         }
     }
 
@@ -103,18 +106,57 @@ impl OriginSlots {
     }
 }
 
-/// `body`, holding `slot` until the body is dropped (after its last frame
-/// was sent, or when the client went away).
-pub(crate) fn hold(body: Body, slot: Slot) -> Body {
-    match slot.permit() {
-        None => body,
-        Some(permit) => body
-            .map_frame(move |f| {
-                let _held = &permit;
-                f
-            })
-            .boxed(),
+/// The next free slot of `s`, first come first served. Cancel-safe:
+/// dropping the future gives up the place in the queue.
+pub(crate) async fn wait(s: Arc<Semaphore>) -> Slot {
+    match s.acquire_owned().await {
+        Ok(p) => Slot::Held(p),
+        // Never closed.
+        Err(_) => Slot::Unbounded,
     }
+}
+
+/// Gives the slot back when dropped, or at [`HOLD_LIMIT`] if sooner.
+struct Held {
+    permit: Arc<Mutex<Option<OwnedSemaphorePermit>>>,
+    timer: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.timer.abort();
+        self.permit.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+}
+
+/// `body`, holding `slot` until the body is dropped (after its last frame
+/// was sent, or when the client went away), for at most [`HOLD_LIMIT`]
+/// (then `long` counts one). Call inside a tokio runtime.
+pub(crate) fn hold(body: Body, slot: Slot, long: Counter) -> Body {
+    let Slot::Held(p) = slot else {
+        return body;
+    };
+    let permit = Arc::new(Mutex::new(Some(p)));
+    let timer = {
+        let permit = permit.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(HOLD_LIMIT).await;
+            if permit
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+                .is_some()
+            {
+                long.inc();
+            }
+        })
+    };
+    let held = Held { permit, timer };
+    body.map_frame(move |f| {
+        let _held = &held;
+        f
+    })
+    .boxed()
 }
 
 #[cfg(test)]
@@ -133,7 +175,7 @@ mod tests {
             .boxed()
     }
 
-    /// One poll of `f`: its slot if one was free.
+    /// One poll of `f`: its slot if one came free.
     fn poll_once<F: Future<Output = Slot>>(f: Pin<&mut F>) -> Option<Slot> {
         match f.poll(&mut Context::from_waker(Waker::noop())) {
             Poll::Ready(s) => Some(s),
@@ -141,58 +183,110 @@ mod tests {
         }
     }
 
+    fn held(slots: &OriginSlots, origin: &str) -> Slot {
+        match slots.try_acquire(origin) {
+            Acquire::Ready(s @ Slot::Held(_)) => s,
+            _ => panic!("no free slot for {origin}"),
+        }
+    }
+
+    fn waiting(slots: &OriginSlots, origin: &str) -> Arc<Semaphore> {
+        match slots.try_acquire(origin) {
+            Acquire::Wait(s) => s,
+            Acquire::Ready(s) => panic!("{origin}: a slot was free: {s:?}"),
+        }
+    }
+
     #[tokio::test]
     async fn bounds_requests_per_origin_until_bodies_drop() {
         let slots = OriginSlots::new(2);
-        let a = slots.acquire("http://a:80").await;
-        let b = slots.acquire("http://a:80").await;
-        assert!(matches!(a, Slot::Free(_)) && matches!(b, Slot::Free(_)));
+        let a = held(&slots, "http://a:80");
+        let b = held(&slots, "http://a:80");
         // Another origin has its own slots.
-        assert!(matches!(slots.acquire("http://b:80").await, Slot::Free(_)));
+        let _other = held(&slots, "http://b:80");
         // The third request to a waits ...
-        let third = slots.acquire("http://a:80");
+        let third = wait(waiting(&slots, "http://a:80"));
         tokio::pin!(third);
         assert!(poll_once(third.as_mut()).is_none());
         // ... while a body holds a slot, until that body is dropped.
-        let held = hold(body(), a);
+        let long = Counter::default();
+        let body_a = hold(body(), a, long.clone());
         assert!(poll_once(third.as_mut()).is_none());
-        drop(held);
-        assert!(matches!(poll_once(third.as_mut()), Some(Slot::Waited(_))));
+        drop(body_a);
+        assert!(matches!(poll_once(third.as_mut()), Some(Slot::Held(_))));
+        assert_eq!(long.get(), 0);
         drop(b);
     }
 
     #[tokio::test]
     async fn a_finished_body_releases_its_slot() {
         let slots = OriginSlots::new(1);
-        let held = hold(body(), slots.acquire("http://a:80").await);
-        let next = slots.acquire("http://a:80");
+        let body = hold(body(), held(&slots, "http://a:80"), Counter::default());
+        let next = wait(waiting(&slots, "http://a:80"));
         tokio::pin!(next);
         assert!(poll_once(next.as_mut()).is_none());
-        let bytes = held.collect().await.unwrap().to_bytes();
+        let bytes = body.collect().await.unwrap().to_bytes();
         assert_eq!(&bytes[..], b"x");
         // `collect` consumed (dropped) the body.
-        assert!(matches!(poll_once(next.as_mut()), Some(Slot::Waited(_))));
+        assert!(matches!(poll_once(next.as_mut()), Some(Slot::Held(_))));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_never_ends_gives_its_slot_up_at_the_hold_limit() {
+        let slots = OriginSlots::new(1);
+        // A body whose next frame never comes (an event stream, a stalled
+        // reader).
+        let endless: Body = Endless.boxed();
+        let long = Counter::default();
+        let body = hold(endless, held(&slots, "http://a:80"), long.clone());
+        let next = wait(waiting(&slots, "http://a:80"));
+        tokio::pin!(next);
+        tokio::time::sleep(HOLD_LIMIT - Duration::from_millis(1)).await;
+        assert!(poll_once(next.as_mut()).is_none());
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        assert!(matches!(poll_once(next.as_mut()), Some(Slot::Held(_))));
+        assert_eq!(long.get(), 1);
+        // Dropping the body later gives back nothing more.
+        drop(body);
+        assert_eq!(long.get(), 1);
+    }
+
+    /// A body that never yields a frame.
+    struct Endless;
+
+    impl hyper::body::Body for Endless {
+        type Data = Bytes;
+        type Error = hyper::Error;
+
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, hyper::Error>>> {
+            Poll::Pending
+        }
     }
 
     #[tokio::test]
     async fn zero_is_unbounded_and_dead_origins_are_swept() {
         let none = OriginSlots::new(0);
-        let all: Vec<_> = (0..10).map(|_| none.acquire("http://a:80")).collect();
-        for f in all {
-            assert!(matches!(f.await, Slot::Unbounded));
+        for _ in 0..10 {
+            assert!(matches!(
+                none.try_acquire("http://a:80"),
+                Acquire::Ready(Slot::Unbounded)
+            ));
         }
         assert_eq!(none.len(), 0);
         let slots = OriginSlots::new(1);
-        let live = slots.acquire("http://live:80").await;
+        let live = held(&slots, "http://live:80");
         for i in 0..(SWEEP_ABOVE + 10) {
-            drop(slots.acquire(&format!("http://h{i}:80")).await);
+            drop(held(&slots, &format!("http://h{i}:80")));
         }
         assert!(slots.len() <= SWEEP_ABOVE + 1, "{}", slots.len());
         // The live origin survived the sweep: its one slot is still taken.
-        let again = slots.acquire("http://live:80");
+        let again = wait(waiting(&slots, "http://live:80"));
         tokio::pin!(again);
         assert!(poll_once(again.as_mut()).is_none());
         drop(live);
-        assert!(matches!(poll_once(again.as_mut()), Some(Slot::Waited(_))));
+        assert!(matches!(poll_once(again.as_mut()), Some(Slot::Held(_))));
     }
 }
