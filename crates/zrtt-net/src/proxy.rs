@@ -32,9 +32,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http_body_util::BodyExt;
@@ -43,11 +41,11 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode, Uri};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::client::{host_port, ClientConfig, Http2Policy, ZrttConnector};
+use crate::client::{ClientConfig, Http2Policy, ZrttConnector};
 use crate::error::{Error, Result};
 use crate::http::{strip_hop_by_hop, text_response as text};
 use crate::sidecar::SidecarMap;
@@ -204,83 +202,13 @@ impl ProxyConfig {
     }
 }
 
-/// The TLS settings of an HTTPS proxy ([`ProxyConfig::tls`]): the PEM
-/// certificate chain and private key the proxy shows its clients (for the
-/// name or address they connect to, e.g. `127.0.0.1`), TLS 1.3 and 1.2,
-/// ALPN `h2` then `http/1.1`. The certificate authenticates the proxy only;
-/// `https://` URLs still go through `CONNECT` tunnels to their origins,
-/// end to end. Errors name the file.
-pub fn proxy_tls_config(
-    cert: &std::path::Path,
-    key: &std::path::Path,
-) -> Result<Arc<rustls::ServerConfig>> {
-    let ck = crate::gateway::load_certified_key(cert, key)?;
-    let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
-    .with_no_client_auth()
-    .with_cert_resolver(crate::gateway::ReloadableCert::new(ck));
-    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Arc::new(cfg))
-}
-
 mod metrics;
+mod plain;
 mod slots;
+mod tls;
 pub(crate) use metrics::inc;
 pub use metrics::ProxyMetrics;
-
-/// Opens plain TCP connections to origins (`http://` pool).
-#[derive(Clone)]
-struct PlainConnector {
-    resolver: Arc<dyn Resolve>,
-    timeout: Duration,
-    /// The proxy's own address: requests to it would loop.
-    own: SocketAddr,
-}
-
-type ConnectFuture<T> = Pin<Box<dyn Future<Output = Result<T>> + Send>>;
-
-async fn connect_tcp(
-    resolver: &dyn Resolve,
-    host: &str,
-    port: u16,
-    timeout: Duration,
-) -> Result<TcpStream> {
-    let fut = resolver.resolve(host, port);
-    let tcp = tokio::time::timeout(timeout, async move {
-        let addr = fut.await.map_err(Error::io("resolving the origin"))?;
-        TcpStream::connect(addr)
-            .await
-            .map_err(Error::io("connecting to the origin"))
-    })
-    .await
-    .map_err(|_| Error::Timeout("connecting to the origin"))??;
-    tcp.set_nodelay(true).map_err(Error::io("TCP_NODELAY"))?;
-    Ok(tcp)
-}
-
-impl tower_service::Service<Uri> for PlainConnector {
-    type Response = TokioIo<TcpStream>;
-    type Error = Error;
-    type Future = ConnectFuture<Self::Response>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, uri: Uri) -> Self::Future {
-        let this = self.clone();
-        Box::pin(async move {
-            let (host, port) = host_port(&uri, 80)?;
-            let tcp = connect_tcp(this.resolver.as_ref(), &host, port, this.timeout).await?;
-            if tcp.peer_addr().ok() == Some(this.own) {
-                return Err(Error::Config("the request loops back to the proxy".into()));
-            }
-            Ok(TokioIo::new(tcp))
-        })
-    }
-}
+pub use tls::proxy_tls_config;
 
 /// The body type the proxy answers with.
 pub type ProxyBody = crate::http::Body;
@@ -290,7 +218,7 @@ pub(crate) struct ProxyShared {
     pub(crate) cfg: ProxyConfig,
     own: SocketAddr,
     pub(crate) metrics: Arc<ProxyMetrics>,
-    plain: Client<PlainConnector, Incoming>,
+    plain: Client<plain::PlainConnector, Incoming>,
     pub(crate) zrtt: Client<ZrttConnector, Incoming>,
     /// HTTP/1.1 only, for upgrades (WebSocket) when `zrtt` may speak
     /// HTTP/2 (which has no `Upgrade`); `None`: `zrtt` is HTTP/1.1.
@@ -339,7 +267,7 @@ impl Proxy {
             .pool_idle_timeout(t.pool_idle)
             .pool_max_idle_per_host(cfg.pool_max_idle_per_origin)
             .pool_timer(TokioTimer::new())
-            .build(PlainConnector {
+            .build(plain::PlainConnector {
                 resolver: cfg.resolver.clone(),
                 timeout: t.connect,
                 own,
@@ -465,7 +393,7 @@ async fn accept_loop(
                         tasks.spawn(async move {
                             match tls {
                                 None => serve_connection(shared, tcp, map, false).await,
-                                Some(tls) => serve_tls(shared, tcp, tls).await,
+                                Some(tls) => tls::serve_tls(shared, tcp, tls).await,
                             }
                             drop(permit);
                         });
@@ -485,42 +413,6 @@ async fn accept_loop(
         .await;
         tasks.shutdown().await;
     }
-}
-
-/// The TLS handshake (bounded by the header-read timeout), then HTTP/2 if
-/// the client chose `h2`, else HTTP/1.1.
-async fn serve_tls(shared: Arc<Shared>, tcp: TcpStream, tls: tokio_rustls::TlsAcceptor) {
-    let _ = tcp.set_nodelay(true);
-    let bound = shared.cfg.timeouts.header_read;
-    let deadline = tokio::time::Instant::now() + bound;
-    // A connection that never sends a byte (a readiness probe, a
-    // browser's unused preconnection) is not a failed handshake.
-    let mut first = [0u8; 1];
-    if !matches!(
-        tokio::time::timeout_at(deadline, tcp.peek(&mut first)).await,
-        Ok(Ok(n)) if n > 0
-    ) {
-        inc(&shared.metrics.tls_unused);
-        return;
-    }
-    let stream = match tokio::time::timeout_at(deadline, tls.accept(tcp)).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            inc(&shared.metrics.tls_failures);
-            tracing::debug!("proxy TLS handshake: {e}");
-            return;
-        }
-        Err(_) => {
-            inc(&shared.metrics.tls_failures);
-            tracing::debug!("proxy TLS handshake: no handshake within {bound:?}");
-            return;
-        }
-    };
-    let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-    if h2 {
-        inc(&shared.metrics.h2_connections);
-    }
-    serve_connection(shared, stream, None, h2).await;
 }
 
 async fn serve_connection<I>(shared: Arc<Shared>, io: I, map: Option<Arc<SidecarMap>>, h2: bool)
@@ -675,30 +567,17 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBo
             Http2Policy::WhenAdvertised => record != Some(true),
         };
     let slot = if h1 {
-        let origin = format!(
-            "{}://{}",
-            target.scheme_str().unwrap_or("http"),
-            target.authority().map_or("", |a| a.as_str())
-        )
-        .to_ascii_lowercase();
-        match shared.origin_slots.try_acquire(&origin) {
-            slots::Acquire::Ready(s) => s,
-            slots::Acquire::Wait(sem) => {
-                inc(&m.origin_waits);
-                match tokio::time::timeout_at(deadline, slots::wait(sem)).await {
-                    Ok(s) => s,
-                    Err(_) => {
-                        inc(&m.origin_wait_timeouts);
-                        inc(&m.gateway_timeout);
-                        return text(
-                            StatusCode::GATEWAY_TIMEOUT,
-                            format!(
-                                "zrtt proxy: {host}: no free connection within {response:?} ({} requests in flight)",
-                                shared.cfg.max_conns_per_origin
-                            ),
-                        );
-                    }
-                }
+        match shared.origin_slots.acquire(&target, deadline, m).await {
+            Some(s) => s,
+            None => {
+                inc(&m.gateway_timeout);
+                return text(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    format!(
+                        "zrtt proxy: {host}: no free connection within {response:?} ({} requests in flight)",
+                        shared.cfg.max_conns_per_origin
+                    ),
+                );
             }
         }
     } else {
@@ -768,7 +647,7 @@ async fn tunnel(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBo
         );
     };
     let t = shared.cfg.timeouts;
-    let connected = connect_tcp(shared.cfg.resolver.as_ref(), &host, port, t.connect)
+    let connected = plain::connect_tcp(shared.cfg.resolver.as_ref(), &host, port, t.connect)
         .await
         .and_then(|tcp| match tcp.peer_addr() {
             Ok(a) if a == shared.own => {

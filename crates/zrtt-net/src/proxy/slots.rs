@@ -26,9 +26,11 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use http_body_util::BodyExt;
+use hyper::Uri;
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::ProxyMetrics;
 use crate::http::Body;
 
 /// Map entries above which dead ones are swept on the next insert.
@@ -55,7 +57,7 @@ pub(crate) enum Slot {
 }
 
 /// What [`OriginSlots::try_acquire`] found.
-pub(crate) enum Acquire {
+enum Acquire {
     /// A slot (or no bound).
     Ready(Slot),
     /// Every slot is taken: [`wait`] on this.
@@ -89,13 +91,42 @@ impl OriginSlots {
 
     /// A slot for one request to `origin` (scheme and authority, e.g.
     /// `https://www.example.com:443`) if one is free.
-    pub(crate) fn try_acquire(&self, origin: &str) -> Acquire {
+    fn try_acquire(&self, origin: &str) -> Acquire {
         let Some(s) = self.semaphore(origin) else {
             return Acquire::Ready(Slot::Unbounded);
         };
         match s.clone().try_acquire_owned() {
             Ok(p) => Acquire::Ready(Slot::Held(p)),
             Err(_) => Acquire::Wait(s),
+        }
+    }
+
+    /// A slot for one request to `target`'s origin (its scheme and
+    /// authority), waiting first come first served until `deadline` if
+    /// none is free (counted in `m.origin_waits`); `None` if none came free
+    /// in time (counted in `m.origin_wait_timeouts`). Cancel-safe.
+    pub(crate) async fn acquire(
+        &self,
+        target: &Uri,
+        deadline: tokio::time::Instant,
+        m: &ProxyMetrics,
+    ) -> Option<Slot> {
+        let origin = format!(
+            "{}://{}",
+            target.scheme_str().unwrap_or("http"),
+            target.authority().map_or("", |a| a.as_str())
+        )
+        .to_ascii_lowercase();
+        match self.try_acquire(&origin) {
+            Acquire::Ready(s) => Some(s),
+            Acquire::Wait(sem) => {
+                m.origin_waits.inc();
+                let got = tokio::time::timeout_at(deadline, wait(sem)).await.ok();
+                if got.is_none() {
+                    m.origin_wait_timeouts.inc();
+                }
+                got
+            }
         }
     }
 
@@ -108,7 +139,7 @@ impl OriginSlots {
 
 /// The next free slot of `s`, first come first served. Cancel-safe:
 /// dropping the future gives up the place in the queue.
-pub(crate) async fn wait(s: Arc<Semaphore>) -> Slot {
+async fn wait(s: Arc<Semaphore>) -> Slot {
     match s.acquire_owned().await {
         Ok(p) => Slot::Held(p),
         // Never closed.
