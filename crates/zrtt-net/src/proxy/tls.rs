@@ -8,7 +8,7 @@ use tokio::net::TcpStream;
 use super::{inc, serve_connection, Shared};
 use crate::error::Result;
 
-/// The TLS settings of an HTTPS proxy ([`ProxyConfig::tls`]): the PEM
+/// The TLS settings of an HTTPS proxy ([`ProxyConfig::tls`](super::ProxyConfig::tls)): the PEM
 /// certificate chain and private key the proxy shows its clients (for the
 /// name or address they connect to, e.g. `127.0.0.1`), TLS 1.3 and 1.2,
 /// ALPN `h2` then `http/1.1`. The certificate authenticates the proxy only;
