@@ -560,12 +560,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBo
     let deadline = tokio::time::Instant::now() + response;
     // HTTP/1.1 to the origin: one request per connection at a time, so a
     // bounded number in flight (HTTP/2 in the channel multiplexes).
-    let h1 = !zrtt
-        || match shared.cfg.client.http2 {
-            Http2Policy::Never => true,
-            Http2Policy::Always => false,
-            Http2Policy::WhenAdvertised => record != Some(true),
-        };
+    let h1 = !zrtt || !shared.cfg.client.http2.speaks_h2(|| record == Some(true));
     let slot = if h1 {
         match shared.origin_slots.acquire(&target, deadline, m).await {
             Some(s) => s,

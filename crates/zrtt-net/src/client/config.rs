@@ -43,6 +43,19 @@ pub enum Http2Policy {
     Always,
 }
 
+impl Http2Policy {
+    /// Whether a new connection to a host speaks HTTP/2; `advertised` (does
+    /// the host's verified record carry the `h2` flag) is asked only under
+    /// [`Http2Policy::WhenAdvertised`].
+    pub(crate) fn speaks_h2(self, advertised: impl FnOnce() -> bool) -> bool {
+        match self {
+            Http2Policy::Never => false,
+            Http2Policy::WhenAdvertised => advertised(),
+            Http2Policy::Always => true,
+        }
+    }
+}
+
 /// Client settings, shared by every connection made with them
 /// (`Arc<ClientConfig>`).
 ///

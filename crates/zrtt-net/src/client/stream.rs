@@ -25,7 +25,7 @@ use std::task::{Context, Poll, Waker};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::config::{ClientConfig, Http2Policy};
+use super::config::ClientConfig;
 use super::connect::{establish_as, AppProtocol, Conn, ConnInfo, Target};
 use super::key_race::establish_when_keys_as;
 use super::keys::PrefetchFuture;
@@ -83,17 +83,14 @@ pub const H2_CORK_TIMEOUT: std::time::Duration = std::time::Duration::from_milli
 
 /// The protocol `cfg` chooses for `host` now (see [`Http2Policy`]).
 fn choose_protocol(cfg: &ClientConfig, host: &str) -> AppProtocol {
-    match cfg.http2 {
-        Http2Policy::Always => AppProtocol::Http2,
-        Http2Policy::WhenAdvertised
-            if cfg
-                .keys
-                .lookup(host, (cfg.clock)())
-                .is_some_and(|r| r.body().flags.http2()) =>
-        {
-            AppProtocol::Http2
-        }
-        _ => AppProtocol::Http1,
+    let advertised = || {
+        cfg.keys
+            .lookup(host, (cfg.clock)())
+            .is_some_and(|r| r.body().flags.http2())
+    };
+    match cfg.http2.speaks_h2(advertised) {
+        true => AppProtocol::Http2,
+        false => AppProtocol::Http1,
     }
 }
 

@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use http_body_util::BodyExt;
+use hyper::body::Body as _;
 use hyper::Uri;
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -164,7 +165,8 @@ impl Drop for Held {
 /// was sent, or when the client went away), for at most [`HOLD_LIMIT`]
 /// (then `long` counts one). Call inside a tokio runtime.
 pub(crate) fn hold(body: Body, slot: Slot, long: Counter) -> Body {
-    let Slot::Held(p) = slot else {
+    // An empty body (HEAD, 204, 304) is done already: the slot goes back now.
+    let (Slot::Held(p), false) = (slot, body.is_end_stream()) else {
         return body;
     };
     let permit = Arc::new(Mutex::new(Some(p)));
@@ -260,6 +262,19 @@ mod tests {
         assert_eq!(&bytes[..], b"x");
         // `collect` consumed (dropped) the body.
         assert!(matches!(poll_once(next.as_mut()), Some(Slot::Held(_))));
+    }
+
+    #[tokio::test]
+    async fn an_empty_body_gives_its_slot_back_at_once() {
+        let slots = OriginSlots::new(1);
+        let empty: Body = http_body_util::Empty::<Bytes>::new()
+            .map_err(|never| match never {})
+            .boxed();
+        let _body = hold(empty, held(&slots, "http://a:80"), Counter::default());
+        assert!(matches!(
+            slots.try_acquire("http://a:80"),
+            Acquire::Ready(Slot::Held(_))
+        ));
     }
 
     #[tokio::test(start_paused = true)]
