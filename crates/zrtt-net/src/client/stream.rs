@@ -153,7 +153,7 @@ impl ZrttStream {
     }
 
     /// Whether the stream speaks HTTP/2 (decided at creation: the config's
-    /// [`Http2Policy`] and the host's key record as known then; the zrtt
+    /// [`Http2Policy`](super::Http2Policy) and the host's key record as known then; the zrtt
     /// first flight and the TLS fallback both insist on it). The caller
     /// must speak what this says.
     pub fn negotiated_h2(&self) -> bool {
